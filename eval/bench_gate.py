@@ -1,0 +1,128 @@
+"""Gate wall time for the tiled_matmul example: cold and cached, per executor, and (on a GPU)
+the time a KernelBench-style harness spends building the same kernel with load_inline.
+
+    python -m eval.bench_gate [--executor cpu|cuda] [--repeats 3] [--json]
+
+Cold = a fresh store (no cached stage results, no cached binaries); the CPU runtime object,
+built once per machine and toolchain, is reported separately. Cached = the same call again.
+Targets (issue 2): CPU cold <= 5 s, cached <= 50 ms; a cold GPU gate faster than load_inline's
+build alone. Writes eval/results/bench_gate_<executor>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEM = ROOT / "corpora" / "kernels" / "tiled_matmul"
+RESULTS = ROOT / "eval" / "results"
+
+
+def _gate_times(executor: str, repeats: int) -> dict:
+    from mining.gate import GateConfig, run_gate
+
+    cold, cached, stage_times = [], [], []
+    for _ in range(repeats):
+        store = Path(tempfile.mkdtemp(prefix="ks-bench-"))
+        # Pre-build the CPU runtime object in this store so "cold" measures per-kernel work only.
+        if executor == "cpu":
+            from mining.gate import cpu_toolchain
+
+            t = time.perf_counter()
+            cpu_toolchain.build_runtime_object(store / "cache" / "gate", "check")
+            runtime_s = time.perf_counter() - t
+        cfg = GateConfig(executor=executor, store=store)
+        t = time.perf_counter()
+        r = run_gate(PROBLEM, config=cfg)
+        cold.append(time.perf_counter() - t)
+        assert r.passed, r.reason
+        stage_times.append({k: v.get("wall_s") for k, v in r.stages.items()})
+        t = time.perf_counter()
+        r2 = run_gate(PROBLEM, config=cfg)
+        cached.append(time.perf_counter() - t)
+        assert all(s.get("cached") or s.get("status") == "skip" for s in r2.stages.values())
+        shutil.rmtree(store, ignore_errors=True)
+    out = {"cold_s": statistics.median(cold), "cold_all_s": cold, "cached_s": statistics.median(cached),
+           "cached_all_s": cached, "stages_s": stage_times[-1],
+           "workloads": [w for w in r.stages["correctness"]["workloads"]], "seeds": list(cfg.seeds)}
+    if executor == "cpu":
+        out["runtime_object_build_s"] = runtime_s
+    return out
+
+
+_RUN_DECL = "torch::Tensor run(torch::Tensor A, torch::Tensor B);"
+_RUN_DEF = r"""
+#include <torch/extension.h>
+torch::Tensor run(torch::Tensor A, torch::Tensor B) {
+    auto C = torch::empty({A.size(0), B.size(1)}, A.options());
+    tiled_matmul(A.data_ptr<float>(), B.data_ptr<float>(), C.data_ptr<float>(), A.size(0), B.size(1), A.size(1));
+    return C;
+}
+"""
+
+
+def _load_inline_build_s() -> float:
+    """Build the same kernel the way KernelBench-style harnesses do (torch extension, cold dir)."""
+    import torch.utils.cpp_extension as ext
+
+    build_dir = Path(tempfile.mkdtemp(prefix="ks-load-inline-"))
+    src = (PROBLEM / "kernel.cu").read_text()
+    t = time.perf_counter()
+    ext.load_inline(name="ks_bench_tiled", cpp_sources=[_RUN_DECL], cuda_sources=[src + _RUN_DEF],
+                    functions=["run"], build_directory=str(build_dir), verbose=False)
+    elapsed = time.perf_counter() - t
+    shutil.rmtree(build_dir, ignore_errors=True)
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--executor", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-load-inline", action="store_true", help="skip the load_inline comparison (cuda)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    from mining.gate.executors import gpu_info
+
+    res = {"executor": args.executor, "problem": "tiled_matmul", "repeats": args.repeats,
+           "machine": {"cpu": platform.processor() or platform.machine(), "cores": __import__("os").cpu_count(),
+                       "gpu": (gpu_info() or {}).get("name")}}
+    res.update(_gate_times(args.executor, args.repeats))
+    targets = {}
+    if args.executor == "cpu":
+        targets = {"cold_le_5s": res["cold_s"] <= 5.0, "cached_le_50ms": res["cached_s"] <= 0.05}
+    elif not args.no_load_inline:
+        res["load_inline_build_s"] = _load_inline_build_s()
+        targets = {"cold_gate_faster_than_load_inline_build": res["cold_s"] < res["load_inline_build_s"]}
+    res["targets"] = targets
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"bench_gate_{args.executor}.json").write_text(json.dumps(res, indent=2))
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"gate benchmark: tiled_matmul, {len(res['workloads'])} workloads x {len(res['seeds'])} seeds, "
+              f"executor {args.executor}, machine {res['machine']}")
+        print(f"{'measure':40} {'seconds':>10}")
+        print(f"{'cold gate (median of ' + str(args.repeats) + ')':40} {res['cold_s']:10.3f}")
+        print(f"{'cached gate (median)':40} {res['cached_s']:10.4f}")
+        if "runtime_object_build_s" in res:
+            print(f"{'CPU runtime object, once per machine':40} {res['runtime_object_build_s']:10.3f}")
+        if "load_inline_build_s" in res:
+            print(f"{'torch load_inline build alone':40} {res['load_inline_build_s']:10.3f}")
+        for stage, secs in res["stages_s"].items():
+            print(f"{'  stage ' + stage:40} {secs or 0:10.3f}")
+        for name, ok in targets.items():
+            print(f"target {name}: {'met' if ok else 'MISSED'}")
+    return 0 if all(targets.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

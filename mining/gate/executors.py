@@ -1,0 +1,185 @@
+"""Executors: how a harness is built and run. `cuda` uses nvcc and the real GPU; `cpu` uses g++
+and the project's fiber runtime (mining/gate/cpu_runtime), which checks correctness only.
+
+Both build the same generated harness source. Runs are sandboxed (timeout + memory limit).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+from mining.gate.errors import BadInput
+from mining.gate.harness import HARNESS_HEADER
+from mining.gate.sandbox import RunResult, run_limited
+from mining.gate.static import first_error_line, nvcc_path, nvcc_version
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    binary: Optional[Path]
+    reason: str = ""
+    log: str = ""
+    wall_s: float = 0.0
+    cached: bool = False
+
+
+@dataclass
+class RunSpec:
+    """One run of a built harness: environment and a label (e.g. the CPU fiber order)."""
+    label: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@lru_cache(maxsize=1)
+def gpu_info() -> Optional[dict[str, str]]:
+    """Name, compute capability and driver of GPU 0, or None when no GPU is usable."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,compute_cap,driver_version,clocks.max.sm,clocks.max.mem",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    fields = [f.strip() for f in out.stdout.strip().splitlines()[0].split(",")]
+    keys = ["name", "compute_cap", "driver", "max_sm_clock", "max_mem_clock"]
+    return dict(zip(keys, fields))
+
+
+def resolve_executor(name: str) -> str:
+    if name not in ("auto", "cpu", "cuda"):
+        raise BadInput(f"--executor: unknown executor {name!r} (auto, cpu, cuda)")
+    if name == "auto":
+        return "cuda" if gpu_info() and nvcc_path() else "cpu"
+    if name == "cuda" and not gpu_info():
+        raise BadInput("--executor cuda: no usable NVIDIA GPU (nvidia-smi failed); use --executor cpu")
+    if name == "cuda" and not nvcc_path():
+        raise BadInput("--executor cuda: nvcc not found on PATH")
+    return name
+
+
+class CudaExecutor:
+    name = "cuda"
+
+    def fingerprint(self) -> str:
+        info = gpu_info() or {}
+        return f"cuda|{nvcc_version()}|{info.get('name')}|{info.get('compute_cap')}|{info.get('driver')}"
+
+    def arch(self) -> str:
+        cap = (gpu_info() or {}).get("compute_cap", "9.0")
+        return "sm_" + cap.replace(".", "")
+
+    def build(self, harness: Path, kernel: Path, flags: list[str], out: Path, sanitize: bool,
+              timeout_s: float) -> BuildResult:
+        cmd = [nvcc_path() or "nvcc", "-std=c++17", f"-arch={self.arch()}", "-lineinfo",
+               f"-I{HARNESS_HEADER.parent}", f"-I{kernel.parent}", *flags, "-o", str(out), str(harness)]
+        res = run_limited(cmd, cwd=harness.parent, timeout_s=timeout_s, mem_mb=8192)
+        if not res.ok:
+            reason = "nvcc timed out" if res.timed_out else first_error_line(res.stderr, kernel)
+            return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s)
+        return BuildResult(True, out, log=res.stderr[-2000:], wall_s=res.wall_s)
+
+    def run_specs(self, sanitize: bool) -> list[RunSpec]:
+        return [RunSpec("gpu")]
+
+    def command(self, binary: Path, manifest: Path, sanitize: bool) -> list[str]:
+        if sanitize:
+            tool = shutil.which("compute-sanitizer")
+            if not tool:
+                raise BadInput("--sanitize on cuda needs compute-sanitizer on PATH")
+            return [tool, "--tool", "memcheck", "--error-exitcode", "89", str(binary), str(manifest)]
+        return [str(binary), str(manifest)]
+
+    def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,
+            sanitize: bool) -> RunResult:
+        return run_limited(self.command(binary, manifest, sanitize), cwd=manifest.parent,
+                           timeout_s=timeout_s, mem_mb=mem_mb, env=spec.env)
+
+
+class CpuExecutor:
+    """g++ + fiber runtime. Every check runs twice: fibers and blocks scheduled forward (with
+    the race/out-of-bounds checker on) and in reverse, because some races show in one order only."""
+
+    name = "cpu"
+
+    def fingerprint(self) -> str:
+        from mining.gate import cpu_toolchain
+
+        return f"cpu|{cpu_toolchain.toolchain_fingerprint()}"
+
+    def prepare_source(self, kernel_source: str) -> str:
+        from mining.gate import cpu_rewrite
+
+        return cpu_rewrite.rewrite(kernel_source)
+
+    def unsupported(self, kernel_source: str) -> list[tuple[int, str]]:
+        from mining.gate import cpu_toolchain
+
+        return cpu_toolchain.unsupported_features(kernel_source)
+
+    def build(self, harness: Path, kernel: Path, flags: list[str], out: Path, sanitize: bool,
+              timeout_s: float) -> BuildResult:
+        from mining.gate import cpu_toolchain
+
+        # nvcc-only flags mean nothing to g++; keep preprocessor definitions and include paths.
+        keep = [f for f in flags if re.match(r"^-(D|U|I)\S+", f)]
+        extra = [f"-I{HARNESS_HEADER.parent}", f"-I{kernel.parent}", "-DKS_CPU_EXECUTOR=1", *keep]
+        res = cpu_toolchain.compile_cpu_binary(harness, out, mode="asan" if sanitize else "check",
+                                               extra_flags=tuple(extra), timeout_s=timeout_s)
+        if not res.ok:
+            reason = first_error_line(res.stderr, kernel)
+            return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s)
+        return BuildResult(True, out, log=res.stderr[-2000:], wall_s=res.wall_s)
+
+    def run_specs(self, sanitize: bool) -> list[RunSpec]:
+        if sanitize:
+            return [RunSpec("asan", {"KS_ORDER": "forward", "KS_RACECHECK": "0",
+                                     "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=90"})]
+        return [RunSpec("forward", {"KS_ORDER": "forward", "KS_RACECHECK": "1"}),
+                RunSpec("reverse", {"KS_ORDER": "reverse", "KS_RACECHECK": "0"})]
+
+    def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,
+            sanitize: bool) -> RunResult:
+        return run_limited([str(binary), str(manifest)], cwd=manifest.parent, timeout_s=timeout_s,
+                           mem_mb=mem_mb, env=spec.env)
+
+
+def make_executor(name: str):
+    return CudaExecutor() if name == "cuda" else CpuExecutor()
+
+
+_KS_ERROR = re.compile(r"KS_ERROR (\S+) (.*)")
+
+
+def explain_failure(res: RunResult, timeout_s: float, kernel: Path) -> str:
+    """A one-line reason for a harness run that did not finish cleanly."""
+    if res.timed_out:
+        return f"timed out after {timeout_s:g}s (the kernel never returned: hang or deadlock)"
+    if res.mem_exceeded:
+        return f"exceeded the memory limit ({res.peak_rss_mb:.0f} MB resident)"
+    for line in res.stderr.splitlines():
+        m = _KS_ERROR.search(line)
+        if m:
+            kind, message = m.group(1), m.group(2).strip()
+            message = message.replace(f"{kernel.name}:", f"{kernel}:") if kernel.name in message else message
+            return f"{kind}: {message}"
+    if "AddressSanitizer" in res.stderr:
+        m = re.search(r"ERROR: AddressSanitizer: (\S+)", res.stderr)
+        loc = re.search(rf"({re.escape(kernel.name)}:\d+)", res.stderr)
+        return f"asan: {m.group(1) if m else 'error'}" + (f" at {kernel.parent / loc.group(1)}" if loc else "")
+    if "========= " in res.stderr:  # compute-sanitizer
+        first = next((ln for ln in res.stderr.splitlines() if "=========" in ln and "ERROR SUMMARY" not in ln
+                      and ln.strip("= ").strip()), "")
+        return f"compute-sanitizer: {first.strip('= ').strip()}"
+    if res.signal_name:
+        return f"crashed with {res.signal_name}"
+    tail = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    return f"exited with code {res.returncode}" + (f": {tail[-1][:200]}" if tail else "")

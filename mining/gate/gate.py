@@ -1,0 +1,347 @@
+"""The validation gate: static -> correctness -> profile, each cached by a content hash.
+
+`run_gate(problem_dir, kernel, config)` is the one entry point; the CLI, the miner and the
+benchmarks all call it. Stage results are plain JSON-serializable dicts with a `status` of
+pass | fail | skip | error and, when not pass, a one-line `reason`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from corpora.problem import Problem, ProblemError, Workload, load_problem
+from mining.gate.binding import EntryBinding, bind_entry
+from mining.gate.cache import GateCache, content_key
+from mining.gate.data import compare, load_reference, make_inputs, run_reference
+from mining.gate.errors import BadInput
+from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
+from mining.gate.harness import HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_manifest
+from mining.gate.static import nvcc_path, static_stage
+
+ALL_STAGES = ("static", "correctness", "profile")
+
+
+def default_store() -> Path:
+    return Path(os.environ.get("SKILLS_STORE", ".skills"))
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    executor: str = "auto"
+    stages: tuple[str, ...] = ALL_STAGES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    archs: Optional[tuple[str, ...]] = None  # None: solution.toml's archs, else sm_80, sm_90
+    sanitize: bool = False
+    timeout_s: float = 120.0
+    mem_mb: float = 8192.0
+    use_cache: bool = True
+    store: Optional[Path] = None
+    cpu_skip_tags: tuple[str, ...] = ("large",)  # workloads too big for the CPU emulator
+    profile_warmup: int = 5
+    profile_repeats: int = 30
+    flush_bytes: int = 256 << 20  # > 2x the H200's 60 MB L2
+
+
+@dataclass
+class GateResult:
+    problem: str
+    kernel: str
+    executor: str
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        ran = [s for s in self.stages.values() if s.get("status") != "skip"]
+        return bool(ran) and all(s.get("status") == "pass" for s in ran) and \
+            self.stages.get("correctness", {}).get("status") in ("pass", None)
+
+    @property
+    def verdict(self) -> str:
+        if self.passed:
+            return "pass"
+        if any(s.get("status") == "unsupported" for s in self.stages.values()):
+            return "unsupported"
+        return "fail"
+
+    @property
+    def reason(self) -> str:
+        for name, stage in self.stages.items():
+            if stage.get("status") not in ("pass", "skip"):
+                return f"{name}: {stage.get('reason', stage.get('status'))}"
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problem": self.problem, "kernel": self.kernel, "executor": self.executor,
+                "passed": self.passed, "verdict": self.verdict, "reason": self.reason,
+                "wall_s": round(self.wall_s, 4), "stages": self.stages}
+
+
+def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfig = GateConfig(),
+             source: Optional[str] = None) -> GateResult:
+    """Gate one kernel of a problem. `source` overrides the file's text (used by the miner for
+    candidates that exist only in memory; `kernel` still names the file for messages)."""
+    start = time.perf_counter()
+    for stage in config.stages:
+        if stage not in ALL_STAGES:
+            raise BadInput(f"--stages: unknown stage {stage!r} (static, correctness, profile)")
+    try:
+        problem = load_problem(Path(problem_dir))
+    except ProblemError as exc:
+        raise BadInput(str(exc)) from None
+    kernel_path = problem.kernel_path(kernel)
+    if source is None:
+        try:
+            source = kernel_path.read_text()
+        except FileNotFoundError:
+            raise BadInput(f"{kernel_path}: kernel file not found") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"{kernel_path}: not a UTF-8 text file") from None
+    solution = problem.solution.for_file(kernel_path.name)
+    binding = bind_entry(source, kernel_path, solution.entry, problem.definition)
+    if "static" in config.stages and nvcc_path() is None:
+        raise BadInput(f"{kernel_path}: nvcc not found on PATH: install the CUDA toolkit, "
+                       "or skip the static stage with --stages correctness")
+    executor_name = resolve_executor(config.executor)
+    executor = make_executor(executor_name)
+    cache = GateCache((config.store or default_store()) / "cache" / "gate")
+    result = GateResult(problem=problem.name, kernel=str(kernel_path), executor=executor_name)
+    archs = config.archs or tuple(solution.archs) or ("sm_80", "sm_90")
+    src_hash = hashlib.sha256(source.encode()).hexdigest()
+
+    with tempfile.TemporaryDirectory(prefix="ks-gate-") as tmp:
+        workdir = Path(tmp)
+        if "static" in config.stages:
+            result.stages["static"] = _cached(cache, config, ("static", src_hash, solution.flags, archs,
+                                                              _static_toolchain()),
+                                              lambda: _static(source, kernel_path, workdir, archs, solution.flags, config))
+        if result.stages.get("static", {}).get("status") in ("fail", "error"):
+            # Nothing compiles: the later stages cannot say anything more.
+            for stage in ("correctness", "profile"):
+                if stage in config.stages:
+                    result.stages[stage] = {"status": "skip", "reason": "static stage failed"}
+            result.wall_s = time.perf_counter() - start
+            return result
+        fp = executor.fingerprint() if {"correctness", "profile"} & set(config.stages) else ""
+        if "correctness" in config.stages:
+            key = ("correctness", src_hash, problem.content_hash, solution.flags, fp, config.seeds,
+                   config.sanitize, config.cpu_skip_tags if executor_name == "cpu" else ())
+            result.stages["correctness"] = _cached(
+                cache, config, key,
+                lambda: _correctness(problem, binding, source, kernel_path, solution.flags, solution.gpu_only,
+                                     executor, workdir, cache, config))
+        if "profile" in config.stages:
+            if executor_name != "cuda":
+                result.stages["profile"] = {"status": "skip", "reason": "static only: no GPU timing on the "
+                                            "cpu executor (no speed claim is made from CPU runs)"}
+            elif result.stages.get("correctness", {}).get("status") not in (None, "pass"):
+                result.stages["profile"] = {"status": "skip", "reason": "correctness failed"}
+            else:
+                key = ("profile", src_hash, problem.content_hash, solution.flags, fp,
+                       config.profile_warmup, config.profile_repeats, config.flush_bytes)
+                result.stages["profile"] = _cached(
+                    cache, config, key,
+                    lambda: _profile(problem, binding, source, kernel_path, solution.flags, executor,
+                                     workdir, cache, config))
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _cached(cache: GateCache, config: GateConfig, key_parts: tuple, compute) -> dict[str, Any]:
+    key = content_key(*key_parts)
+    if config.use_cache:
+        hit = cache.get_json(key)
+        if hit is not None:
+            hit["cached"] = True
+            return hit
+    start = time.perf_counter()
+    value = compute()
+    value["wall_s"] = round(time.perf_counter() - start, 4)
+    value["cached"] = False
+    if not value.get("transient"):  # timeouts and similar are not facts about the kernel
+        cache.put_json(key, value)
+    return value
+
+
+def _static_toolchain() -> str:
+    from mining.gate.static import cuobjdump_path, nvcc_version
+
+    return f"{nvcc_version()}|sass={bool(cuobjdump_path())}"
+
+
+def _static(source: str, kernel_path: Path, workdir: Path, archs: tuple[str, ...], flags: list[str],
+            config: GateConfig) -> dict[str, Any]:
+    src = workdir / "static" / kernel_path.name
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text(source)
+    out = static_stage(src, src.parent, archs, [f for f in flags if f != "-lineinfo"], config.timeout_s)
+    if out.get("reason"):
+        out["reason"] = out["reason"].replace(str(src), str(kernel_path))
+    out["parse"] = "ok"
+    return out
+
+
+def _build(executor, binding: EntryBinding, source: str, kernel_path: Path, flags: list[str], workdir: Path,
+           cache: GateCache, config: GateConfig) -> tuple[Any, Optional[Path]]:
+    """Build the harness (cached by content); returns (BuildResult, binary path)."""
+    build_dir = workdir / f"build-{executor.name}"
+    build_dir.mkdir(exist_ok=True)
+    kernel_text = executor.prepare_source(source) if hasattr(executor, "prepare_source") else source
+    (build_dir / kernel_path.name).write_text(kernel_text)
+    harness = build_dir / "ks_harness_main.cu"
+    harness.write_text(harness_source(binding, kernel_path.name))
+    key = content_key("build", executor.fingerprint(), kernel_text, harness.read_text(),
+                      HARNESS_HEADER.read_text(), flags, config.sanitize)
+    from mining.gate.executors import BuildResult
+
+    if config.use_cache and (hit := cache.get_file(key)) is not None:
+        return BuildResult(True, hit, cached=True), hit
+    res = executor.build(harness, build_dir / kernel_path.name, flags, build_dir / "harness", config.sanitize,
+                         config.timeout_s)
+    if res.ok and res.binary is not None:
+        res.binary = cache.put_file(key, res.binary)
+        # keep the CPU binary's debug info resolvable (addr2line) from the cache location
+    if not res.ok:
+        res.reason = res.reason.replace(str(build_dir / kernel_path.name), str(kernel_path))
+    return res, res.binary
+
+
+def _workloads_for(problem: Problem, executor_name: str, config: GateConfig) -> tuple[list[Workload], list[str]]:
+    chosen, skipped = [], []
+    for w in problem.workloads:
+        if executor_name == "cpu" and set(w.tags) & set(config.cpu_skip_tags):
+            skipped.append(w.label)
+        else:
+            chosen.append(w)
+    return chosen, skipped
+
+
+def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_path: Path, flags: list[str],
+                 gpu_only: bool, executor, workdir: Path, cache: GateCache, config: GateConfig) -> dict[str, Any]:
+    if executor.name == "cpu":
+        unsupported = executor.unsupported(source)
+        if gpu_only or unsupported:
+            what = ", ".join(f"{feat} (line {line})" for line, feat in unsupported) or "gpu_only = true in solution.toml"
+            return {"status": "unsupported", "reason": f"not checkable on the cpu executor: {what}; "
+                    "run with --executor cuda"}
+    workloads, skipped = _workloads_for(problem, executor.name, config)
+    if not workloads:
+        return {"status": "unsupported", "reason": "every workload is tagged for GPU only "
+                f"({', '.join(config.cpu_skip_tags)}); run with --executor cuda"}
+    build, binary = _build(executor, binding, source, kernel_path, flags, workdir, cache, config)
+    if not build.ok:
+        return {"status": "fail", "reason": f"build failed: {build.reason}", "build_log": build.log}
+
+    run_fn = load_reference(problem.reference_source, str(problem.root / "definition.json"))
+    data_dir = workdir / "data"
+    data_dir.mkdir(exist_ok=True)
+    cases: list[dict[str, Any]] = []
+    manifest_cases = []
+    references: dict[int, dict[str, Any]] = {}
+    for w in workloads:
+        for seed in config.seeds:
+            cid = len(cases)
+            inputs = make_inputs(problem.definition, w, seed)
+            references[cid] = run_reference(run_fn, problem.definition, w, inputs, str(problem.root / "definition.json"))
+            manifest_cases.append(write_case_files(data_dir, cid, problem.definition, w, inputs))
+            cases.append({"case": cid, "workload": w.label, "seed": seed})
+            del inputs
+    manifest = data_dir / "manifest.txt"
+    write_manifest(manifest, manifest_cases)
+
+    runs = []
+    status, reason, transient = "pass", "", False
+    for spec in executor.run_specs(config.sanitize):
+        res = executor.run(binary, manifest, spec, config.timeout_s, config.mem_mb, config.sanitize)
+        parsed = parse_harness_stdout(res.stdout)
+        run_summary: dict[str, Any] = {"run": spec.label, "wall_s": round(res.wall_s, 4), "cases": []}
+        for case in cases:
+            cid = case["case"]
+            entry = dict(case)
+            if cid not in parsed["ok"]:
+                entry["status"] = "not_run"
+                run_summary["cases"].append(entry)
+                continue
+            outputs = {}
+            ok = True
+            for name, ref in references[cid].items():
+                rtol, atol = problem.definition.tolerance_for(name)
+                raw = (data_dir / f"c{cid}_{name}.out").read_bytes()
+                cmp = compare(raw, ref, problem.definition.outputs[name].dtype, rtol, atol)
+                outputs[name] = cmp.to_dict()
+                ok = ok and cmp.ok
+            entry["status"] = "pass" if ok else "fail"
+            entry["outputs"] = outputs
+            run_summary["cases"].append(entry)
+            if not ok and status == "pass":
+                status = "fail"
+                name, cmp = next((n, c) for n, c in outputs.items() if not c["ok"])
+                reason = (f"{spec.label} run, {case['workload']} seed {case['seed']}: output {name!r} has "
+                          f"{cmp['wrong']} wrong and {cmp['unwritten']} unwritten of {cmp['elements']} elements "
+                          f"(max abs err {cmp['max_abs_err']:.3g}; first bad {cmp['first_bad']})")
+        if not res.ok:
+            failed_at = next((c for c in cases if c["case"] not in parsed["ok"]), None)
+            why = explain_failure(res, config.timeout_s, kernel_path)
+            run_summary["error"] = why
+            if status == "pass" or (status == "fail" and not reason.startswith(spec.label)):
+                status = "fail"
+                where = f"{failed_at['workload']} seed {failed_at['seed']}: " if failed_at else ""
+                reason = f"{spec.label} run, {where}{why}"
+            transient = transient or res.timed_out or res.mem_exceeded
+        runs.append(run_summary)
+        if status == "fail":
+            break  # one failing order is enough evidence; skip the others
+    n_pass = sum(1 for r in runs for c in r["cases"] if c.get("status") == "pass")
+    out: dict[str, Any] = {"status": status, "runs": runs, "cases_passed": n_pass,
+                           "cases_total": len(cases) * len(runs), "seeds": list(config.seeds),
+                           "workloads": [w.label for w in workloads], "build_s": round(build.wall_s, 3),
+                           "build_cached": build.cached}
+    if skipped:
+        out["skipped_workloads"] = skipped
+        out["note"] = f"skipped on the cpu executor (tagged {', '.join(config.cpu_skip_tags)}): {', '.join(skipped)}"
+    if reason:
+        out["reason"] = reason
+    if transient:
+        out["transient"] = True
+    return out
+
+
+def _profile(problem: Problem, binding: EntryBinding, source: str, kernel_path: Path, flags: list[str],
+             executor, workdir: Path, cache: GateCache, config: GateConfig) -> dict[str, Any]:
+    build, binary = _build(executor, binding, source, kernel_path, flags, workdir, cache, config)
+    if not build.ok:
+        return {"status": "fail", "reason": f"build failed: {build.reason}"}
+    data_dir = workdir / "profile"
+    data_dir.mkdir(exist_ok=True)
+    cases = []
+    for cid, w in enumerate(problem.workloads):
+        inputs = make_inputs(problem.definition, w, 0)
+        cases.append(write_case_files(data_dir, cid, problem.definition, w, inputs))
+        del inputs
+    manifest = data_dir / "manifest.txt"
+    write_manifest(manifest, cases, mode="profile", warmup=config.profile_warmup,
+                   repeats=config.profile_repeats, flush_bytes=config.flush_bytes)
+    spec = executor.run_specs(False)[0]
+    res = executor.run(binary, manifest, spec, max(config.timeout_s, 300.0), config.mem_mb, False)
+    parsed = parse_harness_stdout(res.stdout)
+    if not res.ok:
+        return {"status": "fail", "reason": explain_failure(res, config.timeout_s, kernel_path), "transient": res.timed_out}
+    per_workload = {}
+    for cid, w in enumerate(problem.workloads):
+        times = parsed["times"].get(cid, [])
+        if not times:
+            continue
+        q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+        per_workload[w.label] = {"median_ms": statistics.median(times), "q1_ms": q[0], "q3_ms": q[2],
+                                 "iqr_ms": q[2] - q[0], "min_ms": min(times), "mean_ms": statistics.fmean(times),
+                                 "repeats": len(times), "axes": w.axes, "tags": list(w.tags)}
+    return {"status": "pass", "method": "cuda events around the entry call, L2 flushed before each repeat",
+            "warmup": config.profile_warmup, "repeats": config.profile_repeats,
+            "device": {**(gpu_info() or {}), **parsed["device"]}, "workloads": per_workload}

@@ -1,0 +1,196 @@
+"""Static stage: nvcc -cubin per target arch with ptxas statistics, and the SASS opcode mix.
+
+Facts recorded per kernel and arch: registers, spill stores/loads, stack frame (local memory),
+static shared memory, constant memory, barriers, and (where cuobjdump exists) a histogram of
+SASS opcodes, which shows what the compiler really generated (LDG.E.128 = 16-byte loads,
+SHFL.BFLY = warp shuffles, LDL/STL = local memory).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from mining.gate.sandbox import run_limited
+
+_FUNC = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")
+_PROPS = re.compile(r"ptxas info\s*: Function properties for (\S+)")
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"ptxas info\s*: Used (\d+) registers(.*)")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_DIAG = re.compile(r"^(?P<file>[^\s:(]+)\((?P<line>\d+)\): (?P<kind>error|warning)[^:]*: (?P<msg>.*)$")
+
+
+@lru_cache(maxsize=1)
+def nvcc_path() -> Optional[str]:
+    return shutil.which("nvcc")
+
+
+@lru_cache(maxsize=1)
+def cuobjdump_path() -> Optional[str]:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:  # PyPI nvidia-cuda-cuobjdump installs it inside the nvidia namespace package
+        import nvidia  # type: ignore
+
+        for base in getattr(nvidia, "__path__", []):
+            for candidate in Path(base).glob("cu*/bin/cuobjdump"):
+                if os.access(candidate, os.X_OK):
+                    return str(candidate)
+    except ImportError:
+        pass
+    return None
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    exe = nvcc_path()
+    if not exe:
+        return "none"
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    exe = shutil.which("c++filt")
+    if not exe or not names:
+        return {n: n for n in names}
+    out = subprocess.run([exe], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
+
+
+def parse_ptxas(text: str) -> dict[str, dict[str, Any]]:
+    """ptxas -v output -> {mangled kernel name: stats}."""
+    kernels: dict[str, dict[str, Any]] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        if m := _FUNC.search(line):
+            current = m.group(1)
+            kernels.setdefault(current, {"registers": 0, "spill_stores": 0, "spill_loads": 0,
+                                         "stack_frame": 0, "smem_static": 0, "cmem": 0, "barriers": 0})
+        elif m := _PROPS.search(line):
+            current = m.group(1)
+            kernels.setdefault(current, {"registers": 0, "spill_stores": 0, "spill_loads": 0,
+                                         "stack_frame": 0, "smem_static": 0, "cmem": 0, "barriers": 0})
+        elif current and (m := _STACK.search(line)):
+            kernels[current].update(stack_frame=int(m.group(1)), spill_stores=int(m.group(2)),
+                                    spill_loads=int(m.group(3)))
+        elif current and (m := _USED.search(line)):
+            rest = m.group(2)
+            kernels[current]["registers"] = int(m.group(1))
+            if s := _SMEM.search(rest):
+                kernels[current]["smem_static"] = int(s.group(1))
+            if c := _CMEM.search(rest):
+                kernels[current]["cmem"] = int(c.group(1))
+            if b := _BARRIERS.search(rest):
+                kernels[current]["barriers"] = int(b.group(1))
+    return kernels
+
+
+def parse_sass(text: str) -> dict[str, Counter]:
+    """cuobjdump --dump-sass -> {mangled function: Counter(opcode with modifiers)}."""
+    out: dict[str, Counter] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Function : "):
+            current = stripped[len("Function : "):].strip()
+            out[current] = Counter()
+            continue
+        if current is None or not stripped.startswith("/*"):
+            continue
+        # "/*0080*/                   LDG.E.128 R4, desc[UR4][R2.64] ;"
+        body = stripped.split("*/", 1)[1].strip() if "*/" in stripped else ""
+        if not body or body.startswith("/*"):
+            continue
+        tokens = body.replace(";", " ").split()
+        if tokens and tokens[0].startswith("@"):
+            tokens = tokens[1:]
+        if tokens and re.match(r"^[A-Z][A-Z0-9_.]*$", tokens[0]):
+            out[current][tokens[0]] += 1
+    return out
+
+
+def compile_diagnostics(stderr: str, kernel_name: str) -> list[dict[str, Any]]:
+    diags = []
+    for line in stderr.splitlines():
+        m = _DIAG.match(line.strip())
+        if m and m.group("kind") == "error":
+            diags.append({"file": Path(m.group("file")).name, "line": int(m.group("line")), "message": m.group("msg")})
+    return diags
+
+
+def first_error_line(stderr: str, kernel_path: Path) -> str:
+    """One line naming the kernel file and line for an nvcc/g++ failure."""
+    for d in compile_diagnostics(stderr, kernel_path.name):
+        return f"{kernel_path}:{d['line']}: {d['message']}"
+    for line in stderr.splitlines():  # g++ style "file:line:col: error: msg"
+        m = re.match(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", line.strip())
+        if m:
+            name = Path(m.group("file")).name
+            where = kernel_path if name == kernel_path.name else Path(m.group("file"))
+            return f"{where}:{m.group('line')}: {m.group('msg')}"
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    return f"{kernel_path}: {lines[-1] if lines else 'compilation failed'}"
+
+
+def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout_s: float) -> dict[str, Any]:
+    cubin = workdir / f"{arch}.cubin"
+    cmd = [nvcc_path() or "nvcc", "-cubin", f"-arch={arch}", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
+           "-std=c++17", *flags, "-o", str(cubin), str(src)]
+    res = run_limited(cmd, cwd=workdir, timeout_s=timeout_s, mem_mb=8192)
+    if not res.ok:
+        reason = "nvcc timed out" if res.timed_out else first_error_line(res.stderr, src)
+        return {"arch": arch, "ok": False, "reason": reason, "log": res.stderr[-4000:]}
+    kernels = parse_ptxas(res.stderr)
+    sass: dict[str, Counter] = {}
+    tool = cuobjdump_path()
+    if tool:
+        # cuobjdump delegates to nvdisasm; the PyPI wheels put both in the same bin folder.
+        env = {"NVDISASM_PATH": str(Path(tool).parent), "PATH": f"{Path(tool).parent}:{os.environ.get('PATH', '')}"}
+        dump = run_limited([tool, "--dump-sass", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env)
+        if dump.ok:
+            sass = parse_sass(dump.stdout)
+    names = demangle(sorted(set(kernels) | set(sass)))
+    result_kernels = {}
+    for mangled, stats in kernels.items():
+        entry = dict(stats)
+        entry["mangled"] = mangled
+        if mangled in sass:
+            entry["sass"] = dict(sorted(sass[mangled].items()))
+            entry["sass_total"] = sum(sass[mangled].values())
+        result_kernels[names.get(mangled, mangled)] = entry
+    return {"arch": arch, "ok": True, "kernels": result_kernels, "sass_available": bool(sass),
+            "warnings": [ln for ln in res.stderr.splitlines() if "warning" in ln.lower()][:20]}
+
+
+def static_stage(src: Path, workdir: Path, archs: tuple[str, ...], flags: list[str],
+                 timeout_s: float = 120.0) -> dict[str, Any]:
+    """Compile src for each arch in parallel; status 'pass' when every arch compiles."""
+    if nvcc_path() is None:
+        from mining.gate.errors import BadInput
+
+        raise BadInput(f"{src.name}: nvcc not found on PATH: install the CUDA toolkit, "
+                       "or skip the static stage with --stages correctness")
+    with ThreadPoolExecutor(max_workers=max(1, len(archs))) as pool:
+        per_arch = list(pool.map(lambda a: _compile_arch(src, workdir, a, flags, timeout_s), archs))
+    failed = [r for r in per_arch if not r["ok"]]
+    result: dict[str, Any] = {"status": "fail" if failed else "pass", "nvcc": nvcc_version(),
+                              "archs": {r["arch"]: r for r in per_arch}}
+    if failed:
+        result["reason"] = failed[0]["reason"]
+    else:
+        spills = [(a, k) for a, r in result["archs"].items() for k, s in r["kernels"].items()
+                  if s["spill_stores"] or s["spill_loads"]]
+        if spills:
+            result["notes"] = [f"register spills in {k} on {a}" for a, k in spills]
+    return result
