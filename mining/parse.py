@@ -82,6 +82,7 @@ class FunctionSig:
     line: int
     start_byte: int
     end_byte: int
+    body_line: int = 0  # line where the body starts: the signature spans [line, body_line]
 
 
 _TYPE_NODES = {"primitive_type", "type_identifier", "sized_type_specifier", "qualified_identifier",
@@ -147,8 +148,10 @@ def functions(tree: Tree) -> list[FunctionSig]:
         params = tuple(p for p in (_param(c) for c in (plist.named_children if plist else [])
                                    if c.type == "parameter_declaration") if p is not None)
         head = source_head(node)
+        body = node.child_by_field_name("body")
         out.append(FunctionSig(name=name or "", params=params, is_kernel="__global__" in head,
-                               line=node.start_point[0] + 1, start_byte=node.start_byte, end_byte=node.end_byte))
+                               line=node.start_point[0] + 1, start_byte=node.start_byte, end_byte=node.end_byte,
+                               body_line=(body.start_point[0] if body is not None else node.end_point[0]) + 1))
     return out
 
 

@@ -47,16 +47,24 @@ class EntryBinding:
 
 
 def bind_entry(source: str, path: Path, entry_name: str, definition: Definition) -> EntryBinding:
+    # tree-sitter-cuda does not know every CUDA spelling (e.g. `__align__(n)` in a declaration);
+    # nvcc is the judge of syntax, so parse errors only matter when they hide the entry.
     tree = parse_cuda(source)
-    issues = syntax_issues(tree, limit=1)
-    if issues:
-        i = issues[0]
-        raise BadInput(f"{path}:{i.line}:{i.column}: syntax error near {i.snippet!r}")
     entry = find_function(tree, entry_name)
     if entry is None:
+        issues = syntax_issues(tree, limit=1)
+        if issues:
+            i = issues[0]
+            raise BadInput(f"{path}:{i.line}:{i.column}: entry {entry_name!r} not found; "
+                           f"tree-sitter could not parse near {i.snippet!r}")
         hosts = [f.name for f in functions(tree) if not f.is_kernel]
         raise BadInput(f"{path}: entry function {entry_name!r} (solution.toml) not found"
                        + (f"; host functions here: {', '.join(hosts)}" if hosts else ""))
+    broken = [i for i in syntax_issues(tree, limit=50) if entry.line <= i.line <= entry.body_line]
+    if broken:
+        i = broken[0]
+        raise BadInput(f"{path}:{i.line}:{i.column}: tree-sitter could not parse the signature of "
+                       f"{entry_name!r} near {i.snippet!r}")
     if entry.is_kernel:
         raise BadInput(f"{path}:{entry.line}: entry {entry_name!r} is a __global__ kernel; "
                        "the entry must be a host function that launches it")

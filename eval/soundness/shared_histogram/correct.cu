@@ -1,0 +1,23 @@
+// shared_histogram, correct: each block counts into a shared copy of the 64 bins with shared atomics, then adds it to hist with global atomics.
+#include <cuda_runtime.h>
+
+#define NBINS 64
+#define THREADS 128
+
+__global__ void histogram_shared(const int* __restrict__ values, int* hist, int n) {
+    __shared__ int bins[NBINS];
+    for (int b = threadIdx.x; b < NBINS; b += blockDim.x) bins[b] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        atomicAdd(&bins[values[i]], 1);
+    __syncthreads();
+    for (int b = threadIdx.x; b < NBINS; b += blockDim.x)
+        if (bins[b] != 0) atomicAdd(&hist[b], bins[b]);
+}
+
+void shared_histogram(const int* values, int* hist, int N, int BINS) {
+    cudaMemset(hist, 0, BINS * sizeof(int));
+    int blocks = (N + THREADS - 1) / THREADS;
+    if (blocks > 16) blocks = 16;
+    histogram_shared<<<blocks, THREADS>>>(values, hist, N);
+}

@@ -1,0 +1,19 @@
+// PLANTED BUG: the float4 path rounds N/4 up and drops the tail, so it reads and writes up to 3 floats past the end when N%4 != 0.
+#include <cuda_runtime.h>
+
+__global__ void scale_vec4(const float* __restrict__ x, float* __restrict__ y, float alpha, int n) {
+    int n4 = (n + 3) / 4;  // cover everything with float4
+    int v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v < n4) {
+        float4 a = reinterpret_cast<const float4*>(x)[v];
+        a.x *= alpha; a.y *= alpha; a.z *= alpha; a.w *= alpha;
+        reinterpret_cast<float4*>(y)[v] = a;
+    }
+}
+
+void vec_scale(const float* x, float* y, float alpha, int N) {
+    int n4 = (N + 3) / 4;
+    int threads = 256;
+    int blocks = ((n4 > 0 ? n4 : 1) + threads - 1) / threads;
+    scale_vec4<<<blocks, threads>>>(x, y, alpha, N);
+}

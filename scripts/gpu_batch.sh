@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One batch on the GPU machine (device tool): gate the corpus and the soundness suite on the cuda
+# executor, measure the corpus, and benchmark the gate. Every phase has its own time limit and
+# writes under $OUT, so a slow phase cannot hide what the others found.
+#   usage: bash scripts/gpu_batch.sh [phases...]   (default: gate soundness corpus bench)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/device_env.sh || exit 1
+OUT=${OUT:-/tmp/ks-out}; mkdir -p "$OUT"
+STORE=/tmp/ks-store; export SKILLS_STORE=$STORE
+phases=${*:-gate soundness corpus bench}
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/batch.log"; }
+nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$OUT/batch.log"
+for phase in $phases; do
+  case $phase in
+    gate)
+      log "gate: corpus correctness on cuda (all kernels, 4 at a time)"
+      ls -d corpora/kernels/*/ | xargs -P 4 -I{} timeout 240 bash -c \
+        'skills gate {} --all-kernels --executor cuda --stages static,correctness --json > /tmp/gate_$(basename {}).json 2>/dev/null; echo "{} rc=$?"' \
+        | tee -a "$OUT/batch.log"
+      python3 - <<'PY' | tee -a "$OUT/batch.log"
+import glob, json
+rows = []
+for f in sorted(glob.glob("/tmp/gate_*.json")):
+    try:
+        data = json.load(open(f))
+    except Exception as e:
+        print(f, "unreadable", e); continue
+    for r in (data if isinstance(data, list) else [data]):
+        rows.append(r)
+        print(f"{r.get('problem')}/{r.get('kernel','').split('/')[-1]}: {r['verdict']} {r['reason'][:200]}")
+json.dump(rows, open("/tmp/gate_all.json", "w"))
+PY
+      cp /tmp/gate_all.json "$OUT/corpus_gate_cuda.json" ;;
+    soundness)
+      log "soundness on cuda"
+      timeout 300 python3 -m eval.gate_soundness --executor cuda --jobs 4 --timeout 20 --json > "$OUT/soundness_cuda.json" 2>>"$OUT/batch.log"
+      log "soundness rc=$?"; cp eval/results/gate_soundness_cuda.json "$OUT/" 2>/dev/null ;;
+    corpus)
+      log "bench_corpus"
+      timeout 420 python3 -m eval.bench_corpus --store "$STORE" > "$OUT/corpus_table.md" 2>>"$OUT/batch.log"
+      log "bench_corpus rc=$?"; cp eval/results/corpus_h200.json "$OUT/" 2>/dev/null ;;
+    bench)
+      log "bench_gate cuda"
+      timeout 300 python3 -m eval.bench_gate --executor cuda --repeats 2 >> "$OUT/batch.log" 2>&1
+      log "bench_gate rc=$?"; cp eval/results/bench_gate_cuda.json "$OUT/" 2>/dev/null ;;
+  esac
+done
+log "done"
