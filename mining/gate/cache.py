@@ -60,3 +60,34 @@ class GateCache:
         shutil.copy2(src, tmp)
         os.replace(tmp, path)
         return path
+
+
+def tool_output(cmd: list[str]) -> str:
+    """stdout of a version query such as `nvcc --version`, cached on disk by the executable's
+    path, size and mtime: a cached gate answer must not pay ~20 ms per toolchain subprocess."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which(cmd[0])
+    if exe is None:
+        return ""
+    st = os.stat(exe)
+    key = f"{os.path.realpath(exe)}|{st.st_size}|{st.st_mtime_ns}|{' '.join(cmd[1:])}"
+    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernel-skills" / "tool-versions.json"
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        table = {}
+    if key in table:
+        return table[key]
+    out = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True).stdout
+    table[key] = out
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(table, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return out

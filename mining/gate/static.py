@@ -56,7 +56,9 @@ def nvcc_version() -> str:
     exe = nvcc_path()
     if not exe:
         return "none"
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    from mining.gate.cache import tool_output
+
+    out = tool_output([exe, "--version"])
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
