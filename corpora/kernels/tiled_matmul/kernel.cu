@@ -4,9 +4,9 @@
 
 #define TILE 32
 
-__global__ void matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+__global__ void matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,  // carrier: restrict
                              int M, int N, int K) {
-    __shared__ float As[TILE][TILE + 1];  // carrier: shared_tile, shared_padding — +1 avoids bank conflicts
+    __shared__ float As[TILE][TILE + 1];  // carrier: shared_tile; carrier: shared_padding — +1 avoids bank conflicts
     __shared__ float Bs[TILE][TILE + 1];
     int row = blockIdx.y * TILE + threadIdx.y;
     int col = blockIdx.x * TILE + threadIdx.x;

@@ -1,6 +1,7 @@
 // vector_add: y = a + b. Memory-bound; the expert moves 16 bytes per load and loops grid-stride.
 #include <cuda_runtime.h>
 
+// carrier: launch_bounds — 256 threads; carrier: restrict — no-alias pointers
 __global__ void __launch_bounds__(256) add_vec4(const float* __restrict__ a, const float* __restrict__ b,
                                                 float* __restrict__ y, int n) {
     int n4 = n / 4;
