@@ -1,0 +1,3 @@
+// cuda_fp16.h for kernel-skills' CPU executor: everything lives in ks_cpu.h (force-included by the build).
+#pragma once
+#include "../ks_cpu.h"
