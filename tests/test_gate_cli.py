@@ -76,8 +76,10 @@ def test_compile_error_names_file_and_line(store, problem_copy):
     res = skills("gate", str(root), "--kernel", "bad.cu", "--executor", "cpu", store=store)
     assert res.returncode == 1
     line = next(i for i, l in enumerate(src.splitlines(), 1) if "undefined_thing" in l)
-    assert f"{root / 'bad.cu'}:{line}" in res.stdout
+    assert f"reason: static: {root / 'bad.cu'}:{line}: " in res.stdout
     assert "undefined_thing" in res.stdout
+    as_json = json.loads(skills("gate", str(root), "--kernel", "bad.cu", "--executor", "cpu", "--json", store=store).stdout)
+    assert as_json["reason"].startswith(f"static: {root / 'bad.cu'}:{line}: ")
 
 
 def test_hanging_kernel_times_out(store, problem_copy):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mining.gate.gate import GateResult
@@ -26,8 +27,10 @@ def render_text(result: GateResult) -> str:
             if stage.get("note"):
                 detail += f"; {stage['note']}"
         stages.add_row(name, stage.get("status", "?"), "yes" if stage.get("cached") else "no",
-                       f"{stage.get('wall_s', 0):.2f}", detail)
+                       f"{stage.get('wall_s', 0):.2f}", escape(detail))
     console.print(stages)
+    if result.reason:  # the full one-line reason, unwrapped, so file:line stays clickable
+        console.print(f"reason: {result.reason}", soft_wrap=True, markup=False, highlight=False)
     static = result.stages.get("static", {})
     if static.get("archs"):
         t = Table(title="static (ptxas)")
@@ -36,7 +39,7 @@ def render_text(result: GateResult) -> str:
         for arch, data in static["archs"].items():
             for kname, k in data.get("kernels", {}).items():
                 top = sorted(k.get("sass", {}).items(), key=lambda kv: -kv[1])[:4]
-                t.add_row(arch, kname[:48], str(k["registers"]), f"{k['spill_stores']}/{k['spill_loads']}",
+                t.add_row(arch, escape(kname[:48]), str(k["registers"]), f"{k['spill_stores']}/{k['spill_loads']}",
                           str(k["stack_frame"]), str(k["smem_static"]), " ".join(f"{o}:{n}" for o, n in top))
         console.print(t)
     prof = result.stages.get("profile", {})
@@ -45,7 +48,7 @@ def render_text(result: GateResult) -> str:
         for col in ("workload", "median ms", "IQR ms", "min ms", "repeats"):
             t.add_column(col)
         for label, w in prof["workloads"].items():
-            t.add_row(label, f"{w['median_ms']:.4f}", f"{w['iqr_ms']:.4f}", f"{w['min_ms']:.4f}", str(w["repeats"]))
+            t.add_row(escape(label), f"{w['median_ms']:.4f}", f"{w['iqr_ms']:.4f}", f"{w['min_ms']:.4f}", str(w["repeats"]))
         console.print(t)
     return buf.getvalue().rstrip()
 
@@ -58,6 +61,6 @@ def render_summary(results: list[GateResult]) -> str:
     for col in ("problem", "kernel", "executor", "verdict", "time s", "reason"):
         t.add_column(col)
     for r in results:
-        t.add_row(r.problem, r.kernel.rsplit("/", 1)[-1], r.executor, r.verdict, f"{r.wall_s:.2f}", r.reason[:70])
+        t.add_row(r.problem, r.kernel.rsplit("/", 1)[-1], r.executor, r.verdict, f"{r.wall_s:.2f}", escape(r.reason[:70]))
     console.print(t)
     return buf.getvalue().rstrip()
