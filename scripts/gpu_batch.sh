@@ -15,7 +15,7 @@ for phase in $phases; do
   case $phase in
     gate)
       log "gate: corpus correctness on cuda (all kernels, 4 at a time)"
-      ls -d corpora/kernels/*/ | xargs -P 4 -I{} timeout 240 bash -c \
+      ls -d corpora/kernels/*/ | timeout 200 xargs -P 4 -I{} timeout 180 bash -c \
         'skills gate {} --all-kernels --executor cuda --stages static,correctness --json > /tmp/gate_$(basename {}).json 2>/dev/null; echo "{} rc=$?"' \
         | tee -a "$OUT/batch.log"
       python3 - <<'PY' | tee -a "$OUT/batch.log"
@@ -34,15 +34,15 @@ PY
       cp /tmp/gate_all.json "$OUT/corpus_gate_cuda.json" ;;
     soundness)
       log "soundness on cuda"
-      timeout 300 python3 -m eval.gate_soundness --executor cuda --jobs 4 --timeout 20 --json > "$OUT/soundness_cuda.json" 2>>"$OUT/batch.log"
+      timeout 200 python3 -m eval.gate_soundness --executor cuda --jobs 4 --timeout 20 --json > "$OUT/soundness_cuda.json" 2>>"$OUT/batch.log"
       log "soundness rc=$?"; cp eval/results/gate_soundness_cuda.json "$OUT/" 2>/dev/null ;;
     corpus)
       log "bench_corpus"
-      timeout 420 python3 -m eval.bench_corpus --store "$STORE" > "$OUT/corpus_table.md" 2>>"$OUT/batch.log"
+      timeout 330 python3 -m eval.bench_corpus --store "$STORE" > "$OUT/corpus_table.md" 2>>"$OUT/batch.log"
       log "bench_corpus rc=$?"; cp eval/results/corpus_h200.json "$OUT/" 2>/dev/null ;;
     bench)
       log "bench_gate cuda"
-      timeout 300 python3 -m eval.bench_gate --executor cuda --repeats 2 >> "$OUT/batch.log" 2>&1
+      timeout 280 python3 -m eval.bench_gate --executor cuda --repeats 2 >> "$OUT/batch.log" 2>&1
       log "bench_gate rc=$?"; cp eval/results/bench_gate_cuda.json "$OUT/" 2>/dev/null ;;
   esac
 done
