@@ -1,0 +1,1019 @@
+"""Carrier detection: which optimization-carrying constructs a CUDA kernel contains.
+
+`detect_carriers(source)` maps each carrier name of the corpus vocabulary
+(`corpora/kernels/README.md`) to the sites where it occurs. Detection reads code only: every
+comment is blanked out (replaced by spaces, newlines kept, so byte offsets stay those of the
+original text) before any pattern is matched, and the tree is parsed from the blanked text.
+The corpus marks its sites with `// carrier: NAME` comments; those comments are the ground truth
+that recall is measured against and must never feed the detectors.
+
+All offsets are UTF-8 byte offsets into the original source.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+from tree_sitter import Node
+
+from mining.parse import FunctionSig, functions, parse_cuda, text, walk
+
+
+@dataclass(frozen=True)
+class Site:
+    carrier: str
+    line: int  # 1-based line of start_byte
+    start_byte: int
+    end_byte: int
+    function: str  # enclosing function name ("" at file scope)
+    excerpt: str  # the source line(s) of the site, stripped, at most 160 characters
+
+
+# --------------------------------------------------------------------------- source context
+
+VEC_TYPE = r"(?:u?int|float|double|u?short|u?char|u?long|longlong|ulonglong)[234]|__half2|half2|__nv_bfloat162"
+_VEC_CAST = re.compile(rb"^reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?(" + VEC_TYPE.encode() +
+                       rb")\s*(?:const\s*)?\*\s*(?:__restrict__\s*)?>$")
+LOAD_INTRINSICS = {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}
+STORE_INTRINSICS = {"__stcg", "__stcs", "__stwt", "__stwb"}
+
+
+def blank_comments(raw: bytes) -> bytes:
+    """The source with every comment replaced by spaces (newlines kept): same length, same offsets."""
+    tree = parse_cuda(raw)
+    out = bytearray(raw)
+    for node in walk(tree.root_node):
+        if node.type == "comment":
+            for i in range(node.start_byte, node.end_byte):
+                if out[i] not in (0x0A, 0x0D):
+                    out[i] = 0x20
+        elif node.type == "preproc_arg":
+            # tree-sitter keeps a trailing comment inside a macro's replacement text
+            arg = raw[node.start_byte:node.end_byte]
+            for m in re.finditer(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', arg, re.S):
+                if not m.group(0).startswith(b'"'):
+                    for i in range(node.start_byte + m.start(), node.start_byte + m.end()):
+                        if out[i] not in (0x0A, 0x0D):
+                            out[i] = 0x20
+    return bytes(out)
+
+
+def normalize_for_parse(code: bytes) -> bytes:
+    """Blank `__align__(N)` (same length): tree-sitter-cuda does not know it and mis-parses the declaration."""
+    return re.sub(rb"\b__align__\s*\([^()]*\)", lambda m: b" " * len(m.group(0)), code)
+
+
+class Source:
+    """One kernel file prepared for detection: raw bytes, comment-free bytes, tree, functions."""
+
+    def __init__(self, source: str | bytes):
+        self.raw = source.encode() if isinstance(source, str) else bytes(source)
+        self.code = normalize_for_parse(blank_comments(self.raw))
+        self.tree = parse_cuda(self.code)
+        self.funcs: list[FunctionSig] = functions(self.tree)
+        self._line_starts = [0] + [m.end() for m in re.finditer(rb"\n", self.raw)]
+
+    # ---- positions
+    def line_of(self, byte: int) -> int:
+        lo, hi = 0, len(self._line_starts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._line_starts[mid] <= byte:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + 1
+
+    def function_at(self, byte: int) -> Optional[FunctionSig]:
+        best = None
+        for f in self.funcs:
+            if f.start_byte <= byte < f.end_byte and (best is None or f.start_byte >= best.start_byte):
+                best = f
+        return best
+
+    def excerpt(self, start: int, end: int) -> str:
+        a = self.raw.rfind(b"\n", 0, start) + 1
+        b = self.raw.find(b"\n", max(end - 1, start))
+        b = len(self.raw) if b < 0 else b
+        code = self.code[a:b].decode("utf-8", errors="replace")
+        return " ".join(code.split())[:160]
+
+    def site(self, carrier: str, start: int, end: int) -> Site:
+        f = self.function_at(start)
+        return Site(carrier=carrier, line=self.line_of(start), start_byte=start, end_byte=end,
+                    function=f.name if f else "", excerpt=self.excerpt(start, end))
+
+    # ---- tree helpers
+    def nodes(self, *types: str, within: Optional[Node] = None) -> Iterator[Node]:
+        for n in walk(within or self.tree.root_node):
+            if n.type in types:
+                yield n
+
+    def func_node(self, f: FunctionSig) -> Optional[Node]:
+        for n in self.nodes("function_definition"):
+            if n.start_byte == f.start_byte and n.end_byte == f.end_byte:
+                return n
+        return None
+
+    def func_code(self, f: FunctionSig) -> bytes:
+        return self.code[f.start_byte:f.end_byte]
+
+    @cached_property
+    def shared_names(self) -> dict[str, Node]:
+        """Names declared `__shared__` (static or extern) -> their declaration node."""
+        out: dict[str, Node] = {}
+        for decl in self.nodes("declaration"):
+            if not re.search(rb"\b__shared__\b", self.code[decl.start_byte:decl.end_byte]):
+                continue
+            for d in decl.named_children:
+                name = declarator_name(d)
+                if name:
+                    out[name] = decl
+        return out
+
+    @cached_property
+    def shared_decls(self) -> list[tuple[Node, str, list[Node]]]:
+        """(declaration, name, [dimension expressions]) for every `__shared__` array."""
+        out = []
+        for decl in self.nodes("declaration"):
+            if not re.search(rb"\b__shared__\b", self.code[decl.start_byte:decl.end_byte]):
+                continue
+            for d in decl.named_children:
+                if d.type not in ("array_declarator", "init_declarator"):
+                    continue
+                name = declarator_name(d)
+                dims: list[Node] = []
+                node = d
+                while node is not None and node.type == "array_declarator":
+                    size = node.child_by_field_name("size")
+                    if size is not None:
+                        dims.insert(0, size)
+                    node = node.child_by_field_name("declarator")
+                if name:
+                    out.append((decl, name, dims))
+        return out
+
+    @cached_property
+    def defines(self) -> dict[str, str]:
+        """Object-like macros: NAME -> replacement text (comments blanked)."""
+        out = {}
+        for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*)$", self.code):
+            out[m.group(1).decode()] = " ".join(m.group(2).decode("utf-8", "replace").split())
+        return out
+
+    def expand(self, expr: str, depth: int = 3) -> str:
+        for _ in range(depth):
+            new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + self.defines[m.group(0)] + ")"
+                         if m.group(0) in self.defines else m.group(0), expr)
+            if new == expr:
+                break
+            expr = new
+        return expr
+
+    def global_names(self, f: FunctionSig) -> set[str]:
+        """Pointer parameters of `f` and local pointers initialised from them (to a fixpoint)."""
+        names = {p.name for p in f.params if p.is_pointer}
+        fn = self.func_node(f)
+        if fn is None:
+            return names
+        decls = []
+        for decl in self.nodes("declaration", within=fn):
+            if re.search(rb"\b__shared__\b", self.code[decl.start_byte:decl.end_byte]):
+                continue
+            for d in decl.named_children:
+                if d.type == "init_declarator":
+                    inner = d.child_by_field_name("declarator")
+                    value = d.child_by_field_name("value")
+                    if inner is not None and value is not None and inner.type == "pointer_declarator":
+                        decls.append((declarator_name(inner), text(value)))
+        changed = True
+        while changed:
+            changed = False
+            for name, value in decls:
+                if name and name not in names and any(re.search(r"\b%s\b" % re.escape(g), value) for g in names):
+                    if not any(re.search(r"\b%s\b" % re.escape(s), value) for s in self.shared_names):
+                        names.add(name)
+                        changed = True
+        return names
+
+    def regex(self, pattern: bytes, start: int = 0, end: Optional[int] = None, flags: int = 0):
+        return re.compile(pattern, flags).finditer(self.code, start, len(self.code) if end is None else end)
+
+
+def declarator_name(node: Node) -> Optional[str]:
+    while node is not None:
+        if node.type in ("identifier", "field_identifier"):
+            return text(node)
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            inner = next((c for c in node.named_children if c.type.endswith("declarator") or c.type == "identifier"),
+                         None)
+        node = inner
+    return None
+
+
+def call_name(call: Node) -> str:
+    fn = call.child_by_field_name("function")
+    return text(fn) if fn is not None else ""
+
+
+def enclosing(node: Node, *types: str) -> Optional[Node]:
+    p = node.parent
+    while p is not None:
+        if p.type in types:
+            return p
+        p = p.parent
+    return None
+
+
+def same(a: Optional[Node], b: Optional[Node]) -> bool:
+    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte \
+        and a.type == b.type
+
+
+# --------------------------------------------------------------------------- vector accesses
+
+@dataclass(frozen=True)
+class VectorAccess:
+    kind: str  # "load" | "store"
+    node: Node  # the dereference (subscript / pointer expression) or the __ldg call
+    cast: Node  # the reinterpret_cast call expression
+    vec_type: str  # "float4", "int4", ...
+    base: str  # the text of the reinterpreted (scalar) pointer expression
+    index: Optional[str]  # element index in vector units ("0" when dereferenced directly)
+    pointer: Optional[str]  # the vector pointer variable, if the cast was bound to one
+    via: str  # "subscript" | "deref" | "ldg"
+
+
+def _access(src: Source, start: Node) -> Optional[tuple[str, Node, Optional[str], str]]:
+    """Follow a vector pointer expression up to its dereference: (kind, node, index, via)."""
+    n = start
+    offset: Optional[str] = None
+    while True:
+        p = n.parent
+        if p is None:
+            return None
+        if p.type == "parenthesized_expression":
+            n = p
+            continue
+        if p.type == "binary_expression" and text(p.child_by_field_name("operator") or p.children[1]) == "+" \
+                and same(p.child_by_field_name("left"), n):
+            right = " ".join(text(p.child_by_field_name("right")).split())
+            offset = right if offset is None else f"{offset} + {right}"
+            n = p
+            continue
+        if p.type == "subscript_expression" and same(p.child_by_field_name("argument"), n):
+            idx = p.child_by_field_name("indices")
+            inner = text(idx)[1:-1].strip() if idx is not None else "0"
+            index = inner if offset is None else f"({offset}) + ({inner})"
+            kind = "store" if _is_lhs(p) else "load"
+            return kind, p, index, "subscript"
+        if p.type == "pointer_expression" and p.children and p.children[0].type == "*":
+            kind = "store" if _is_lhs(p) else "load"
+            return kind, p, offset if offset is not None else "0", "deref"
+        if p.type == "argument_list" and p.parent is not None and p.parent.type == "call_expression":
+            name = call_name(p.parent)
+            if name in LOAD_INTRINSICS and len(p.named_children) == 1:
+                return "load", p.parent, offset if offset is not None else "0", "ldg"
+            if name in STORE_INTRINSICS:
+                return "store", p.parent, None, "call"
+        return None
+
+
+def _is_lhs(node: Node) -> bool:
+    p = node.parent
+    while p is not None and p.type == "parenthesized_expression":
+        node, p = p, p.parent
+    return p is not None and p.type == "assignment_expression" and same(p.child_by_field_name("left"), node)
+
+
+def vector_accesses(src: Source) -> list[VectorAccess]:
+    """Every global-memory access through a `reinterpret_cast<VEC*>` (bound to a pointer or not)."""
+    out: list[VectorAccess] = []
+    shared = set(src.shared_names)
+    for call in src.nodes("call_expression"):
+        fn = call.child_by_field_name("function")
+        if fn is None or fn.type != "template_function":
+            continue
+        m = _VEC_CAST.match(re.sub(rb"\s+", b" ", src.code[fn.start_byte:fn.end_byte]).replace(b"< ", b"<"))
+        if not m:
+            continue
+        args = call.child_by_field_name("arguments")
+        if args is None or len(args.named_children) != 1:
+            continue
+        base = " ".join(text(args.named_children[0]).split())
+        first = re.match(r"\s*&?\s*\(?\s*(\w+)", base)
+        if base.lstrip().startswith("&") or (first and first.group(1) in shared):
+            continue  # shared-memory reinterpretation, not a global access
+        vec = m.group(2).decode()
+        parent = call.parent
+        while parent is not None and parent.type == "parenthesized_expression":
+            parent = parent.parent
+        if parent is not None and parent.type == "init_declarator":
+            name = declarator_name(parent.child_by_field_name("declarator"))
+            f = src.function_at(call.start_byte)
+            fn_node = src.func_node(f) if f else None
+            if not name or fn_node is None:
+                continue
+            for ident in src.nodes("identifier", within=fn_node):
+                if ident.start_byte <= parent.end_byte or text(ident) != name:
+                    continue
+                acc = _access(src, ident)
+                if acc:
+                    out.append(VectorAccess(acc[0], acc[1], call, vec, base, acc[2], name, acc[3]))
+        else:
+            acc = _access(src, call)
+            if acc:
+                out.append(VectorAccess(acc[0], acc[1], call, vec, base, acc[2], None, acc[3]))
+    out.sort(key=lambda a: a.node.start_byte)
+    return out
+
+
+# --------------------------------------------------------------------------- detectors
+
+Detector = Callable[[Source], list[Site]]
+DETECTORS: dict[str, Detector] = {}
+
+
+def detector(name: str):
+    def deco(fn: Detector) -> Detector:
+        DETECTORS[name] = fn
+        return fn
+    return deco
+
+
+def _regex_sites(src: Source, carrier: str, pattern: bytes, flags: int = 0, group: int = 0) -> list[Site]:
+    return [src.site(carrier, m.start(group), m.end(group)) for m in src.regex(pattern, flags=flags)]
+
+
+def _calls(src: Source, names: Iterable[str]) -> Iterator[Node]:
+    names = set(names)
+    for call in src.nodes("call_expression"):
+        if call_name(call) in names:
+            yield call
+
+
+@detector("ldg")
+def _ldg(src: Source) -> list[Site]:
+    return [src.site("ldg", c.start_byte, c.end_byte) for c in _calls(src, LOAD_INTRINSICS)]
+
+
+@detector("restrict")
+def _restrict(src: Source) -> list[Site]:
+    return _regex_sites(src, "restrict", rb"\b__restrict(?:__)?\b")
+
+
+@detector("launch_bounds")
+def _launch_bounds(src: Source) -> list[Site]:
+    return [src.site("launch_bounds", n.start_byte, n.end_byte) for n in src.nodes("launch_bounds")] or \
+        _regex_sites(src, "launch_bounds", rb"\b__launch_bounds__\s*\([^)]*\)")
+
+
+@detector("unroll_pragma")
+def _unroll(src: Source) -> list[Site]:
+    return _regex_sites(src, "unroll_pragma", rb"^[ \t]*(#[ \t]*pragma[ \t]+unroll\b[^\n]*)", re.M, 1)
+
+
+FAST_MATH = {"__expf", "__exp10f", "__logf", "__log2f", "__log10f", "__sinf", "__cosf", "__tanf", "__sincosf",
+             "__powf", "__fdividef", "rsqrtf", "__frsqrt_rn", "__saturatef"} | {
+    f"__{op}_{r}" for op in ("frcp", "fsqrt", "fdiv") for r in ("rn", "rz", "ru", "rd")}
+
+
+@detector("fast_math")
+def _fast_math(src: Source) -> list[Site]:
+    return [src.site("fast_math", c.start_byte, c.end_byte) for c in _calls(src, FAST_MATH)]
+
+
+@detector("vector_load")
+def _vector_load(src: Source) -> list[Site]:
+    return [src.site("vector_load", a.node.start_byte, a.node.end_byte) for a in vector_accesses(src)
+            if a.kind == "load"]
+
+
+@detector("vector_store")
+def _vector_store(src: Source) -> list[Site]:
+    return [src.site("vector_store", a.node.start_byte, a.node.end_byte) for a in vector_accesses(src)
+            if a.kind == "store"]
+
+
+_STRIDE_WORDS = re.compile(r"\b(gridDim|blockDim)\s*\.\s*[xyz]\b")
+
+
+def stride_variables(src: Source, f: FunctionSig) -> set[str]:
+    """Local variables holding a grid/block size (`int stride = gridDim.x * blockDim.x`)."""
+    out = set()
+    for m in re.finditer(rb"\b(\w+)\s*=\s*([^;=]+);", src.func_code(f)):
+        if _STRIDE_WORDS.search(m.group(2).decode()):
+            out.add(m.group(1).decode())
+    return out
+
+
+def grid_stride_loops(src: Source) -> list[Node]:
+    loops = []
+    for f in src.funcs:
+        fn = src.func_node(f)
+        if fn is None:
+            continue
+        strides = stride_variables(src, f)
+        for loop in src.nodes("for_statement", within=fn):
+            upd = loop.child_by_field_name("update")
+            if upd is None:
+                continue
+            u = " ".join(text(upd).split())
+            m = re.match(r"^(\w+)\s*\+=\s*(.+)$", u)
+            if not m:
+                continue
+            if _STRIDE_WORDS.search(m.group(2)) or any(re.search(r"\b%s\b" % s, m.group(2)) for s in strides):
+                loops.append(loop)
+    return loops
+
+
+@detector("grid_stride")
+def _grid_stride(src: Source) -> list[Site]:
+    return [src.site("grid_stride", n.start_byte, n.end_byte) for n in grid_stride_loops(src)]
+
+
+def _loop_update(loop: Optional[Node]) -> str:
+    upd = loop.child_by_field_name("update") if loop is not None else None
+    return " ".join(text(upd).split()) if upd is not None else ""
+
+
+_HALVING = re.compile(r"(>>=\s*1\b|/=\s*2\b|=\s*\w+\s*(>>\s*1|/\s*2)\b)")
+_DOUBLING = re.compile(r"(<<=\s*1\b|\*=\s*2\b|=\s*\w+\s*(<<\s*1|\*\s*2)\b)")
+
+
+@detector("warp_shuffle_reduce")
+def _shuffle_reduce(src: Source) -> list[Site]:
+    out = []
+    for call in _calls(src, {"__shfl_xor_sync", "__shfl_down_sync", "__shfl_xor", "__shfl_down"}):
+        loop = enclosing(call, "for_statement")
+        halving = loop is not None and _HALVING.search(_loop_update(loop))
+        p = call.parent
+        combined = False
+        if p is not None and p.type == "assignment_expression" and text(p.children[1]) in ("+=", "*=", "|=", "&=",
+                                                                                            "^="):
+            combined = True
+        if p is not None and p.type == "binary_expression":
+            combined = True
+        if p is not None and p.type == "argument_list" and p.parent is not None and \
+                re.search(r"(max|min|merge|add|sum)", call_name(p.parent), re.I):
+            combined = True
+        if halving or combined:
+            out.append(src.site("warp_shuffle_reduce", call.start_byte, call.end_byte))
+    return out
+
+
+@detector("warp_scan")
+def _warp_scan(src: Source) -> list[Site]:
+    out = []
+    for call in _calls(src, {"__shfl_up_sync", "__shfl_up"}):
+        loop = enclosing(call, "for_statement")
+        if loop is not None and _DOUBLING.search(_loop_update(loop)):
+            out.append(src.site("warp_scan", call.start_byte, call.end_byte))
+    return out
+
+
+_LANE0 = rb"\(\s*\(?\s*(?:\w*lane\w*|threadIdx\.x\s*(?:&\s*31|%\s*32)|tid\s*(?:&\s*31|%\s*32))\s*\)?\s*==\s*0\s*\)"
+
+
+def _shared_arrays(src: Source) -> set[str]:
+    return {name for _, name, dims in src.shared_decls if dims} | {
+        name for decl, name, _ in src.shared_decls if b"extern" in src.code[decl.start_byte:decl.end_byte]}
+
+
+@detector("block_reduce_shared")
+def _block_reduce_shared(src: Source) -> list[Site]:
+    out = []
+    for name in sorted(_shared_arrays(src)):
+        n = re.escape(name.encode())
+        for m in src.regex(rb"\bif\s*" + _LANE0 + rb"\s*\{?[^;{}]*?\b" + n + rb"\s*\[\s*\w+\s*\]\s*=[^=]"):
+            if re.search(rb"\b" + n + rb"\s*\[\s*\w*lane\w*\s*\]", src.code):
+                out.append(src.site("block_reduce_shared", m.start(), m.end()))
+    return out
+
+
+@detector("block_scan")
+def _block_scan(src: Source) -> list[Site]:
+    out = []
+    for name in sorted(_shared_arrays(src)):
+        n = re.escape(name.encode())
+        for m in src.regex(rb"\bif\s*\(\s*\w*lane\w*\s*==\s*(?:31|WARP_SIZE\s*-\s*1|warpSize\s*-\s*1)\s*\)\s*\{?[^;{}]*?\b"
+                           + n + rb"\s*\[\s*\w+\s*\]\s*=[^=]"):
+            f = src.function_at(m.start())
+            if f and re.search(rb"\bfor\s*\([^;]*;[^;]*;[^)]*\)\s*\{?[^}]*\b" + n + rb"\s*\[", src.func_code(f)):
+                out.append(src.site("block_scan", m.start(), m.end()))
+    return out
+
+
+def _first_identifier(node: Node) -> str:
+    m = re.match(r"\s*&?\s*\(?\s*(\w+)", text(node))
+    return m.group(1) if m else ""
+
+
+def _atomic_calls(src: Source) -> Iterator[Node]:
+    return _calls(src, {"atomicAdd", "atomicSub", "atomicMax", "atomicMin", "atomicOr", "atomicAnd", "atomicInc",
+                        "atomicAdd_block"})
+
+
+@detector("atomic_per_block")
+def _atomic_per_block(src: Source) -> list[Site]:
+    out = []
+    shared = set(src.shared_names)
+    for call in _atomic_calls(src):
+        args = call.child_by_field_name("arguments")
+        if args is None or not args.named_children or call.parent is None or \
+                call.parent.type != "expression_statement":
+            continue  # a ticket (its value used) is not a publication
+        target = _first_identifier(args.named_children[0])
+        f = src.function_at(call.start_byte)
+        if f is None or target in shared or target not in src.global_names(f):
+            continue
+        guard = enclosing(call, "if_statement")
+        cond = text(guard.child_by_field_name("condition")) if guard is not None else ""
+        single = re.search(r"(lane\w*|tid|threadIdx\.x|warp\w*)\s*==\s*0\b", cond)
+        loop = enclosing(call, "for_statement")
+        merge = loop is not None and any(re.search(r"\b%s\s*\[" % re.escape(s), text(loop)) for s in shared)
+        if single or merge:
+            out.append(src.site("atomic_per_block", call.start_byte, call.end_byte))
+    return out
+
+
+@detector("dynamic_tile_id")
+def _dynamic_tile_id(src: Source) -> list[Site]:
+    out = []
+    for call in _calls(src, {"atomicAdd", "atomicInc"}):
+        p = call.parent
+        if p is not None and p.type == "assignment_expression" and \
+                _first_identifier(p.child_by_field_name("left")) in src.shared_names:
+            out.append(src.site("dynamic_tile_id", p.start_byte, p.end_byte))
+    return out
+
+
+@detector("decoupled_lookback")
+def _decoupled_lookback(src: Source) -> list[Site]:
+    out = []
+    for f in src.funcs:
+        code = src.func_code(f)
+        vol = re.search(rb"\bvolatile\b", code)
+        if vol and re.search(rb"\bwhile\s*\(", code) and (re.search(rb"\b(__ballot_sync|__any_sync)\b", code) or
+                                                          re.search(rb"\bpred\w*\b", code)):
+            out.append(src.site("decoupled_lookback", f.start_byte + vol.start(), f.start_byte + vol.end()))
+    return out
+
+
+@detector("privatized_atomics")
+def _privatized_atomics(src: Source) -> list[Site]:
+    out = []
+    shared = set(src.shared_names)
+    # device functions whose pointer parameter is the target of an atomic
+    atomic_params: dict[str, set[int]] = {}
+    for call in _atomic_calls(src):
+        args = call.child_by_field_name("arguments")
+        if args is None or not args.named_children:
+            continue
+        target = _first_identifier(args.named_children[0])
+        if target in shared:
+            out.append(src.site("privatized_atomics", call.start_byte, call.end_byte))
+            continue
+        f = src.function_at(call.start_byte)
+        if f is not None:
+            for i, p in enumerate(f.params):
+                if p.name == target and p.is_pointer:
+                    atomic_params.setdefault(f.name, set()).add(i)
+    for call in src.nodes("call_expression"):
+        positions = atomic_params.get(call_name(call))
+        args = call.child_by_field_name("arguments")
+        if not positions or args is None:
+            continue
+        for i, a in enumerate(args.named_children):
+            if i in positions and _first_identifier(a) in shared:
+                out.append(src.site("privatized_atomics", call.start_byte, call.end_byte))
+                break
+    return out
+
+
+def _shared_written(src: Source, name: str) -> bool:
+    n = re.escape(name.encode())
+    return bool(re.search(rb"\b" + n + rb"\s*(\[[^;]*?\])+\s*=[^=]", src.code) or
+                re.search(rb"&\s*" + n + rb"\s*\[", src.code) or
+                re.search(rb"memcpy_async\s*\([^;]*\b" + n + rb"\b", src.code) or
+                re.search(rb"reinterpret_cast\s*<[^>]*>\s*\(\s*" + n + rb"\s*\)", src.code))
+
+
+@detector("shared_tile")
+def _shared_tile(src: Source) -> list[Site]:
+    out = []
+    atomic_targets = set()
+    priv = {s.start_byte for s in _privatized_atomics(src)}
+    for call in _atomic_calls(src):
+        args = call.child_by_field_name("arguments")
+        if args is not None and args.named_children:
+            atomic_targets.add(_first_identifier(args.named_children[0]))
+    for decl, name, dims in src.shared_decls:
+        f = src.function_at(decl.start_byte)
+        if f is None or not re.search(rb"__syncthreads\s*\(", src.func_code(f)):
+            continue
+        extern = b"extern" in src.code[decl.start_byte:decl.end_byte]
+        if name in atomic_targets or (extern and priv and not re.search(rb"memcpy_async", src.func_code(f))):
+            continue
+        if not extern:
+            if not dims:
+                continue
+            expanded = [src.expand(text(d)) for d in dims]
+            if len(dims) == 1 and re.search(r"/\s*\(?\s*32\b|/\s*\(?\s*WARP", expanded[0] + text(dims[0])):
+                continue  # one slot per warp: reduction scratch, not a tile
+        if _shared_written(src, name):
+            out.append(src.site("shared_tile", decl.start_byte, decl.end_byte))
+    return out
+
+
+_PAD_MACRO = re.compile(r"(^|_)(LD|PAD\w*|PITCH|STRIDE)$|PAD", re.I)
+
+
+@detector("shared_padding")
+def _shared_padding(src: Source) -> list[Site]:
+    out = []
+    used_macros = set()
+    for decl, name, dims in src.shared_decls:
+        for d in dims:
+            t = " ".join(text(d).split())
+            if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", t) or re.search(r"\+\s*\w+\s*/\s*\d+\s*$", t):
+                out.append(src.site("shared_padding", d.start_byte, d.end_byte))
+            for ident in re.findall(r"\b[A-Za-z_]\w*\b", t):
+                used_macros.add(ident)
+    # padded pitches defined as macros (`#define LD (HEAD_DIM + 4)`), used by shared arrays or offsets
+    for m in src.regex(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+\(?\s*\w+\s*\+\s*(\d+|\w+\s*/\s*\d+)\s*\)?[ \t]*$"):
+        macro = m.group(1).decode()
+        if _PAD_MACRO.search(macro) and re.search(rb"\b" + m.group(1) + rb"\b", src.code[m.end():]):
+            out.append(src.site("shared_padding", m.start(1), m.end()))
+    # index remaps that skip a bank every so often: q + (q >> 3)
+    for m in src.regex(rb"\b(\w+)\s*\+\s*\(\s*\1\s*>>\s*\d+\s*\)"):
+        out.append(src.site("shared_padding", m.start(), m.end()))
+    return out
+
+
+@detector("halo_tile")
+def _halo_tile(src: Source) -> list[Site]:
+    out = []
+    for decl, name, dims in src.shared_decls:
+        if any(re.search(r"\+\s*(2|2\s*\*\s*\w+|\w*HALO\w*|2\s*\*\s*\w*R\w*)\s*\)*\s*$", src.expand(text(d)))
+               for d in dims):
+            f = src.function_at(decl.start_byte)
+            if f and re.search(rb"-\s*(1|R|RADIUS|HALO)\b", src.func_code(f)) and \
+                    re.search(rb">=\s*0\b", src.func_code(f)):
+                out.append(src.site("halo_tile", decl.start_byte, decl.end_byte))
+    return out
+
+
+def _local_arrays(src: Source, f: FunctionSig, min_dims: int = 1) -> list[tuple[Node, str, int]]:
+    fn = src.func_node(f)
+    out = []
+    if fn is None:
+        return out
+    for decl in src.nodes("declaration", within=fn):
+        if re.search(rb"\b(__shared__|extern)\b", src.code[decl.start_byte:decl.end_byte]):
+            continue
+        for d in decl.named_children:
+            node = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            dims = 0
+            while node is not None and node.type == "array_declarator":
+                dims += 1
+                node = node.child_by_field_name("declarator")
+            if dims >= min_dims and node is not None:
+                out.append((decl, text(node), dims))
+    return out
+
+
+@detector("register_tile")
+def _register_tile(src: Source) -> list[Site]:
+    out = []
+    for f in src.funcs:
+        code = src.func_code(f)
+        for decl, name, dims in _local_arrays(src, f, 2):
+            n = re.escape(name.encode())
+            if re.search(rb"\b" + n + rb"\s*\[[^]]+\]\s*\[[^]]+\]\s*(\+=|\*=|=\s*fmaf?\s*\()", code) or \
+                    re.search(rb"mma_sync\s*\(\s*" + n + rb"\b", code):
+                out.append(src.site("register_tile", decl.start_byte, decl.end_byte))
+        # a sliding register window: a[q] = b[q]; b[q] = c[q];
+        for m in re.finditer(rb"\b(\w+)\s*\[\s*(\w+)\s*\]\s*=\s*(\w+)\s*\[\s*\2\s*\]\s*;\s*\3\s*\[\s*\2\s*\]\s*=\s*"
+                             rb"(\w+)\s*\[\s*\2\s*\]\s*;", code):
+            out.append(src.site("register_tile", f.start_byte + m.start(), f.start_byte + m.end()))
+    return out
+
+
+def _global_load_expr(src: Source, f: FunctionSig, expr: str) -> bool:
+    if re.search(r"\b(__ldg|__ldcg|__ldcs)\s*\(", expr):
+        return True
+    return any(re.search(r"\b%s\s*\[" % re.escape(g), expr) for g in src.global_names(f))
+
+
+@detector("register_cache")
+def _register_cache(src: Source) -> list[Site]:
+    out = []
+    for f in src.funcs:
+        fn = src.func_node(f)
+        if fn is None or not f.is_kernel:
+            continue
+        loops = list(src.nodes("for_statement", within=fn))
+        # arrays filled from global memory in one loop and read in another
+        for decl, name, dims in _local_arrays(src, f, 1):
+            if dims != 1:
+                continue
+            n = re.escape(name)
+            filled = [lp for lp in loops if re.search(r"\b%s\s*\[[^]]+\]\s*=\s*([^;=][^;]*);" % n, text(lp)) and
+                      any(_global_load_expr(src, f, m.group(1)) for m in
+                          re.finditer(r"\b%s\s*\[[^]]+\]\s*=\s*([^;=][^;]*);" % n, text(lp)))]
+            if not filled:
+                continue
+            readers = [lp for lp in loops if lp.start_byte >= filled[0].end_byte and
+                       re.search(r"\b%s\s*\[" % n, text(lp))]
+            if readers:
+                out.append(src.site("register_cache", decl.start_byte, decl.end_byte))
+        # a value loaded once before a loop and reused in every iteration
+        for decl in src.nodes("declaration", within=fn):
+            if enclosing(decl, "for_statement", "while_statement") is not None:
+                continue
+            for d in decl.named_children:
+                if d.type != "init_declarator" or d.child_by_field_name("value") is None:
+                    continue
+                if d.child_by_field_name("declarator").type != "identifier":
+                    continue
+                name = text(d.child_by_field_name("declarator"))
+                if not _global_load_expr(src, f, text(d.child_by_field_name("value"))):
+                    continue
+                after = [lp for lp in loops if lp.start_byte > decl.end_byte and
+                         re.search(r"\b%s\b" % re.escape(name), text(lp.child_by_field_name("body") or lp))]
+                if after and not any(re.search(r"\b%s\s*([-+*/|&^]|<<|>>)?=[^=]" % re.escape(name), text(lp))
+                                        for lp in after):
+                    out.append(src.site("register_cache", decl.start_byte, decl.end_byte))
+    return out
+
+
+@detector("double_buffer")
+def _double_buffer(src: Source) -> list[Site]:
+    out = []
+    for decl, name, dims in src.shared_decls:
+        if dims and src.expand(text(dims[0])).strip("() ") == "2":
+            f = src.function_at(decl.start_byte)
+            if f and re.search(rb"(&\s*1\b|\^\s*1\b|%\s*2\b)", src.func_code(f)):
+                out.append(src.site("double_buffer", decl.start_byte, decl.end_byte))
+    return out
+
+
+@detector("multi_stage_pipeline")
+def _multi_stage(src: Source) -> list[Site]:
+    return _regex_sites(src, "multi_stage_pipeline",
+                        rb"\b(__pipeline_wait_prior\s*\(|cuda::pipeline\b|cuda::make_pipeline\b|cp\.async\.wait_group)")
+
+
+@detector("async_copy")
+def _async_copy(src: Source) -> list[Site]:
+    return _regex_sites(src, "async_copy", rb"(\b__pipeline_memcpy_async\b|\bcuda::memcpy_async\b|"
+                                           rb"\bmemcpy_async\b|cp\.async\b)")
+
+
+@detector("tensor_core_wmma")
+def _wmma(src: Source) -> list[Site]:
+    return _regex_sites(src, "tensor_core_wmma", rb"\b(?:nvcuda::)?wmma::(mma_sync|load_matrix_sync|fragment)\b")
+
+
+_EXP = r"(?:__expf|expf|exp|__exp2f|exp2f|exp2)\s*\("
+
+
+@detector("online_softmax")
+def _online_softmax(src: Source) -> list[Site]:
+    out = []
+    for f in src.funcs:
+        code = src.func_code(f).decode("utf-8", "replace")
+        exp_vars = {m.group(1) for m in re.finditer(r"\b(\w+)\s*=\s*" + _EXP + r"[^;]*-", code)}
+        for m in re.finditer(r"\b(\w+(?:\s*\[\s*\w+\s*\])?)\s*=\s*\1\s*\*\s*(" + _EXP + r"|\w+)", code):
+            factor = m.group(2)
+            if re.match(_EXP, factor) or factor in exp_vars:
+                # the running max is replaced after the rescale
+                if re.search(r"\b\w+(\s*\[\s*\w+\s*\])?\s*=\s*\w*(new|mx|max)\w*\s*;", code[m.end():]):
+                    out.append(src.site("online_softmax", f.start_byte + len(code[:m.start()].encode()),
+                                        f.start_byte + len(code[:m.end()].encode())))
+    return out
+
+
+@detector("single_pass_stats")
+def _single_pass_stats(src: Source) -> list[Site]:
+    out = []
+    for f in src.funcs:
+        code = src.func_code(f)
+        m2 = re.search(rb"(\.\s*|\b)(m2|M2)\s*=[^=]", code)
+        if m2 and re.search(rb"(\.\s*|\b)mean\s*=[^=]", code):
+            out.append(src.site("single_pass_stats", f.start_byte + m2.start(), f.start_byte + m2.end()))
+            continue
+        # sum and sum of squares accumulated together
+        m = re.search(rb"\b(\w+)\s*\+=\s*(\w+)\s*;\s*(\w+)\s*\+=\s*\2\s*\*\s*\2\s*;", code)
+        if m:
+            out.append(src.site("single_pass_stats", f.start_byte + m.start(), f.start_byte + m.end()))
+    return out
+
+
+def _global_stores(src: Source, f: FunctionSig) -> list[tuple[str, Node, str]]:
+    """(output pointer, assignment, rhs text) for stores through global pointers of `f`."""
+    fn = src.func_node(f)
+    out = []
+    if fn is None:
+        return out
+    gl = src.global_names(f)
+    vec = {a.node.start_byte: a for a in vector_accesses(src) if a.kind == "store"}
+    for asg in src.nodes("assignment_expression", within=fn):
+        left = asg.child_by_field_name("left")
+        right = asg.child_by_field_name("right")
+        if left is None or right is None:
+            continue
+        target = None
+        if left.start_byte in vec:
+            target = _first_identifier_of_text(vec[left.start_byte].base)
+        elif left.type == "subscript_expression":
+            target = _first_identifier(left)
+        if target in gl:
+            out.append((target, asg, text(right)))
+    return out
+
+
+def _first_identifier_of_text(s: str) -> str:
+    m = re.match(r"\s*&?\s*\(?\s*(\w+)", s)
+    return m.group(1) if m else ""
+
+
+@detector("fused_residual")
+def _fused_residual(src: Source) -> list[Site]:
+    out = []
+    for f in src.funcs:
+        if not f.is_kernel:
+            continue
+        stores = _global_stores(src, f)
+        outputs = {t for t, _, _ in stores}
+        if len(outputs) < 2:
+            continue
+        for t, asg, rhs in stores:
+            m = re.match(r"^\s*(\w+)(\s*\[[^]]+\])?\s*$", rhs)
+            if not m:
+                continue
+            name = m.group(1)
+            if any(t2 != t and re.search(r"\b%s\b" % re.escape(name), rhs2) for t2, _, rhs2 in stores):
+                out.append(src.site("fused_residual", asg.start_byte, asg.end_byte))
+    return out
+
+
+def pointer_roots(src: Source, f: FunctionSig) -> dict[str, set[str]]:
+    """Global pointer name -> the pointer parameters it is derived from."""
+    params = {p.name for p in f.params if p.is_pointer}
+    roots = {p: {p} for p in params}
+    fn = src.func_node(f)
+    if fn is None:
+        return roots
+    for _ in range(3):
+        for decl in src.nodes("declaration", within=fn):
+            for d in decl.named_children:
+                if d.type == "init_declarator" and d.child_by_field_name("value") is not None:
+                    inner = d.child_by_field_name("declarator")
+                    if inner is None or inner.type != "pointer_declarator":
+                        continue
+                    name = declarator_name(inner)
+                    value = text(d.child_by_field_name("value"))
+                    got = set().union(*[roots[g] for g in list(roots) if re.search(r"\b%s\b" % re.escape(g), value)] or [set()])
+                    if name and got:
+                        roots[name] = roots.get(name, set()) | got
+    return roots
+
+
+def value_sources(src: Source, f: FunctionSig) -> tuple[dict[str, set[str]], Callable[[str], set[str]]]:
+    """Local variable -> the pointer parameters its value was loaded from (through simple dataflow)."""
+    roots = pointer_roots(src, f)
+    code = src.func_code(f).decode("utf-8", "replace")
+    var: dict[str, set[str]] = {}
+
+    def sources(expr: str) -> set[str]:
+        out: set[str] = set()
+        for ident in set(re.findall(r"\b[A-Za-z_]\w*\b", expr)):
+            out |= roots.get(ident, set()) | var.get(ident, set())
+        return out
+
+    for _ in range(3):
+        for m in re.finditer(r"\b(\w+)\s*(?:\[[^]=;]*\]\s*)?(?:\.\s*[xyzw]\s*)?=\s*([^;=][^;]*);", code):
+            name = m.group(1)
+            if name in roots:
+                continue
+            got = sources(m.group(2))
+            if got - var.get(name, set()):
+                var[name] = var.get(name, set()) | got
+    return var, sources
+
+
+@detector("fused_epilogue")
+def _fused_epilogue(src: Source) -> list[Site]:
+    out = []
+    device_fns = {f.name for f in src.funcs if not f.is_kernel and f.name}
+    for f in src.funcs:
+        if not f.is_kernel:
+            continue
+        code = src.func_code(f).decode("utf-8", "replace")
+        _, sources = value_sources(src, f)
+        for t, asg, rhs in _global_stores(src, f):
+            exprs = [rhs]
+            m = re.match(r"^\s*(\w+)\s*$", rhs)
+            if m:  # stored through a local (o.x = ...; store o)
+                exprs += [mm.group(1) for mm in re.finditer(r"\b%s\s*\.\s*[xyzw]\s*=\s*([^;]+);" % m.group(1), code)]
+            joined = " ".join(exprs)
+            activation = any(re.search(r"\b%s\s*\(" % re.escape(d), joined) for d in device_fns
+                             if not re.search(r"(sum|reduce|merge|count|load|store|publish|pad)", d, re.I))
+            inputs = sources(joined) - sources(t) - {t}
+            if activation or (len(inputs) >= 2 and "*" in joined):
+                out.append(src.site("fused_epilogue", asg.start_byte, asg.end_byte))
+    return out
+
+
+def _index_parts(node: Node) -> list[str]:
+    parts = []
+    while node is not None and node.type == "subscript_expression":
+        idx = node.child_by_field_name("indices")
+        parts.insert(0, text(idx)[1:-1] if idx is not None else "")
+        node = node.child_by_field_name("argument")
+    return parts
+
+
+def _shared_subscripts(src: Source, lhs: bool) -> Iterator[tuple[str, Node, list[str]]]:
+    shared = set(src.shared_names)
+    for sub in src.nodes("subscript_expression"):
+        if sub.parent is not None and sub.parent.type == "subscript_expression" and \
+                same(sub.parent.child_by_field_name("argument"), sub):
+            continue  # not the outermost
+        parts = _index_parts(sub)
+        base = sub
+        while base.type == "subscript_expression":
+            base = base.child_by_field_name("argument")
+        name = text(base)
+        if name in shared and len(parts) >= 2 and _is_lhs(sub) == lhs:
+            yield name, sub, parts
+
+
+def _axis(expr: str) -> str:
+    x = bool(re.search(r"\b(threadIdx\.x|tx)\b", expr))
+    y = bool(re.search(r"\b(threadIdx\.y|ty)\b", expr))
+    return "x" if x and not y else "y" if y and not x else ""
+
+
+@detector("coalesced_transpose")
+def _coalesced_transpose(src: Source) -> list[Site]:
+    out = []
+    writes = [(n, s, [_axis(p) for p in parts[-2:]]) for n, s, parts in _shared_subscripts(src, True)]
+    reads = [(n, s, [_axis(p) for p in parts[-2:]]) for n, s, parts in _shared_subscripts(src, False)]
+    for wn, ws, wa in writes:
+        if wa not in (["y", "x"], ["x", "y"]):
+            continue
+        for rn, rs, ra in reads:
+            if rn == wn and ra == wa[::-1]:
+                out.append(src.site("coalesced_transpose", rs.start_byte, rs.end_byte))
+    return out
+
+
+@detector("transposed_tile")
+def _transposed_tile(src: Source) -> list[Site]:
+    out = []
+    for f in src.funcs:
+        code = src.func_code(f).decode("utf-8", "replace")
+        gl = src.global_names(f)
+        # identifiers used as the row of a global pointer: G + (... r ...) * LD
+        rows = set()
+        for m in re.finditer(r"\b(\w+)\s*\+\s*\((?:size_t|long long|int64_t)?\)?\s*\(([^()]*)\)\s*\*\s*\w+", code):
+            if m.group(1) in gl:
+                rows.update(re.findall(r"\b[a-z_]\w*\b", m.group(2)))
+        if not rows:
+            continue
+        for name, sub, parts in _shared_subscripts(src, True):
+            if not (f.start_byte <= sub.start_byte < f.end_byte):
+                continue
+            last = parts[-1].strip()
+            earlier = " ".join(parts[:-1])
+            if last in rows and not any(r in re.findall(r"\b\w+\b", earlier) for r in rows):
+                out.append(src.site("transposed_tile", sub.start_byte, sub.end_byte))
+    return out
+
+
+# --------------------------------------------------------------------------- entry point
+
+def detect_carriers(source: str | bytes, flags: Sequence[str] = ()) -> dict[str, list[Site]]:
+    """Carrier name -> sites, for every carrier found at least once (code only, comments ignored).
+
+    `flags` are the solution's compiler flags; `-use_fast_math` counts as a file-level fast_math site.
+    """
+    src = Source(source)
+    out: dict[str, list[Site]] = {}
+    for name, fn in DETECTORS.items():
+        sites = sorted(set(fn(src)), key=lambda s: (s.start_byte, s.end_byte))
+        if name == "fast_math" and any(f in ("-use_fast_math", "--use_fast_math") for f in flags):
+            sites.insert(0, Site("fast_math", 0, 0, 0, "", "-use_fast_math"))
+        if sites:
+            out[name] = sites
+    return out
+
+
+def carrier_names(source: str | bytes, flags: Sequence[str] = ()) -> set[str]:
+    return set(detect_carriers(source, flags))

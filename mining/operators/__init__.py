@@ -1,0 +1,35 @@
+"""Deterministic deoptimization operators (DESIGN.md "Mining: the backward walk").
+
+Each operator removes one carrier at one site by a byte-range rewrite of the original text;
+`all_operators()` is the registry, in a fixed order.
+"""
+from __future__ import annotations
+
+from mining.operators.base import Edit, Operator, splice
+from mining.operators.fast_math import FastMathToPrecise
+from mining.operators.grid_clamp import DropGridClamp
+from mining.operators.grid_stride import GridStrideToSingle
+from mining.operators.launch_bounds import DropLaunchBounds
+from mining.operators.ldg import LdgToPlainLoad
+from mining.operators.restrict import DropRestrict
+from mining.operators.shared_padding import DropSharedPadding
+from mining.operators.unroll import DropUnrollPragma
+from mining.operators.vector_load import VectorLoadToScalar
+from mining.operators.vector_store import VectorStoreToScalar
+
+_CLASSES = (DropUnrollPragma, DropRestrict, LdgToPlainLoad, DropLaunchBounds, FastMathToPrecise, DropSharedPadding,
+            VectorLoadToScalar, VectorStoreToScalar, GridStrideToSingle, DropGridClamp)
+
+
+def all_operators() -> list[Operator]:
+    return [cls() for cls in _CLASSES]
+
+
+def get_operator(name: str) -> Operator:
+    for op in all_operators():
+        if op.name == name:
+            return op
+    raise KeyError(name)
+
+
+__all__ = ["Edit", "Operator", "splice", "all_operators", "get_operator"] + [c.__name__ for c in _CLASSES]

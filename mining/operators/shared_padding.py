@@ -1,0 +1,36 @@
+"""drop_shared_padding: remove the bank-conflict padding of a shared array.
+
+Three forms: a `__shared__` dimension `X + c` (c a literal or a *PAD* name) -> `X`; a padded pitch
+macro `#define LD (X + c)` (names like LD, *_LD, *PAD*, *PITCH*) -> `(X)`; an index remap
+`q + (q >> s)` -> `q`.
+"""
+from __future__ import annotations
+
+import re
+
+from mining.carriers import _PAD_MACRO
+from mining.operators.base import Edit, Operator, code_text
+
+
+class DropSharedPadding(Operator):
+    name = "drop_shared_padding"
+    carrier = "shared_padding"
+    description = "shrink a padded shared dimension / pitch back to its logical size"
+
+    def edits(self, src):
+        for decl, name, dims in src.shared_decls:
+            for d in dims:
+                if d.type != "binary_expression":
+                    continue
+                op = d.child_by_field_name("operator")
+                left, right = d.child_by_field_name("left"), d.child_by_field_name("right")
+                if op is None or left is None or right is None or op.type != "+":
+                    continue
+                r = code_text(src, right.start_byte, right.end_byte)
+                if re.fullmatch(r"\d+|\w*PAD\w*", r, re.I):
+                    yield Edit(d.start_byte, d.end_byte, code_text(src, left.start_byte, left.end_byte))
+        for m in src.regex(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(\(?\s*(\w+)\s*\+\s*(?:\d+|\w+\s*/\s*\d+)\s*\)?)"):
+            if _PAD_MACRO.search(m.group(1).decode()):
+                yield Edit(m.start(2), m.end(2), "(" + m.group(3).decode() + ")")
+        for m in src.regex(rb"\b(\w+)\s*\+\s*\(\s*\1\s*>>\s*\d+\s*\)"):
+            yield Edit(m.start(), m.end(), m.group(1).decode())
