@@ -1,0 +1,368 @@
+"""Benchmark: retrieval and generation of LLVM backend functions on held-out real targets.
+
+    python -m eval.bench_backend --llvm .skills/corpora/llvm-15 --json
+
+For each evaluated target T (default RISCV and XCore), T is excluded from the candidates while
+it is the target, and every evaluated target is excluded from GNN training. Functions
+evaluated: every function of T whose role is implemented by at least two other targets.
+
+Retrieval (query = T's function, signature + body, T's names neutralized; relevant = any
+implementation of the same role in another target): Recall@1, Recall@5 and MRR for BM25,
+text (MiniLM), graph (GNN) and fused (RRF of the three plus target-level similarity). The
+function-level-only fusion is reported too.
+
+Generation, per function: fork-and-adapt (best-ranked implementation of the role from another
+target, identifiers mapped onto T) vs fork-flow (Mips's implementation, target renamed; no
+output when Mips lacks the role). Metrics against T's real implementation: statement accuracy
+(share of the real statements reproduced, after whitespace/comment normalization: aligned =
+in order via longest matching blocks, bag = as a multiset), exact match (normalized bodies
+equal), edit similarity (1 - token Levenshtein / longer length), compile-gate pass rate
+(clang-15 -fsyntax-only with the function spliced into T's real file), and the foreign-
+relocation lint. ``--model`` adds the LLM path (litellm) for up to ``--llm-limit`` functions.
+
+Targets (exit 1 when any evaluated target misses one): fused Recall@1 >= 0.85; fork-and-adapt
+aligned statement accuracy >= 2x fork-flow's. Exit 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+from collections import defaultdict
+from difflib import SequenceMatcher
+from pathlib import Path
+from typing import Optional
+
+RECALL1_TARGET = 0.85
+STATEMENT_RATIO_TARGET = 2.0
+FORK_FLOW_SOURCE = "Mips"
+DEFAULT_TARGETS = ("RISCV", "XCore")
+
+
+# --------------------------------------------------------------------------- metrics
+from retrieval.backend_adapt import statement_accuracy  # noqa: E402  (the library's definition)
+
+
+def token_edit_similarity(a: str, b: str) -> float:
+    ta, tb = a.split(), b.split()
+    if not ta and not tb:
+        return 1.0
+    if len(ta) * len(tb) > 4_000_000:  # very long functions: matching-blocks ratio instead
+        return SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+    prev = list(range(len(tb) + 1))
+    for i, x in enumerate(ta, 1):
+        cur = [i] + [0] * len(tb)
+        for j, y in enumerate(tb, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
+        prev = cur
+    return 1.0 - prev[-1] / max(len(ta), len(tb))
+
+
+def rank_of_relevant(hits, role: str) -> Optional[int]:
+    for n, h in enumerate(hits, 1):
+        if h.role == role:
+            return n
+    return None
+
+
+def summarize_ranks(ranks: list[Optional[int]]) -> dict:
+    n = len(ranks)
+    if not n:
+        return {"n": 0, "recall@1": None, "recall@5": None, "mrr": None}
+    return {"n": n,
+            "recall@1": round(sum(1 for r in ranks if r == 1) / n, 4),
+            "recall@5": round(sum(1 for r in ranks if r is not None and r <= 5) / n, 4),
+            "mrr": round(sum(1.0 / r for r in ranks if r) / n, 4)}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": None, "python": platform.python_version(),
+            "platform": platform.platform(), "load_average_at_end": load}
+
+
+# --------------------------------------------------------------------------- the run
+def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: int, model: Optional[str],
+        llm_limit: int, jobs: int, use_gate: bool, log, fork_flow_source: str = FORK_FLOW_SOURCE,
+        func_epochs: int = 8, target_epochs: int = 60) -> dict:
+    from corpora.backend_tree import BackendInputError, parse_definition
+    from prompts.backend import AdaptCache, candidates_with_adaptations
+    from retrieval.backend_adapt import fit_definition, fork_flow
+    from retrieval.backend_index import build_indexes, ingest_targets
+    from retrieval.backend_search import DEPTH, BackendIndex
+    from skills.store import Store
+
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    store = Store(store_root)
+    report = ingest_targets(llvm, store, jobs=jobs, log=log)
+    known = {t["target"] for t in report.targets}
+    missing = [t for t in targets if t not in known]
+    if missing:
+        raise BackendInputError(f"target(s) {', '.join(missing)} not found under {llvm}")
+    timings["ingest_s"] = round(time.monotonic() - t0, 1)
+    t1 = time.monotonic()
+    models = build_indexes(store, exclude=targets, func_epochs=func_epochs, target_epochs=target_epochs, log=log)
+    timings["embed_and_train_s"] = round(time.monotonic() - t1, 1)
+    index = BackendIndex(store, exclude_from_training=targets)
+    roles = index.roles()
+    gate = None
+    gate_note = None
+    if use_gate:
+        from mining.backend_gate import CompileGate, toolchain_available
+
+        missing_tools = toolchain_available()
+        if missing_tools:
+            gate_note = f"compile gate not run: {missing_tools} missing"
+        else:
+            gate = CompileGate(llvm, store.cache_dir, tblgen_jobs=max(1, min(jobs, 2)))
+    out: dict = {"llvm": str(Path(llvm).resolve()), "targets": {}, "machine": machine(),
+                 "index": {"n_targets": len(known), "n_functions": report.n_functions,
+                           "n_shared_role_functions": models["n_shared_role_functions"],
+                           "files_with_syntax_errors": len(report.failed_files),
+                           "models": {k: v for k, v in models.items() if k in ("func_gnn", "target_gnn")}},
+                 "settings": {"held_out": targets, "fork_flow_source": fork_flow_source, "fusion": "RRF k=60",
+                              "target_weight": 0.5, "ranking_depth": DEPTH, "gate_files_per_target": gate_files or "all"}}
+    if gate_note:
+        out["gate_note"] = gate_note
+
+    for T in targets:
+        tt = time.monotonic()
+        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
+        if not rows:
+            raise BackendInputError(f"{T} has no function whose role two other targets implement")
+        log(f"{T}: {len(rows)} functions to evaluate")
+        # ---- retrieval
+        ranks: dict[str, list] = defaultdict(list)
+        for r in rows:
+            doc, tvec, gvec = index.stored_query(r["func_id"])
+            res = index.search(doc, tvec, gvec, query_target=T, exclude_targets=[T], k=DEPTH)
+            for mode, hits in res.items():
+                ranks[mode].append(rank_of_relevant(hits, r["role"]))
+        retrieval = {mode: summarize_ranks(v) for mode, v in ranks.items()}
+        t_retr = time.monotonic() - tt
+
+        # ---- generation
+        cache = AdaptCache(store)
+        dst = cache.profile(T)
+        src_ff = cache.profile(fork_flow_source) if fork_flow_source in known else None
+        per_fn = []
+        for r in rows:
+            real = store.query("SELECT qualified_name, in_class, statements, signature, body, path, start_byte, "
+                               "end_byte FROM functions WHERE func_id = ?", [r["func_id"]])[0]
+            ref_parsed = parse_definition(real["signature"] + " " + real["body"])
+            ref_stmts = list(real["statements"] or [])
+            ref_body = ref_parsed[1] if ref_parsed else ""
+            entry = {"func_id": r["func_id"], "role": r["role"], "path": real["path"],
+                     "n_statements": len(ref_stmts)}
+            _, hits, adapted = candidates_with_adaptations(store, index, T, r["role"], 1, cache=cache)
+            best = hits[0]
+            a = adapted[best.func_id]
+            fa_code = fit_definition(a.text, real["qualified_name"], bool(real["in_class"]))
+            entry["fork_adapt"] = {"source": best.func_id, "mappability": round(a.mappability, 3),
+                                   "code": fa_code}
+            ff_rows = [x for x in index.role_rows(r["role"]) if x["target"] == fork_flow_source]
+            if ff_rows and src_ff is not None:
+                ff_text = cache.text(ff_rows[0]["func_id"])
+                entry["fork_flow"] = {"source": ff_rows[0]["func_id"],
+                                      "code": fit_definition(fork_flow(ff_text, src_ff, dst), real["qualified_name"],
+                                                             bool(real["in_class"]))}
+            else:
+                entry["fork_flow"] = {"source": None, "code": None}
+            for strat in ("fork_adapt", "fork_flow"):
+                code = entry[strat]["code"]
+                parsed = parse_definition(code) if code else None
+                if parsed is None:
+                    entry[strat].update(aligned=0.0, bag=0.0, exact=False, edit_similarity=0.0, lint=[])
+                    continue
+                al, bag = statement_accuracy(parsed[0], ref_stmts)
+                from mining.backend_gate import lint_relocations
+
+                entry[strat].update(aligned=round(al, 4), bag=round(bag, 4), exact=parsed[1] == ref_body,
+                                    edit_similarity=round(token_edit_similarity(parsed[1], ref_body), 4),
+                                    lint=lint_relocations(code, T, dst.relocations))
+            entry["_host"] = (real["path"], real["start_byte"], real["end_byte"])
+            per_fn.append(entry)
+        t_gen = time.monotonic() - tt - t_retr
+
+        # ---- compile gate, one clang run per (host file, strategy)
+        gate_summary = None
+        if gate is not None:
+            from mining.backend_gate import Splice
+
+            by_file: dict[str, list[dict]] = defaultdict(list)
+            for e in per_fn:
+                by_file[e["_host"][0]].append(e)
+            files = sorted(by_file)
+            if gate_files and len(files) > gate_files:
+                step = len(files) / gate_files
+                files = [files[int(i * step)] for i in range(gate_files)]
+            checked = 0
+            for n, path in enumerate(files, 1):
+                for strat in ("fork_adapt", "fork_flow"):
+                    entries = [e for e in by_file[path] if e[strat]["code"]]
+                    if not entries:
+                        continue
+                    splices = [Splice(f"f{i}", e[strat]["code"], e["_host"][1], e["_host"][2])
+                               for i, e in enumerate(entries)]
+                    res = gate.check(T, path, splices)
+                    for i, e in enumerate(entries):
+                        f = res.functions.get(f"f{i}", {"passed": False, "diagnostics": []})
+                        # a host-file error outside every spliced function fails them all
+                        e[strat]["gate"] = bool(f["passed"] and not res.file_diagnostics)
+                        e[strat]["gate_diagnostics"] = [d["message"] for d in f["diagnostics"][:3]]
+                checked += len(by_file[path])
+                log(f"{T}: gate {n}/{len(files)} files ({path})")
+            gate_summary = {"files_checked": len(files), "files_total": len(by_file), "functions_checked": checked}
+        t_gate = time.monotonic() - tt - t_retr - t_gen
+
+        # ---- LLM (optional)
+        llm = None
+        if model:
+            from prompts.backend import GenerateRequest, generate
+            from prompts.llm import LEDGER
+
+            done = []
+            for e in per_fn[:llm_limit]:
+                res = generate(store, GenerateRequest(target=T, role=e["role"], k=3, strategy="llm", model=model,
+                                                      gate=gate is not None), index=index, gate=gate)
+                parsed = parse_definition(res.get("code") or "")
+                real = store.query("SELECT statements FROM functions WHERE func_id = ?", [e["func_id"]])[0]
+                al, bag = statement_accuracy(parsed[0], list(real["statements"] or [])) if parsed else (0.0, 0.0)
+                done.append({"aligned": al, "bag": bag, "gate": (res.get("gate") or {}).get("passed")})
+            llm = {"model": model, "n": len(done),
+                   "statement_accuracy_aligned": round(sum(d["aligned"] for d in done) / max(len(done), 1), 4),
+                   "statement_accuracy_bag": round(sum(d["bag"] for d in done) / max(len(done), 1), 4),
+                   "compile_pass_rate": round(sum(1 for d in done if d["gate"]) / max(len(done), 1), 4),
+                   "tokens": LEDGER.to_dict()}
+
+        def agg(strat: str) -> dict:
+            es = [e[strat] for e in per_fn]
+            n = len(es)
+            gated = [x for x in es if "gate" in x]
+            produced = [x for x in es if x["code"]]
+            return {"n": n, "produced": len(produced),
+                    "statement_accuracy_aligned": round(sum(x["aligned"] for x in es) / n, 4),
+                    "statement_accuracy_bag": round(sum(x["bag"] for x in es) / n, 4),
+                    "exact_match": round(sum(1 for x in es if x["exact"]) / n, 4),
+                    "edit_similarity": round(sum(x["edit_similarity"] for x in es) / n, 4),
+                    "compile_pass_rate": (round(sum(1 for x in gated if x["gate"]) / len(gated), 4) if gated else None),
+                    "compile_checked": len(gated),
+                    "compile_pass_rate_of_all": (round(sum(1 for x in gated if x["gate"]) / n, 4) if gate_summary
+                                                 and gate_summary["files_checked"] == gate_summary["files_total"] else None),
+                    "lint_foreign_relocations": sum(len(x["lint"]) for x in es)}
+
+        gen = {"fork_adapt": agg("fork_adapt"), "fork_flow": agg("fork_flow")}
+        fa, ff = gen["fork_adapt"]["statement_accuracy_aligned"], gen["fork_flow"]["statement_accuracy_aligned"]
+        ratio = (fa / ff) if ff > 0 else float("inf")
+        checks = {"fused_recall@1": {"value": retrieval["fused"]["recall@1"], "target": RECALL1_TARGET,
+                                     "met": retrieval["fused"]["recall@1"] >= RECALL1_TARGET},
+                  "fork_adapt_vs_fork_flow_statement_accuracy": {
+                      "value": round(ratio, 3) if ratio != float("inf") else "inf", "target": STATEMENT_RATIO_TARGET,
+                      "met": ratio >= STATEMENT_RATIO_TARGET}}
+        for e in per_fn:
+            e.pop("_host", None)
+        out["targets"][T] = {
+            "n_functions_evaluated": len(rows), "n_roles": len({r["role"] for r in rows}),
+            "similar_targets": [{"target": t, "similarity": round(s, 4)} for t, s in index.similar_targets(T, 5)],
+            "retrieval": retrieval, "generation": gen, "gate": gate_summary, "llm": llm, "checks": checks,
+            "seconds": {"retrieval": round(t_retr, 1), "generation": round(t_gen, 1), "gate": round(t_gate, 1)},
+            "functions": per_fn,
+        }
+    timings["total_s"] = round(time.monotonic() - t0, 1)
+    out["seconds"] = timings
+    out["passed"] = all(c["met"] for t in out["targets"].values() for c in t["checks"].values())
+    return out
+
+
+def summary_table(res: dict) -> str:
+    lines = [f"LLVM corpus {res['llvm']} on {res['machine']['cpu']} ({res['machine']['cores']} cores, no GPU)"]
+    for T, t in res["targets"].items():
+        lines.append(f"\n{T}: {t['n_functions_evaluated']} functions, {t['n_roles']} roles; similar targets: "
+                     + ", ".join(f"{s['target']} {s['similarity']:.2f}" for s in t["similar_targets"]))
+        lines.append(f"  {'retrieval':22s} {'R@1':>6s} {'R@5':>6s} {'MRR':>6s}")
+        for mode, m in t["retrieval"].items():
+            lines.append(f"  {mode:22s} {m['recall@1']:6.3f} {m['recall@5']:6.3f} {m['mrr']:6.3f}")
+        lines.append(f"  {'generation':12s} {'stmt-al':>8s} {'stmt-bag':>8s} {'exact':>6s} {'edit':>6s} {'compile':>8s} {'lint':>5s}")
+        for s, g in t["generation"].items():
+            cp = "n/a" if g["compile_pass_rate"] is None else f"{g['compile_pass_rate']:.3f}"
+            lines.append(f"  {s:12s} {g['statement_accuracy_aligned']:8.3f} {g['statement_accuracy_bag']:8.3f} "
+                         f"{g['exact_match']:6.3f} {g['edit_similarity']:6.3f} {cp:>8s} {g['lint_foreign_relocations']:5d}")
+        for name, c in t["checks"].items():
+            lines.append(f"  check {name}: {c['value']} (target {c['target']}) {'met' if c['met'] else 'MISSED'}")
+    lines.append(f"\ntime: {res['seconds']}")
+    lines.append("PASS" if res["passed"] else "FAIL: a target missed its goals")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eval.bench_backend", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--llvm", required=True, type=Path, help="LLVM corpus (as given to `skills corpora fetch --dest`)")
+    ap.add_argument("--store", type=Path, default=None, help="store root (default SKILLS_STORE or ./.skills)")
+    ap.add_argument("--targets", default=",".join(DEFAULT_TARGETS), help="held-out targets, comma-separated")
+    ap.add_argument("--gate-files", type=int, default=12,
+                    help="compile-gate at most N host files per target, evenly spaced over the sorted "
+                         "file list (0 = all; all takes ~20 min on 2 cores)")
+    ap.add_argument("--no-gate", action="store_true", help="skip the compile gate")
+    ap.add_argument("--model", default=None, help="litellm model for the LLM path (optional)")
+    ap.add_argument("--llm-limit", type=int, default=20, help="functions per target sent to the LLM")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--fork-flow-source", default=FORK_FLOW_SOURCE, help="the fixed backend fork-flow copies")
+    ap.add_argument("--epochs", type=int, default=8, help="function GNN training epochs")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="result file (default eval/results/backend_llvm<version>.json)")
+    ap.add_argument("--json", action="store_true", help="print the summary JSON (without per-function rows)")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from corpora.backend_tree import BackendInputError
+
+    targets = [t for t in args.targets.split(",") if t]
+    if not targets:
+        print("error: --targets is empty", file=sys.stderr)
+        return 2
+
+    def log(msg: str) -> None:
+        print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+    try:
+        res = run(args.llvm, args.store, targets, args.gate_files, args.model, args.llm_limit, args.jobs,
+                  not args.no_gate, log, fork_flow_source=args.fork_flow_source, func_epochs=args.epochs)
+    except BackendInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    version = "15"
+    fetch = Path(args.llvm) / "fetch.json"
+    if fetch.is_file():
+        version = str(json.loads(fetch.read_text()).get("version", "15")).split(".")[0]
+    out_path = args.out or Path(__file__).parent / "results" / f"backend_llvm{version}.json"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(res, indent=1))
+    if args.json:
+        slim = {k: v for k, v in res.items() if k != "targets"}
+        slim["targets"] = {T: {k: v for k, v in t.items() if k != "functions"} for T, t in res["targets"].items()}
+        slim["result_file"] = str(out_path)
+        print(json.dumps(slim, indent=2))
+    else:
+        print(summary_table(res))
+        print(f"(full results: {out_path})")
+    return 0 if res["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,426 @@
+"""Compile gate for generated LLVM backend functions (clang-15 ``-fsyntax-only``).
+
+A generated function is spliced into its target's real source file in place of the function
+it stands for (or appended to the file that holds its class), then the file is checked against
+the LLVM 15 headers (Debian ``llvm-15-dev``), the target's own TableGen outputs (generated with
+``llvm-tblgen-15`` from the calls in the target's CMakeLists.txt) and a ``config.h`` generated
+from the corpus's ``config.h.cmake``. Each spliced function is bracketed by ``#line``
+directives, so clang reports its diagnostics against the function's own lines
+(``<gen:label>:LINE``), and one clang run checks several functions of one file without
+mixing up whose errors are whose.
+
+Results are cached by a content hash of everything that affects them (spliced file, flags,
+clang version, TableGen outputs). TableGen outputs are cached per target by a hash of its .td
+files and the tblgen version.
+
+``lint_relocations`` catches what compiles but is plainly wrong: another architecture's
+``ELF::R_*`` names (one ``ELF::`` enum holds every architecture's relocations, so clang
+accepts them).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+GATE_VERSION = "backend-gate-1"
+CLANG = os.environ.get("SKILLS_CLANG", "clang++-15")
+TBLGEN = os.environ.get("SKILLS_TBLGEN", "llvm-tblgen-15")
+LLVM_INCLUDE = os.environ.get("SKILLS_LLVM_INCLUDE", "/usr/lib/llvm-15/include")
+CLANG_FLAGS = ["-std=c++17", "-fsyntax-only", "-fno-exceptions", "-fno-rtti", "-Wno-everything",
+               "-Werror=return-type", "-ferror-limit=0", "-fno-color-diagnostics", "-fno-caret-diagnostics",
+               "-fno-diagnostics-fixit-info",
+               "-D__STDC_CONSTANT_MACROS", "-D__STDC_FORMAT_MACROS", "-D__STDC_LIMIT_MACROS"]
+# Generators whose outputs only instruction selection uses; made on demand (they are the slow ones).
+LATE_GENERATORS = ("-gen-dag-isel", "-gen-global-isel")
+_DIAG = re.compile(r"^(?P<file><gen:[^>\n]+>|[^\n:]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$",
+                   re.M)
+
+
+class GateUnavailable(Exception):
+    """The toolchain (clang-15, llvm-tblgen-15, LLVM 15 headers) is not installed."""
+
+
+class GateInputError(Exception):
+    """Bad input (unknown target, missing file); one line for the user."""
+
+
+@dataclass
+class Diagnostic:
+    severity: str
+    message: str
+    line: int  # 1-based, relative to the function (label) or the file
+    column: int
+    where: str  # a function label, or "file" for the host file's own lines
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GateResult:
+    target: str
+    path: str
+    passed: bool  # the whole check (host file + every spliced function)
+    functions: dict = field(default_factory=dict)  # label -> {"passed": bool, "diagnostics": [...]}
+    file_diagnostics: list = field(default_factory=list)
+    cached: bool = False
+    seconds: float = 0.0
+    command: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Splice:
+    label: str
+    text: str
+    start_byte: Optional[int] = None  # replace [start_byte, end_byte); None: append at the end
+    end_byte: Optional[int] = None
+
+
+def toolchain_available() -> Optional[str]:
+    """None when clang-15, llvm-tblgen-15 and the LLVM 15 headers are present, else what is missing."""
+    missing = [t for t in (CLANG, TBLGEN) if shutil.which(t) is None]
+    if not Path(LLVM_INCLUDE, "llvm", "MC", "MCELFObjectWriter.h").is_file():
+        missing.append(f"LLVM 15 headers ({LLVM_INCLUDE})")
+    return ", ".join(missing) or None
+
+
+def _tool_version(tool: str) -> str:
+    try:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "missing"
+    return " ".join(out.split()[:8])
+
+
+def _hash(*parts) -> str:
+    h = hashlib.sha256(GATE_VERSION.encode())
+    for p in parts:
+        data = p if isinstance(p, bytes) else json.dumps(p, sort_keys=True, default=str).encode()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _atomic_write(path: Path, data: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- CMake -> tblgen calls
+def tablegen_calls(cmake_text: str) -> list[tuple[str, str, list[str]]]:
+    """(definitions .td, output .inc, flags) per ``tablegen(LLVM ...)`` call, following
+    ``set(LLVM_TARGET_DEFINITIONS ...)`` and skipping ``if(...) ... endif()`` blocks."""
+    text = re.sub(r"#[^\n]*", "", cmake_text)
+    calls = []
+    defs = None
+    depth = 0
+    for m in re.finditer(r"(\w+)\s*\(([^()]*)\)", text, re.S):
+        cmd, args = m.group(1).lower(), m.group(2).split()
+        args = [a.strip('"') for a in args]
+        if cmd == "if":
+            depth += 1
+        elif cmd == "endif":
+            depth = max(0, depth - 1)
+        elif depth:
+            continue
+        elif cmd == "set" and args and args[0] == "LLVM_TARGET_DEFINITIONS" and len(args) > 1:
+            defs = args[1]
+        elif cmd == "tablegen" and len(args) >= 3 and args[0] == "LLVM" and defs:
+            calls.append((defs, args[1], args[2:]))
+    return calls
+
+
+def config_h_from_template(template: str, version: str = "15.0.6") -> str:
+    """``config.h`` from ``config.h.cmake``: ``#cmakedefine01 X`` -> 0, ``#cmakedefine X`` ->
+    undefined, version and package macros filled."""
+    major, minor, patch = (version.split(".") + ["0", "0"])[:3]
+    values = {"BUG_REPORT_URL": "https://github.com/llvm/llvm-project/issues/", "BACKTRACE_HEADER": "execinfo.h",
+              "PACKAGE_NAME": "LLVM", "PACKAGE_VERSION": version, "PACKAGE_STRING": f"LLVM {version}",
+              "PACKAGE_BUGREPORT": "https://github.com/llvm/llvm-project/issues/", "PACKAGE_VENDOR": "",
+              "LLVM_VERSION_MAJOR": major, "LLVM_VERSION_MINOR": minor, "LLVM_VERSION_PATCH": patch,
+              "LTDL_SHLIB_EXT": ".so", "LLVM_PLUGIN_EXT": ".so", "HOST_LINK_VERSION": "",
+              "LLVM_ENABLE_ZLIB": "0", "LLVM_ENABLE_ZSTD": "0"}
+    out = []
+    for line in template.splitlines():
+        m = re.match(r"\s*#cmakedefine01\s+(\w+)", line)
+        if m:
+            out.append(f"#define {m.group(1)} 0")
+            continue
+        m = re.match(r"\s*#cmakedefine\s+(\w+)", line)
+        if m:
+            out.append(f"/* #undef {m.group(1)} */")
+            continue
+        unknown = [v for v in re.findall(r"\$\{(\w+)\}", line) if v not in values]
+        if unknown:
+            out.append(f"/* {line.strip()} (no value) */")
+            continue
+        out.append(re.sub(r"\$\{(\w+)\}", lambda mm: values[mm.group(1)], line))
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- the gate
+class CompileGate:
+    """Checks spliced functions in one LLVM corpus (``llvm_root`` holds lib/Target)."""
+
+    def __init__(self, llvm_root: os.PathLike | str, cache_dir: os.PathLike | str, tblgen_jobs: int = 1,
+                 timeout_s: float = 300.0):
+        root = Path(llvm_root).resolve()
+        if (root / "lib" / "Target").is_dir():
+            self.target_root = root / "lib" / "Target"
+            self.llvm_root = root
+        elif root.name == "Target" and root.parent.name == "lib":
+            self.target_root = root
+            self.llvm_root = root.parent.parent
+        else:
+            self.target_root = root
+            self.llvm_root = root.parent
+        self.cache_dir = Path(cache_dir).resolve() / "backend-gate"
+        self.tblgen_jobs = max(1, tblgen_jobs)
+        self.timeout_s = timeout_s
+        self._clang_version: Optional[str] = None
+        self._tblgen_version: Optional[str] = None
+
+    def require(self) -> None:
+        missing = toolchain_available()
+        if missing:
+            raise GateUnavailable(f"compile gate needs {missing} (apt-get install llvm-15-dev clang-15)")
+
+    @property
+    def clang_version(self) -> str:
+        if self._clang_version is None:
+            self._clang_version = _tool_version(CLANG)
+        return self._clang_version
+
+    @property
+    def tblgen_version(self) -> str:
+        if self._tblgen_version is None:
+            self._tblgen_version = _tool_version(TBLGEN)
+        return self._tblgen_version
+
+    def target_dir(self, target: str) -> Path:
+        d = self.target_root / target
+        if not d.is_dir():
+            raise GateInputError(f"no target {target} under {self.target_root}")
+        return d
+
+    # ---- config.h
+    def config_dir(self) -> Path:
+        template = self.llvm_root / "include" / "llvm" / "Config" / "config.h.cmake"
+        text = template.read_text() if template.is_file() else ""
+        version = "15.0.6"
+        fetch = self.llvm_root / "fetch.json"
+        if fetch.is_file():
+            version = json.loads(fetch.read_text()).get("version", version)
+        key = _hash("config", text, version)[:16]
+        out = self.cache_dir / "config" / key
+        header = out / "llvm" / "Config" / "config.h"
+        if not header.is_file():
+            _atomic_write(header, config_h_from_template(text, version) if text else
+                          f"#ifndef CONFIG_H\n#define CONFIG_H\n#define PACKAGE_VERSION \"{version}\"\n#endif\n")
+        return out
+
+    # ---- tblgen
+    def _tblgen_key(self, target: str) -> str:
+        d = self.target_dir(target)
+        h = hashlib.sha256(self.tblgen_version.encode())
+        for f in sorted(d.rglob("*.td")) + [d / "CMakeLists.txt"]:
+            if f.is_file():
+                h.update(f.relative_to(d).as_posix().encode())
+                h.update(hashlib.sha256(f.read_bytes()).digest())
+        return h.hexdigest()[:16]
+
+    def tblgen_dir(self, target: str, outputs: Optional[Iterable[str]] = None, late: bool = False) -> Path:
+        """Folder with T's TableGen outputs (generated once per .td content, then cached).
+
+        By default everything except the instruction-selection tables (``LATE_GENERATORS``);
+        ``late=True`` or naming ``outputs`` makes those too.
+        """
+        self.require()
+        d = self.target_dir(target)
+        cmake = d / "CMakeLists.txt"
+        if not cmake.is_file():
+            raise GateInputError(f"target {target} has no CMakeLists.txt (needed for its TableGen calls)")
+        out = self.cache_dir / "tblgen" / f"{target}-{self._tblgen_key(target)}"
+        out.mkdir(parents=True, exist_ok=True)
+        want = set(outputs or ())
+        todo = []
+        for td, inc, flags in tablegen_calls(cmake.read_text()):
+            if (out / inc).is_file():
+                continue
+            if want and inc not in want:
+                continue
+            if not want and not late and any(f in LATE_GENERATORS for f in flags):
+                continue
+            todo.append((td, inc, flags))
+
+        def run(call):
+            td, inc, flags = call
+            tmp = out / f".{inc}.tmp"
+            cmd = [TBLGEN, *flags, "-I", str(d), "-I", LLVM_INCLUDE, "-I", str(self.target_root), str(d / td),
+                   "-o", str(tmp)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                raise GateInputError(f"llvm-tblgen failed for {target} {inc}: {last}")
+            os.replace(tmp, out / inc)
+
+        if todo:
+            with ThreadPoolExecutor(max_workers=self.tblgen_jobs) as pool:
+                list(pool.map(run, todo))
+        return out
+
+    def _headers_key(self, target: str) -> str:
+        """Hash of what a check can include besides the host file: T's headers and .def/.inc
+        files, and the corpus's include folder (its relocation tables)."""
+        h = hashlib.sha256()
+        folders = [self.target_dir(target), self.llvm_root / "include"]
+        for folder in folders:
+            if not folder.is_dir():
+                continue
+            for f in sorted(folder.rglob("*")):
+                if f.suffix in (".h", ".def", ".inc", ".cmake") and f.is_file():
+                    h.update(str(f).encode())
+                    h.update(hashlib.sha256(f.read_bytes()).digest())
+        return h.hexdigest()
+
+    # ---- check
+    def splice(self, source: str, path: str, splices: Sequence[Splice]) -> str:
+        """The host file with each splice in place, each bracketed by ``#line`` directives."""
+        data = source.encode()
+        pieces = []
+        pos = 0
+        appended = []
+        for sp in sorted([s for s in splices if s.start_byte is not None], key=lambda s: s.start_byte):
+            if sp.start_byte < pos:
+                raise GateInputError(f"overlapping splices in {path}")
+            pieces.append(data[pos:sp.start_byte].decode("utf-8", errors="replace"))
+            end_line = data[:sp.end_byte].count(b"\n") + 1
+            pieces.append(f'\n#line 1 "<gen:{sp.label}>"\n{sp.text}\n#line {end_line} "{path}"\n')
+            pos = sp.end_byte
+        pieces.append(data[pos:].decode("utf-8", errors="replace"))
+        for sp in splices:
+            if sp.start_byte is None:
+                appended.append(f'\n#line 1 "<gen:{sp.label}>"\n{sp.text}\n')
+        return "".join(pieces) + "".join(appended)
+
+    def check(self, target: str, rel_path: str, splices: Sequence[Splice] = (), use_cache: bool = True) -> GateResult:
+        """Splice ``splices`` into ``lib/Target/<target>/<rel_path>`` and run clang on it."""
+        self.require()
+        started = time.monotonic()
+        d = self.target_dir(target)
+        host = d / rel_path
+        if not host.is_file():
+            raise GateInputError(f"no file {rel_path} in target {target}")
+        source = host.read_text(errors="replace")
+        text = self.splice(source, f"{target}/{rel_path}", splices)
+        gen = self.tblgen_dir(target)
+        cfg = self.config_dir()
+        key = _hash("check", text, rel_path, CLANG_FLAGS, self.clang_version, str(gen), LLVM_INCLUDE,
+                    self._headers_key(target))
+        cache_file = self.cache_dir / "results" / key[:2] / f"{key}.json"
+        raw = None
+        if use_cache and cache_file.is_file():
+            try:
+                raw = json.loads(cache_file.read_text())
+            except json.JSONDecodeError:
+                raw = None
+        cached = raw is not None
+        if raw is None:
+            raw = self._run_clang(target, host, text, gen, cfg)
+            if raw.get("timeout"):
+                return GateResult(target, rel_path, False, file_diagnostics=[Diagnostic(
+                    "error", f"clang timed out after {self.timeout_s:.0f}s", 0, 0, "file").to_dict()],
+                    seconds=round(time.monotonic() - started, 3))
+            _atomic_write(cache_file, json.dumps(raw))
+        res = self._result(target, rel_path, splices, raw["rc"], raw["stderr"], host.name)
+        res.command = [CLANG, *CLANG_FLAGS, "-I...", host.name]
+        res.cached = cached
+        res.seconds = round(time.monotonic() - started, 3)
+        return res
+
+    def _run_clang(self, target: str, host: Path, text: str, gen: Path, cfg: Path) -> dict:
+        d = self.target_dir(target)
+        late_tried = False
+        started = time.monotonic()
+        while True:
+            with tempfile.TemporaryDirectory(prefix="gate-") as tmp:
+                copy = Path(tmp) / host.name
+                copy.write_text(text)
+                incs = ["-I", str(host.parent), "-I", str(gen), "-I", str(d)]
+                if (self.llvm_root / "include").is_dir():
+                    incs += ["-I", str(self.llvm_root / "include")]
+                incs += ["-I", LLVM_INCLUDE, "-I", str(cfg)]
+                cmd = [CLANG, *CLANG_FLAGS, *incs, str(copy)]
+                try:
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, cwd=tmp)
+                except subprocess.TimeoutExpired:
+                    return {"timeout": True}
+            missing_inc = re.findall(r"'(\w+Gen\w+\.inc)' file not found", proc.stderr)
+            if missing_inc and not late_tried:
+                late_tried = True
+                self.tblgen_dir(target, outputs=missing_inc)
+                continue
+            return {"rc": proc.returncode, "stderr": proc.stderr, "seconds": round(time.monotonic() - started, 3)}
+
+    def _result(self, target, rel_path, splices, rc, stderr, host_name) -> GateResult:
+        funcs = {sp.label: {"passed": True, "diagnostics": []} for sp in splices}
+        file_diags = []
+        for m in _DIAG.finditer(stderr):
+            sev = m.group("sev")
+            if sev in ("warning", "note"):
+                continue
+            diag = Diagnostic("error", m.group("msg").strip(), int(m.group("line")), int(m.group("col")), "file")
+            fm = re.fullmatch(r"<gen:(.+)>", m.group("file"))
+            if fm and fm.group(1) in funcs:
+                diag.where = fm.group(1)
+                funcs[fm.group(1)]["passed"] = False
+                funcs[fm.group(1)]["diagnostics"].append(diag.to_dict())
+            else:
+                file_diags.append(diag.to_dict())
+        passed = rc == 0 and all(f["passed"] for f in funcs.values()) and not file_diags
+        if rc != 0 and not file_diags and all(f["passed"] for f in funcs.values()):
+            file_diags.append(Diagnostic("error", (stderr.strip().splitlines() or ["clang failed"])[-1][:300], 0, 0,
+                                         "file").to_dict())
+        return GateResult(target, rel_path, passed, funcs, file_diags)
+
+
+# --------------------------------------------------------------------------- lint
+_ELF_RELOC = re.compile(r"\bELF::(R_[A-Z0-9_]+)")
+
+
+def lint_relocations(code: str, target: str, target_relocations: Iterable[str]) -> list[dict]:
+    """Warnings for ``ELF::R_*`` names that are not the target's own relocations."""
+    own = set(target_relocations)
+    stems = {m.group(1) for r in own for m in [re.match(r"(R_[A-Z0-9]+_)", r)] if m}
+    out = []
+    seen = set()
+    lines = code.splitlines()
+    for i, line in enumerate(lines, start=1):
+        for m in _ELF_RELOC.finditer(line):
+            name = m.group(1)
+            if name in own or name in seen:
+                continue
+            seen.add(name)
+            if own:
+                hint = f"{target}'s relocations are {', '.join(sorted(stems)) or 'R_*'}*"
+            else:
+                hint = f"{target} defines no ELF relocations"
+            out.append({"rule": "foreign-elf-relocation", "line": i, "name": f"ELF::{name}",
+                        "message": f"ELF::{name} is not a {target} relocation ({hint})"})
+    return out

@@ -1,0 +1,417 @@
+"""Fork-and-adapt: carry one target's implementation of a role over to another target.
+
+The source function's target-specific identifiers are mapped onto the destination target:
+
+1. *rename*: the source target's name variants become the destination's
+   (``MipsSubtarget`` -> ``RISCVSubtarget``, ``ELF::R_MIPS_32`` -> ``ELF::R_RISCV_32``); kept
+   when the renamed name exists in the destination (one of its attributes or header
+   declarations);
+2. *match*: otherwise, when the source name is an attribute of a known kind (fixup,
+   relocation, register, register class, feature, instruction, calling convention), the most
+   similar destination attribute of the same kind by name, target names neutralized
+   (``fixup_Mips_HI16`` ~ ``fixup_riscv_hi20``: shared tokens and spelling);
+3. *unmapped*: otherwise the renamed name is kept (the compile gate will say if it is wrong).
+
+``mappability`` = share of identifiers settled by 1 or 2: how much of the source the destination
+can express, used to rank candidates. ``fork_flow`` is the baseline: rename only.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Optional, Sequence
+
+from corpora.backend_tree import (
+    _alias_pattern_cached, _declarator_name, cpp_parser, prepare_cpp, subtokens_of_name, walk,
+)
+
+MATCH_KINDS = ("fixup", "relocation", "register", "register_class", "subtarget_feature", "instruction",
+               "calling_convention", "processor", "instruction_format")
+PRIMARY_ALIAS = {"PowerPC": "PPC"}
+# TableGen-generated C++ names built from a record name.
+GENERATED_SUFFIXES = ("RegClassID", "RegClass", "RegisterClass", "Operand", "RegBankID", "RegBank")
+MATCH_THRESHOLD = 0.34
+_IDENT = re.compile(r"\b[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
+
+
+@dataclass
+class TargetProfile:
+    target: str
+    aliases: list[str]
+    primary: str
+    by_kind: dict = field(default_factory=dict)  # kind -> [names]
+    kind_of: dict = field(default_factory=dict)  # name -> kind
+    declared: set = field(default_factory=set)  # names declared in headers
+
+    @property
+    def relocations(self) -> list[str]:
+        return list(self.by_kind.get("relocation", []))
+
+    def knows(self, name: str) -> bool:
+        base = name.split("::")[-1]
+        if base in self.kind_of or base in self.declared:
+            return True
+        for suf in GENERATED_SUFFIXES:
+            if base.endswith(suf) and base[: -len(suf)] in self.kind_of:
+                return True
+        return False
+
+
+def load_profile(store, target: str) -> TargetProfile:
+    rows = store.query("SELECT kind, name FROM target_attributes WHERE target = ? ORDER BY kind, name", [target])
+    if not rows:
+        raise KeyError(target)
+    aliases = sorted([r["name"] for r in rows if r["kind"] == "alias"], key=lambda a: (-len(a), a)) or [target]
+    prof = TargetProfile(target, aliases, PRIMARY_ALIAS.get(target, target))
+    for r in rows:
+        k, n = r["kind"], r["name"]
+        if k == "alias":
+            continue
+        if k == "declaration":
+            prof.declared.add(n)
+            continue
+        prof.by_kind.setdefault(k, []).append(n)
+        prof.kind_of.setdefault(n, k)
+    return prof
+
+
+# --------------------------------------------------------------------------- renaming
+@lru_cache(maxsize=512)
+def _lower_pattern(aliases: tuple[str, ...]) -> Optional[re.Pattern]:
+    lows = sorted({a.lower() for a in aliases if len(a) >= 2}, key=len, reverse=True)
+    if not lows:
+        return None
+    return re.compile(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(a) for a in lows) + r")(?=_|\d|$|[^A-Za-z0-9])")
+
+
+def rename_target(text: str, src: TargetProfile, dst: TargetProfile) -> str:
+    """Replace the source target's name variants in identifiers (and strings) by the destination's."""
+    if src.target == dst.target:
+        return text
+    key = tuple(sorted(set(src.aliases)))
+    pat = _alias_pattern_cached(key)
+    low = _lower_pattern(key)
+    dp = dst.primary
+
+    def alias_repl(m: re.Match) -> str:
+        a = m.group(0)
+        if a.isupper() and a != src.primary and len(a) > 1:
+            return dp.upper()
+        return dp
+
+    def word(m: re.Match) -> str:
+        w = pat.sub(alias_repl, m.group(0))
+        if low is not None:
+            w = low.sub(lambda mm: dp.lower(), w)
+        return w
+
+    return re.sub(r"[A-Za-z_][A-Za-z0-9_]*", word, text)
+
+
+def _neutral_tokens(name: str, prof: TargetProfile) -> list[str]:
+    lows = {a.lower() for a in prof.aliases}
+    return [t for t in subtokens_of_name(name) if t not in lows]
+
+
+def common_tokens(prof: TargetProfile, kind: str) -> frozenset:
+    """Tokens in at least half of a target's names of one kind (``fixup``, ``r``): shared by
+    all, they say nothing about which name corresponds to which."""
+    key = (id(prof), kind)
+    got = _COMMON.get(key)
+    if got is None:
+        names = prof.by_kind.get(kind, [])
+        counts: dict[str, int] = {}
+        for n in names:
+            for t in set(_neutral_tokens(n, prof)):
+                counts[t] = counts.get(t, 0) + 1
+        got = frozenset(t for t, c in counts.items() if len(names) >= 2 and c * 2 >= len(names))
+        _COMMON[key] = got
+    return got
+
+
+_COMMON: dict = {}
+
+
+def _kind_tokens(prof: TargetProfile, name: str, kind: Optional[str]) -> tuple[tuple[str, ...], str]:
+    """(distinctive neutral tokens, their joined spelling) of one name, memoized on the profile."""
+    memo = prof.__dict__.setdefault("_token_memo", {})
+    key = (name, kind)
+    got = memo.get(key)
+    if got is None:
+        toks = _neutral_tokens(name, prof)
+        if kind:
+            common = common_tokens(prof, kind)
+            toks = [t for t in toks if t not in common] or toks
+        got = (tuple(toks), "_".join(toks))
+        memo[key] = got
+    return got
+
+
+def _similarity(ta: tuple, ja: str, tb: tuple, jb: str) -> float:
+    if not ta or not tb:
+        return 0.0
+    sa, sb = set(ta), set(tb)
+    jac = len(sa & sb) / len(sa | sb)
+    if 0.6 * jac + 0.4 * (2 * min(len(ja), len(jb)) / (len(ja) + len(jb))) < MATCH_THRESHOLD:
+        return 0.0  # cannot reach the threshold whatever the spelling (saves the matcher)
+    sm = difflib.SequenceMatcher(None, ja, jb, autojunk=False)
+    if 0.6 * jac + 0.4 * sm.quick_ratio() < MATCH_THRESHOLD:  # quick_ratio bounds ratio from above
+        return 0.0
+    ratio = sm.ratio()
+    nums_a = {t for t in ta if t.isdigit()}
+    nums_b = {t for t in tb if t.isdigit()}
+    num_pen = 0.15 if nums_a and nums_b and not (nums_a & nums_b) else 0.0
+    return 0.6 * jac + 0.4 * ratio - num_pen
+
+
+def name_similarity(a: str, src: TargetProfile, b: str, dst: TargetProfile, kind: Optional[str] = None) -> float:
+    """Similarity of two attribute names of different targets: target names removed, tokens
+    shared by most names of the kind ignored; 0.6 x token Jaccard + 0.4 x spelling ratio,
+    less 0.15 when both carry numbers and none agree."""
+    ta, ja = _kind_tokens(src, a, kind)
+    tb, jb = _kind_tokens(dst, b, kind)
+    return _similarity(ta, ja, tb, jb)
+
+
+@dataclass
+class Mapping:
+    source: str
+    target: str
+    how: str  # "rename" | "match" | "unmapped"
+    kind: Optional[str] = None
+    score: Optional[float] = None
+
+
+@dataclass
+class Adapted:
+    text: str
+    mappings: list[Mapping]
+    mappability: float
+    source_func: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return d
+
+
+class IdentifierMapper:
+    def __init__(self, src: TargetProfile, dst: TargetProfile):
+        self.src, self.dst = src, dst
+
+    def _split_generated(self, base: str) -> tuple[str, str]:
+        if base in self.src.kind_of:
+            return base, ""
+        for suf in GENERATED_SUFFIXES:
+            if base.endswith(suf) and base[: -len(suf)] in self.src.kind_of:
+                return base[: -len(suf)], suf
+        return base, ""
+
+    def map_rename(self, ident: str) -> Optional[Mapping]:
+        """The renamed identifier, when the destination has it: as an attribute of the same kind
+        when the source name is an attribute (a register must stay a register), else as any
+        attribute or header declaration."""
+        renamed = rename_target(ident, self.src, self.dst)
+        base = renamed.split("::")[-1]
+        src_base, suffix = self._split_generated(ident.split("::")[-1])
+        kind = self.src.kind_of.get(src_base)
+        if kind is not None:
+            dst_base = base[: -len(suffix)] if suffix and base.endswith(suffix) else base
+            if self.dst.kind_of.get(dst_base) == kind:
+                return Mapping(ident, renamed, "rename", kind)
+            return None
+        if self.dst.knows(renamed):
+            return Mapping(ident, renamed, "rename")
+        return None
+
+    def match_candidates(self, ident: str) -> list[tuple[float, str, str, str]]:
+        """(score, destination attribute, kind, generated suffix) above the threshold, best first
+        (memoized on the destination profile per source target)."""
+        memo = self.dst.__dict__.setdefault("_match_memo", {})
+        key = (self.src.target, ident)
+        if key not in memo:
+            memo[key] = self._match_candidates(ident)
+        return memo[key]
+
+    def _match_candidates(self, ident: str) -> list[tuple[float, str, str, str]]:
+        src_base, suffix = self._split_generated(ident.split("::")[-1])
+        kind = self.src.kind_of.get(src_base)
+        if kind not in MATCH_KINDS:
+            return []
+        out = []
+        ta, ja = _kind_tokens(self.src, src_base, kind)
+        for cand in self.dst.by_kind.get(kind, []):
+            tb, jb = _kind_tokens(self.dst, cand, kind)
+            s = _similarity(ta, ja, tb, jb)
+            if s >= MATCH_THRESHOLD:
+                out.append((s, cand, kind, suffix))
+        out.sort(key=lambda x: (-x[0], x[1]))
+        return out[:8]
+
+
+def _apply(text: str, mapping: dict[str, str], rename) -> str:
+    def repl(m: re.Match) -> str:
+        tok = re.sub(r"\s+", "", m.group(0))
+        if tok in mapping:
+            return mapping[tok]
+        if tok.startswith("llvm::") and tok[6:] in mapping:
+            return "llvm::" + mapping[tok[6:]]
+        # a longer chain whose tail is mapped (Foo::Mips::fixup_x)
+        parts = tok.split("::")
+        for i in range(1, len(parts)):
+            tail = "::".join(parts[i:])
+            if tail in mapping:
+                return rename("::".join(parts[:i])) + "::" + mapping[tail]
+        return rename(m.group(0))
+
+    # Leave comments alone except for renaming; map code.
+    return _IDENT.sub(repl, text)
+
+
+def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: TargetProfile,
+          source_func: Optional[str] = None, prune: bool = True) -> Adapted:
+    """Fork-and-adapt ``text`` (a function of ``src``) to ``dst``.
+
+    Renames first; then attribute matches, best score first, one destination name per source
+    name (two source fixups never collapse onto one destination fixup, which would e.g. give a
+    switch two equal case labels). With ``prune``, ``case`` arms labelled by a source
+    attribute with no counterpart in ``dst`` are dropped: the destination has no such fixup
+    or relocation to handle.
+    """
+    mapper = IdentifierMapper(src, dst)
+    idents = list(dict.fromkeys(identifiers))
+    maps: dict[str, Mapping] = {}
+    used: set[str] = set()
+    pending = []
+    for ident in idents:
+        m = mapper.map_rename(ident)
+        if m is not None:
+            maps[ident] = m
+            used.add(m.target.split("::")[-1])
+        else:
+            pending.append(ident)
+    scored = []
+    for ident in pending:
+        for score, cand, kind, suffix in mapper.match_candidates(ident):
+            scored.append((score, ident, cand, kind, suffix))
+    scored.sort(key=lambda x: (-x[0], x[1], x[2]))
+    for score, ident, cand, kind, suffix in scored:
+        if ident in maps or cand + suffix in used:
+            continue
+        parts = rename_target(ident, src, dst).split("::")
+        maps[ident] = Mapping(ident, "::".join(parts[:-1] + [cand + suffix]), "match", kind, round(score, 3))
+        used.add(cand + suffix)
+    for ident in pending:
+        if ident not in maps:
+            base, _ = mapper._split_generated(ident.split("::")[-1])
+            maps[ident] = Mapping(ident, rename_target(ident, src, dst), "unmapped", src.kind_of.get(base))
+    ordered = [maps[i] for i in idents]
+    table = {m.source: m.target for m in ordered}
+    out = _apply(text, table, lambda s: rename_target(s, src, dst))
+    if prune:
+        dead = {m.target for m in ordered if m.how == "unmapped" and m.kind in MATCH_KINDS}
+        if dead:
+            out = prune_cases(out, dead)
+    settled = sum(1 for m in ordered if m.how != "unmapped")
+    return Adapted(out, ordered, (settled / len(ordered)) if ordered else 1.0, source_func)
+
+
+def prune_cases(text: str, dead: set[str]) -> str:
+    """Drop ``case`` arms whose label names one of ``dead``; a label that falls through into
+    the next arm loses only itself."""
+    data = text.encode()
+    tree = cpp_parser().parse(prepare_cpp(data))
+    dead_bases = {d.split("::")[-1] for d in dead}
+    edits: list[tuple[int, int]] = []
+    for n in walk(tree.root_node):
+        if n.type != "case_statement":
+            continue
+        value = n.child_by_field_name("value")
+        if value is None:
+            continue
+        names = {re.sub(r"\s+", "", x.text.decode(errors="replace")) for x in walk(value)
+                 if x.type in ("identifier", "qualified_identifier")}
+        if not any(nm in dead or nm.split("::")[-1] in dead_bases for nm in names):
+            continue
+        body = [c for c in n.named_children if c != value and c.type != "comment"]
+        prev = n.prev_named_sibling
+        while prev is not None and prev.type == "comment":
+            prev = prev.prev_named_sibling
+        prev_falls_in = prev is not None and prev.type == "case_statement" and not [
+            c for c in prev.named_children if c != prev.child_by_field_name("value") and c.type != "comment"]
+        if body and prev_falls_in:
+            colon = next((c for c in n.children if c.type == ":"), None)
+            edits.append((n.start_byte, colon.end_byte if colon is not None else value.end_byte))
+        else:
+            edits.append((n.start_byte, n.end_byte))
+    for s, e in sorted(edits, key=lambda x: -x[0]):
+        # take the line's leading indentation and trailing newline with it
+        ls = data.rfind(b"\n", 0, s) + 1
+        if data[ls:s].strip() == b"":
+            s = ls
+            if data[e:e + 1] == b"\n":
+                e += 1
+        data = data[:s] + data[e:]
+    return data.decode("utf-8", errors="replace")
+
+
+def fork_flow(text: str, src: TargetProfile, dst: TargetProfile) -> str:
+    """The baseline: the source function with the target renamed, nothing else."""
+    return rename_target(text, src, dst)
+
+
+# --------------------------------------------------------------------------- consensus
+def statement_accuracy(generated: Sequence[str], reference: Sequence[str]) -> tuple[float, float]:
+    """(aligned, bag): share of ``reference``'s statements that ``generated`` reproduces, in
+    order (longest matching blocks) and as a multiset. The "correct statements" measure."""
+    if not reference:
+        return (1.0, 1.0) if not generated else (0.0, 0.0)
+    sm = difflib.SequenceMatcher(None, list(generated), list(reference), autojunk=False)
+    aligned = sum(b.size for b in sm.get_matching_blocks()) / len(reference)
+    bag = sum((Counter(generated) & Counter(reference)).values()) / len(reference)
+    return aligned, bag
+
+
+def consensus_scores(statements: dict[str, Sequence[str]]) -> dict[str, float]:
+    """Minimum-Bayes-risk selection: each candidate's mean statement accuracy when the *other*
+    candidates (all adapted to the same target) stand in for the unknown real implementation.
+    The candidate that best reproduces what the others agree on is the safest fork."""
+    ids = list(statements)
+    out = {}
+    for i in ids:
+        others = [j for j in ids if j != i]
+        out[i] = (sum(statement_accuracy(statements[i], statements[j])[0] for j in others) / len(others)) \
+            if others else 0.0
+    return out
+
+
+# --------------------------------------------------------------------------- definition form
+def fit_definition(text: str, qualified_name: str, in_class: bool) -> str:
+    """Make a function definition fit its destination: in a class body (unqualified name) or out
+    of line (``Class::name``, no ``override``/``final``/``virtual``/``static``)."""
+    data = prepare_cpp(text.encode())
+    tree = cpp_parser().parse(data)
+    fn = next((n for n in walk(tree.root_node) if n.type == "function_definition"), None)
+    if fn is None:
+        return text
+    decl = fn.child_by_field_name("declarator")
+    fdecl, name = _declarator_name(decl) if decl is not None else (None, None)
+    if name is None:
+        return text
+    edits: list[tuple[int, int, bytes]] = []
+    parts = qualified_name.split("::")
+    is_member = len(parts) > 1
+    new_name = parts[-1] if in_class else qualified_name
+    edits.append((name.start_byte, name.end_byte, new_name.encode()))
+    if not in_class and is_member:
+        for n in walk(fn):
+            if n.type == "virtual_specifier" or (n.type in ("virtual", "storage_class_specifier")
+                                                 and n.text in (b"virtual", b"static")):
+                if n.start_byte < (fn.child_by_field_name("body") or fn).start_byte:
+                    edits.append((n.start_byte, n.end_byte, b""))
+    out = text.encode()  # prepare_cpp keeps byte offsets, so edits apply to the original
+    for s, e, rep in sorted(edits, key=lambda x: -x[0]):
+        out = out[:s] + rep + out[e:]
+    return out.decode("utf-8", errors="replace")

@@ -1,0 +1,45 @@
+"""Shared helpers for the backend tests: the toy LLVM tree and one indexed toy store per session."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = ROOT / "corpora" / "backends" / "llvm-toy"
+TOY_TARGETS = TOY / "lib" / "Target"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@lru_cache(maxsize=1)
+def indexed_toy_store() -> Path:
+    """A store with the three toy targets indexed (small training budgets); built once per
+    test session and shared read-mostly. Tests that write make their own store."""
+    from retrieval.backend_index import index_backends
+    from skills.store import Store
+
+    root = Path(tempfile.mkdtemp(prefix="toy-store-"))
+    st = Store(root)
+    index_backends(TOY_TARGETS, st, func_epochs=4, target_epochs=30)
+    st.close()
+    return root
+
+
+def copy_toy(dst: Path) -> Path:
+    """A writable copy of the toy LLVM tree (returns its root, holding lib/Target)."""
+    shutil.copytree(TOY, dst)
+    return dst
+
+
+def gate_skip_reason():
+    from mining.backend_gate import toolchain_available
+
+    missing = toolchain_available()
+    if missing:
+        return (f"LOUD SKIP: the compile gate needs {missing}; install with "
+                "`apt-get install -y llvm-15-dev clang-15` (CI installs them)")
+    return None

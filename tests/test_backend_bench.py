@@ -1,0 +1,65 @@
+"""eval/bench_backend.py: its metrics, and a full run on the toy targets."""
+import json
+import shutil
+
+import pytest
+
+from _backend_support import TOY, gate_skip_reason, indexed_toy_store
+from eval.bench_backend import main, statement_accuracy, summarize_ranks, token_edit_similarity
+
+
+def test_statement_accuracy_aligned_and_bag():
+    ref = ["a ;", "b ;", "c ;", "d ;"]
+    assert statement_accuracy(ref, ref) == (1.0, 1.0)
+    assert statement_accuracy(["d ;", "c ;", "b ;", "a ;"], ref) == (0.25, 1.0)  # order matters only when aligned
+    assert statement_accuracy(["a ;", "x ;", "c ;"], ref) == (0.5, 0.5)
+    assert statement_accuracy([], ref) == (0.0, 0.0)
+    assert statement_accuracy(["a ;", "a ;"], ["a ;"]) == (1.0, 1.0)
+
+
+def test_edit_similarity_is_token_levenshtein():
+    assert token_edit_similarity("a b c d", "a b c d") == 1.0
+    assert token_edit_similarity("a b c d", "a x c d") == 0.75
+    assert token_edit_similarity("", "a") == 0.0
+
+
+def test_rank_summary():
+    s = summarize_ranks([1, 2, None, 6])
+    assert s == {"n": 4, "recall@1": 0.25, "recall@5": 0.5, "mrr": round((1 + 0.5 + 1 / 6) / 4, 4)}
+
+
+def test_bench_runs_on_toy_targets(tmp_path, capsys):
+    store = tmp_path / "store"
+    shutil.copytree(indexed_toy_store(), store)
+    out = tmp_path / "res.json"
+    args = ["--llvm", str(TOY), "--store", str(store), "--targets", "Wren", "--fork-flow-source", "Kite",
+            "--epochs", "2", "--out", str(out), "--json"]
+    if gate_skip_reason() is not None:
+        args.append("--no-gate")
+    rc = main(args)
+    summary = json.loads(capsys.readouterr().out)
+    full = json.loads(out.read_text())
+    t = full["targets"]["Wren"]
+    # toy sizes: 18 Wren functions, all roles shared by Lark and Kite except the ones Kite lacks
+    assert t["n_functions_evaluated"] >= 10
+    assert set(t["retrieval"]) == {"bm25", "text", "graph", "fused", "fused_function_level"}
+    assert t["retrieval"]["fused"]["recall@1"] >= 0.85
+    fa, ff = t["generation"]["fork_adapt"], t["generation"]["fork_flow"]
+    assert fa["statement_accuracy_aligned"] > ff["statement_accuracy_aligned"]
+    assert fa["statement_accuracy_bag"] >= fa["statement_accuracy_aligned"]
+    assert t["similar_targets"][0]["target"] == "Lark"
+    if gate_skip_reason() is None:
+        assert fa["compile_checked"] == t["n_functions_evaluated"]
+        assert fa["compile_pass_rate"] >= ff["compile_pass_rate"]
+    assert rc == (0 if summary["passed"] else 1)
+    assert "functions" not in summary["targets"]["Wren"] and len(t["functions"]) == t["n_functions_evaluated"]
+    assert full["machine"]["cores"] >= 1 and full["seconds"]["total_s"] > 0
+
+
+def test_bench_bad_input(tmp_path, capsys):
+    store = tmp_path / "store"
+    assert main(["--llvm", str(TOY), "--store", str(store), "--targets", "Nope", "--no-gate"]) == 2
+    assert "Nope" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--llvm", str(empty), "--store", str(store), "--no-gate"]) == 2
