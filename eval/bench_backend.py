@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 import time
 from collections import defaultdict
@@ -290,6 +289,57 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     return out
 
 
+def selection_study(store, index, targets: list[str], fork_flow_source: str = FORK_FLOW_SOURCE, log=None) -> dict:
+    """How well each signal picks the implementation to fork, on *validation* targets (never the
+    reported ones): mean aligned statement accuracy of the fork each strategy picks."""
+    import numpy as np
+
+    from prompts.backend import AdaptCache
+    from retrieval.backend_adapt import consensus_scores
+
+    cache = AdaptCache(store)
+    roles = index.roles()
+    tm, th = index.text
+    gm, gh = index.graph
+    picks: dict[str, list[float]] = defaultdict(list)
+    for T in targets:
+        tsim = index.target_similarity(T)
+        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
+        for r in rows:
+            ref = list(store.scalar("SELECT statements FROM functions WHERE func_id = ?", [r["func_id"]]) or [])
+            cands = index.role_rows(r["role"], [T])
+            stm, acc, mapp = {}, {}, {}
+            for c in cands:
+                a, st = cache.adapt(c, T)
+                stm[c["func_id"]], mapp[c["func_id"]] = st, a.mappability
+                acc[c["func_id"]] = statement_accuracy(st, ref)[0]
+            ids = list(acc)
+            cons = consensus_scores(stm)
+            ps = {i: index.pos[i] for i in ids}
+            typ = {}
+            for i in ids:
+                others = [ps[j] for j in ids if j != i]
+                typ[i] = (float(np.mean(tm[others] @ tm[ps[i]])) + float(np.mean(gm[others] @ gm[ps[i]]))) if others else 0.0
+            tgt = {i: tsim.get(index.rows[ps[i]]["target"], 0.0) for i in ids}
+
+            def best(key):
+                return acc[max(ids, key=lambda i: (key(i), -ids.index(i)))]
+
+            picks["consensus + 0.05 x target similarity (used)"].append(best(lambda i: cons[i] + 0.05 * tgt[i]))
+            picks["consensus only"].append(best(lambda i: cons[i]))
+            picks["target similarity only"].append(best(lambda i: tgt[i]))
+            picks["text+graph typicality"].append(best(lambda i: typ[i]))
+            picks["identifier mappability"].append(best(lambda i: (mapp[i], typ[i])))
+            ff = [i for i in ids if index.rows[ps[i]]["target"] == fork_flow_source]
+            picks[f"{fork_flow_source} (fork-flow's source, adapted)"].append(acc[ff[0]] if ff else 0.0)
+            picks["mean over candidates"].append(sum(acc.values()) / len(acc))
+            picks["best with hindsight"].append(max(acc.values()))
+        if log:
+            log(f"selection study: {T} done ({len(rows)} functions)")
+    return {"targets": targets, "n_functions": len(picks["best with hindsight"]),
+            "mean_aligned_statement_accuracy": {k: round(sum(v) / len(v), 4) for k, v in picks.items()}}
+
+
 def summary_table(res: dict) -> str:
     lines = [f"LLVM corpus {res['llvm']} on {res['machine']['cpu']} ({res['machine']['cores']} cores, no GPU)"]
     for T, t in res["targets"].items():
@@ -327,6 +377,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="result file (default eval/results/backend_llvm<version>.json)")
     ap.add_argument("--json", action="store_true", help="print the summary JSON (without per-function rows)")
+    ap.add_argument("--selection-study", default=None, metavar="TARGETS",
+                    help="instead of the benchmark: compare fork-selection signals on these validation targets "
+                         "(e.g. Sparc,Lanai; uses the index trained without --targets)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -340,6 +393,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     def log(msg: str) -> None:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
+    if args.selection_study:
+        from retrieval.backend_index import build_indexes, ingest_targets
+        from retrieval.backend_search import BackendIndex, SearchError
+        from skills.store import Store
+
+        try:
+            store = Store(args.store)
+            ingest_targets(args.llvm, store, jobs=args.jobs, log=log)
+            build_indexes(store, exclude=targets, func_epochs=args.epochs, log=log)
+            study = selection_study(store, BackendIndex(store, exclude_from_training=targets),
+                                    [t for t in args.selection_study.split(",") if t], args.fork_flow_source, log)
+        except (BackendInputError, SearchError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        out = args.out or Path(__file__).parent / "results" / "backend_selection_study.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(study, indent=1))
+        print(json.dumps(study, indent=2))
+        return 0
     try:
         res = run(args.llvm, args.store, targets, args.gate_files, args.model, args.llm_limit, args.jobs,
                   not args.no_gate, log, fork_flow_source=args.fork_flow_source, func_epochs=args.epochs)
@@ -352,6 +424,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         version = str(json.loads(fetch.read_text()).get("version", "15")).split(".")[0]
     out_path = args.out or Path(__file__).parent / "results" / f"backend_llvm{version}.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    # The result file keeps every function's scores; the generated code (MBs) goes to the store.
+    from skills.store import resolve_root
+
+    code_path = resolve_root(args.store) / "bench" / f"backend_llvm{version}_code.json"
+    code_path.parent.mkdir(parents=True, exist_ok=True)
+    code_path.write_text(json.dumps({T: {e["func_id"]: {s: e[s].get("code") for s in ("fork_adapt", "fork_flow")}
+                                         for e in t["functions"]} for T, t in res["targets"].items()}, indent=1))
+    for t in res["targets"].values():
+        for e in t["functions"]:
+            for s in ("fork_adapt", "fork_flow"):
+                e[s].pop("code", None)
+    res["generated_code_file"] = str(code_path)
     out_path.write_text(json.dumps(res, indent=1))
     if args.json:
         slim = {k: v for k, v in res.items() if k != "targets"}

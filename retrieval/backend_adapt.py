@@ -319,34 +319,46 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
 
 
 def prune_cases(text: str, dead: set[str]) -> str:
-    """Drop ``case`` arms whose label names one of ``dead``; a label that falls through into
-    the next arm loses only itself."""
+    """Drop ``case`` arms labelled by one of ``dead``. Labels that fall through into one body
+    form a group: when every label of a group is dead the whole arm goes; otherwise only the
+    dead labels go and the body stays with the live ones."""
     data = text.encode()
     tree = cpp_parser().parse(prepare_cpp(data))
     dead_bases = {d.split("::")[-1] for d in dead}
-    edits: list[tuple[int, int]] = []
-    for n in walk(tree.root_node):
-        if n.type != "case_statement":
-            continue
-        value = n.child_by_field_name("value")
+
+    def is_dead(case) -> bool:
+        value = case.child_by_field_name("value")
         if value is None:
-            continue
+            return False  # default:
         names = {re.sub(r"\s+", "", x.text.decode(errors="replace")) for x in walk(value)
                  if x.type in ("identifier", "qualified_identifier")}
-        if not any(nm in dead or nm.split("::")[-1] in dead_bases for nm in names):
+        return any(nm in dead or nm.split("::")[-1] in dead_bases for nm in names)
+
+    def has_body(case) -> bool:
+        value = case.child_by_field_name("value")
+        return any(c != value and c.type != "comment" for c in case.named_children)
+
+    def label_end(case) -> int:
+        colon = next((c for c in case.children if c.type == ":"), None)
+        return colon.end_byte if colon is not None else case.end_byte
+
+    edits: list[tuple[int, int]] = []
+    for body in walk(tree.root_node):
+        if body.type != "compound_statement" or body.parent is None or body.parent.type != "switch_statement":
             continue
-        body = [c for c in n.named_children if c != value and c.type != "comment"]
-        prev = n.prev_named_sibling
-        while prev is not None and prev.type == "comment":
-            prev = prev.prev_named_sibling
-        prev_falls_in = prev is not None and prev.type == "case_statement" and not [
-            c for c in prev.named_children if c != prev.child_by_field_name("value") and c.type != "comment"]
-        if body and prev_falls_in:
-            colon = next((c for c in n.children if c.type == ":"), None)
-            edits.append((n.start_byte, colon.end_byte if colon is not None else value.end_byte))
-        else:
-            edits.append((n.start_byte, n.end_byte))
-    for s, e in sorted(edits, key=lambda x: -x[0]):
+        group: list = []
+        for case in [c for c in body.named_children if c.type == "case_statement"]:
+            group.append(case)
+            if not has_body(case):
+                continue
+            dead_flags = [is_dead(c) for c in group]
+            if all(dead_flags):
+                edits.extend((c.start_byte, c.end_byte) for c in group)
+            else:
+                edits.extend((c.start_byte, label_end(c)) for c, d in zip(group, dead_flags) if d)
+            group = []
+        edits.extend((c.start_byte, c.end_byte) for c in group if is_dead(c))  # trailing labels
+    for s, e in sorted(set(edits), key=lambda x: -x[0]):
         # take the line's leading indentation and trailing newline with it
         ls = data.rfind(b"\n", 0, s) + 1
         if data[ls:s].strip() == b"":

@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from corpora.backend_tree import (
     ATTRIBUTE_KINDS, BackendInputError, TargetTree, find_target_dirs, load_target, neutralize, parse_cpp,
-    strip_target, subtokens_of_name,
+    subtokens_of_name,
 )
 
 TEXT_COLLECTION = "backend_func_text"

@@ -50,9 +50,19 @@ class Hit:
 
 
 class BackendIndex:
-    def __init__(self, store, exclude_from_training: Sequence[str] = ()):
+    def __init__(self, store, exclude_from_training: Optional[Sequence[str]] = None):
+        """``exclude_from_training`` picks the models (the targets they were trained without);
+        None: the models trained on every target, else the most recent ones the store has."""
         self.store = store
-        self.tag = model_tag(exclude_from_training)
+        if exclude_from_training is None:
+            self.tag = model_tag(())
+            if store.model(f"backend-func-gnn__{self.tag}") is None:
+                latest = store.query("SELECT name FROM models WHERE name LIKE 'backend-func-gnn__%' "
+                                     "ORDER BY created_at DESC LIMIT 1")
+                if latest:
+                    self.tag = latest[0]["name"].split("__", 1)[1]
+        else:
+            self.tag = model_tag(exclude_from_training)
         self.rows = shared_role_functions(store)
         if not self.rows:
             raise SearchError(f"no backend functions in the store at {store.root}; run `skills backend index <llvm>/lib/Target` first")

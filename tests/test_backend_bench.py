@@ -53,6 +53,9 @@ def test_bench_runs_on_toy_targets(tmp_path, capsys):
         assert fa["compile_pass_rate"] >= ff["compile_pass_rate"]
     assert rc == (0 if summary["passed"] else 1)
     assert "functions" not in summary["targets"]["Wren"] and len(t["functions"]) == t["n_functions_evaluated"]
+    assert "code" not in t["functions"][0]["fork_adapt"]
+    codes = json.loads(open(full["generated_code_file"]).read())["Wren"]
+    assert set(codes) == {e["func_id"] for e in t["functions"]}
     assert full["machine"]["cores"] >= 1 and full["seconds"]["total_s"] > 0
 
 
@@ -63,3 +66,18 @@ def test_bench_bad_input(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["--llvm", str(empty), "--store", str(store), "--no-gate"]) == 2
+
+
+def test_selection_study_on_toy(tmp_path, capsys):
+    store = tmp_path / "store"
+    shutil.copytree(indexed_toy_store(), store)
+    out = tmp_path / "study.json"
+    rc = main(["--llvm", str(TOY), "--store", str(store), "--targets", "Kite", "--selection-study", "Wren",
+               "--epochs", "2", "--out", str(out), "--fork-flow-source", "Lark"])
+    assert rc == 0
+    study = json.loads(out.read_text())
+    acc = study["mean_aligned_statement_accuracy"]
+    assert study["targets"] == ["Wren"] and study["n_functions"] >= 10
+    assert acc["best with hindsight"] >= max(v for k, v in acc.items() if k != "best with hindsight")
+    assert rc == 0 and main(["--llvm", str(TOY), "--store", str(store), "--targets", "Kite",
+                             "--selection-study", "Nope", "--epochs", "2", "--out", str(out)]) == 2

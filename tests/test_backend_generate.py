@@ -193,3 +193,52 @@ def test_cli_search(toy_store, tmp_path):
 def test_cli_index_bad_path(tmp_path):
     r = runner.invoke(app, ["backend", "index", str(tmp_path), "--store", str(tmp_path / "s")])
     assert r.exit_code == 2 and "no LLVM targets" in r.stderr
+
+
+def test_prune_cases_keeps_fall_through_bodies():
+    from retrieval.backend_adapt import prune_cases
+
+    code = """unsigned f(unsigned K) {
+  switch (K) {
+  case T::a:
+  case T::dead:
+    return 1;
+  case T::dead2:
+    return 2;
+  default:
+    return 0;
+  }
+}"""
+    out = prune_cases(code, {"T::dead", "T::dead2"})
+    assert "dead" not in out
+    assert "case T::a:\n    return 1;" in out and "return 2;" not in out and "default:" in out
+
+
+def test_cli_index_end_to_end(tmp_path):
+    store = tmp_path / "s"
+    r = runner.invoke(app, ["backend", "index", str(TOY_TARGETS), "--targets", "Lark,Kite", "--store", str(store),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert [t["target"] for t in rep["targets"]] == ["Kite", "Lark"]
+    assert rep["n_shared_role_functions"] > 10 and rep["failed_files"] == []
+    assert rep["models"]["func_gnn"]["status"] == "trained"
+    r = runner.invoke(app, ["backend", "index", str(TOY_TARGETS), "--targets", "Lark,Kite", "--store", str(store)])
+    assert r.exit_code == 0 and "unchanged" in r.stdout and "model backend-func-gnn__all: unchanged" in r.stdout
+
+
+def test_prune_cases_drops_groups_of_dead_labels_with_their_body():
+    from retrieval.backend_adapt import prune_cases
+
+    code = """unsigned f(unsigned K) {
+  switch (K) {
+  case T::dead1:
+  case T::dead2:
+    return 7;
+  case T::live:
+    return 8;
+  }
+  return 0;
+}"""
+    out = prune_cases(code, {"T::dead1", "T::dead2"})
+    assert "return 7;" not in out and "dead" not in out and "case T::live:\n    return 8;" in out
