@@ -113,6 +113,238 @@ def gate(
     raise typer.Exit(2 if bad else 0 if all(r.passed for r in results) else 1)
 
 
+# --------------------------------------------------------------------------- mining and the skill store
+def _split(values: Optional[str]) -> Optional[tuple[str, ...]]:
+    return tuple(v.strip() for v in values.split(",") if v.strip()) if values else None
+
+
+@app.command()
+def mine(
+    paths: list[Path] = typer.Argument(..., help="Problem folders, or folders of problem folders (a corpus)."),
+    executor: str = typer.Option("auto", help="cuda, cpu, or auto (cuda when a GPU is usable)."),
+    model: Optional[str] = typer.Option(None, "--model", envvar="SKILLS_MODEL",
+                                        help="litellm model for the LLM-proposed operator (off when unset)."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Gate processes run in parallel."),
+    max_steps: int = typer.Option(100, help="Budget: accepted steps per lineage."),
+    max_rejections: int = typer.Option(200, help="Budget: rejected candidates per lineage."),
+    strategy: Optional[str] = typer.Option(None, help="priority (CPU default) or smallest_effect (GPU default)."),
+    operators: Optional[str] = typer.Option(None, help="Comma-separated operator names to use (default: all)."),
+    seeds: str = typer.Option("0,1,2", help="Seeds per workload for every gate check."),
+    probe: bool = typer.Option(True, "--probe/--no-probe", help="Probe adversarial workloads for preconditions."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Re-walk even when the stored lineage is current."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (default ./.skills)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Walk expert kernels backward through gate-validated simplifications and store the skills."""
+    import time as _time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from corpora.problem import ProblemError, load_problem
+    from mining.gate import BadInput
+    from mining.mine import MineConfig, make_pool, mine_problem
+
+    try:
+        seed_list = tuple(int(s) for s in seeds.split(","))
+    except ValueError:
+        fail(f"--seeds: expected comma-separated integers, got {seeds!r}")
+    problems = []
+    for d in _problem_dirs(paths):
+        try:
+            load_problem(d)
+        except ProblemError as exc:
+            fail(str(exc))
+        problems.append(d)
+    cfg = MineConfig(executor=executor, strategy=strategy, jobs=jobs, max_steps=max_steps,
+                     max_rejections=max_rejections, model=model, seeds=seed_list, probe=probe,
+                     operators=_split(operators), store=store, use_cache=not no_cache)
+    console = Console(stderr=True)
+    rows, t0, failed = [], _time.perf_counter(), 0
+    pool = make_pool(jobs)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
+            overall = bar.add_task("problems", total=len(problems))
+            for d in problems:
+                cand = bar.add_task(f"  {d.name}: step 1", total=1)
+
+                def on_event(e, cand=cand, name=d.name):
+                    if e.kind == "step_start":
+                        bar.update(cand, description=f"  {name}: step {e.step}", total=max(1, e.n_candidates),
+                                   completed=0)
+                    elif e.kind == "evaluated":
+                        bar.advance(cand)
+                if not console.is_terminal:
+                    console.print(f"mining {d.name} ...")
+                try:
+                    out = mine_problem(d, cfg, on_event=on_event, pool=pool)
+                except BadInput as exc:
+                    failed += 1
+                    console.print(f"error: {exc}")
+                    rows.append({"problem": d.name, "error": str(exc)})
+                    bar.remove_task(cand)
+                    bar.advance(overall)
+                    continue
+                bar.remove_task(cand)
+                bar.advance(overall)
+                lin = out.lineage
+                rows.append({"problem": out.problem, "lineage": lin.lineage_id, "termination": lin.termination,
+                             "steps": len(lin.steps), "rejections": len(lin.rejections), "new_skills": out.new_skills,
+                             "merged_skills": out.merged_skills, "cached": out.cached, "wall_s": round(out.wall_s, 1),
+                             "llm_tokens": lin.llm_tokens, "carriers_listed": out.listed_carriers,
+                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers})
+    except BadInput as exc:
+        fail(str(exc))
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    total = {"problems": len(rows), "steps": sum(r.get("steps", 0) for r in rows),
+             "rejections": sum(r.get("rejections", 0) for r in rows),
+             "new_skills": sum(r.get("new_skills", 0) for r in rows),
+             "merged_skills": sum(r.get("merged_skills", 0) for r in rows), "failed": failed,
+             "wall_s": round(_time.perf_counter() - t0, 1)}
+    if as_json:
+        typer.echo(json.dumps({"problems": rows, "total": total}, indent=2))
+    else:
+        from rich.table import Table
+
+        table = Table(title="skills mine")
+        for col in ("problem", "termination", "steps", "rejections", "skills new", "merged", "carriers removed", "time"):
+            table.add_column(col)
+        for r in rows:
+            if "error" in r:
+                table.add_row(r["problem"], "error", "", "", "", "", "", "")
+                continue
+            listed = len(r["carriers_listed"])
+            table.add_row(r["problem"], r["termination"] + (" (cached)" if r["cached"] else ""), str(r["steps"]),
+                          str(r["rejections"]), str(r["new_skills"]), str(r["merged_skills"]),
+                          f"{len(r['carriers_removed'])}/{listed}" if listed else "-", f"{r['wall_s']:.1f} s")
+        table.add_row("total", "", str(total["steps"]), str(total["rejections"]), str(total["new_skills"]),
+                      str(total["merged_skills"]), "", f"{total['wall_s']:.1f} s")
+        Console(width=None if sys.stdout.isatty() else 140).print(table)
+    raise typer.Exit(1 if failed else 0)
+
+
+def _kernel_store(store: Optional[Path]):
+    from skills.kernel_store import KernelStore
+    from skills.store import Store, resolve_root
+
+    root = resolve_root(store)
+    if not (root / "store.duckdb").exists():
+        fail(f"{root}: no store here; build one with `skills mine corpora/kernels` (or pass --store DIR)")
+    return KernelStore(Store(root, read_only=True))
+
+
+def _effect_text(skill) -> str:
+    for e in skill.effect:
+        if e.method == "gpu_timing" and e.time_ratio:
+            return f"{e.time_ratio:.2f}x ({e.device})"
+    for e in skill.effect:
+        if e.method == "static":
+            return f"regs {e.registers_delta:+d}, smem {e.smem_delta:+d} ({e.device})"
+    return "-"
+
+
+@app.command("list")
+def list_cmd(
+    carrier: Optional[str] = typer.Option(None, help="Only skills of this carrier."),
+    kind: Optional[str] = typer.Option(None, help="kernel or backend."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List the stored skills."""
+    skills = _kernel_store(store).skills(kind=kind, carrier=carrier)
+    if as_json:
+        typer.echo(json.dumps([{"skill_id": s.skill_id, "name": s.name, "carrier": s.carrier, "operator": s.operator,
+                                "kind": s.kind, "evidence": len(s.evidence), "problems": s.scope.get("problems", []),
+                                "preconditions": [p.text for p in s.preconditions if p.kind != "none_found"],
+                                "effect": _effect_text(s)} for s in skills], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(skills)} skills")
+    for col in ("id", "name", "carrier", "evidence", "preconditions", "effect"):
+        table.add_column(col)
+    for s in skills:
+        pre = ", ".join(p.text for p in s.preconditions if p.kind != "none_found") or "-"
+        table.add_row(s.skill_id, s.name, s.carrier, f"{len(s.evidence)} ({len(s.scope.get('problems', []))} problems)",
+                      pre, _effect_text(s))
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+@app.command()
+def show(
+    skill_id: str = typer.Argument(..., help="Skill id (or unique prefix), key or name."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Show one skill's card: intent, anchor, preconditions, effects, risks, evidence."""
+    s = _kernel_store(store).skill(skill_id)
+    if s is None:
+        fail(f"no skill {skill_id!r} in the store (see `skills list`)")
+    if as_json:
+        typer.echo(s.model_dump_json(indent=2))
+        return
+    lines = [f"{s.name}  [{s.skill_id}]", f"  intent: {s.intent}", f"  carrier: {s.carrier}   operator (reversed): {s.operator}",
+             f"  anchor: {s.anchor.function} line {s.anchor.line}: {s.anchor.excerpt}"]
+    if s.anchor.enclosing_loop:
+        lines.append(f"  in loop: {s.anchor.enclosing_loop}")
+    lines.append("  preconditions:")
+    lines += [f"    - {p.text} [{p.status}, {p.source}]" for p in s.preconditions]
+    lines.append("  effect:")
+    for e in s.effect:
+        if e.method == "gpu_timing":
+            lines.append(f"    - {e.device}: {e.time_ratio}x (spread {e.time_ratio_q1}-{e.time_ratio_q3}) on {e.workload}")
+        else:
+            lines.append(f"    - {e.device}: registers {e.registers_delta:+d}, smem {e.smem_delta:+d} B, spills "
+                         f"{e.spill_delta:+d}; SASS {', '.join(f'{k} {v:+d}' for k, v in list(e.sass_delta.items())[:5])}")
+    if s.risks:
+        lines.append("  risks:")
+        lines += [f"    - {r.text} (probe {r.probe}): {r.failure[:160]}" for r in s.risks]
+    lines.append(f"  scope: {json.dumps(s.scope)}")
+    if s.requires or s.conflicts:
+        lines.append(f"  requires: {', '.join(s.requires) or '-'}   conflicts: {', '.join(s.conflicts) or '-'}")
+    lines.append(f"  evidence ({len(s.evidence)}):")
+    lines += [f"    - {e.problem} lineage {e.lineage_id} step {e.step} ({e.executor})" for e in s.evidence]
+    lines.append("  exemplar (simpler -> optimized):")
+    lines += ["    " + ln for ln in s.diff.splitlines()[:40]]
+    typer.echo("\n".join(lines))
+
+
+@app.command()
+def lineage(
+    problem: str = typer.Argument(..., help="Problem name or lineage id."),
+    diffs: bool = typer.Option(True, "--diffs/--no-diffs", help="Print each step's diff."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Show a lineage: each accepted step (diff, effect, skill), the rejections and why the walk stopped."""
+    ks = _kernel_store(store)
+    lin = ks.lineage(problem)
+    if lin is None:
+        fail(f"no lineage for {problem!r} in the store (mine it with `skills mine`)")
+    if as_json:
+        typer.echo(lin.model_dump_json(indent=2, exclude={"sources"}))
+        return
+    out = [f"{lin.problem}: {lin.kernel} ({lin.kernel_hash[:12]}), executor {lin.executor}, strategy {lin.strategy}",
+           f"  {len(lin.steps)} steps, {len(lin.rejections)} rejections, termination: {lin.termination}, "
+           f"{lin.wall_s:.1f} s, LLM tokens {lin.llm_tokens}"]
+    for st in lin.steps:
+        eff = next((f"{e.time_ratio}x slower without it ({e.device})" for e in st.effect if e.method == "gpu_timing"), "")
+        if not eff:
+            eff = next((f"regs {e.registers_delta:+d}, smem {e.smem_delta:+d} ({e.device})" for e in st.effect
+                        if e.method == "static"), "")
+        out.append(f"step {st.index}: {st.operator} at line {st.site_line} [{st.carrier}] -> skill {st.skill_id}  {eff}")
+        if diffs:
+            out += ["    " + ln for ln in st.diff.splitlines()[2:60]]
+    if lin.rejections:
+        out.append("rejected:")
+        out += [f"  step {r.index}: {r.operator} at line {r.site_line} [{r.carrier}]: {r.reason[:160]}" for r in lin.rejections]
+    typer.echo("\n".join(out))
+
+
 # --------------------------------------------------------------------------- corpora, backend
 corpora_app = typer.Typer(help="Fetch corpora that are downloaded at use time (never committed).",
                           no_args_is_help=True)
@@ -277,6 +509,248 @@ def backend_generate(
         typer.echo(render_text(result))
     gate_res = result.get("gate") or {}
     raise typer.Exit(1 if gate_res.get("passed") is False else 0)
+
+
+# ---- SKILL.md export/import
+@app.command("export")
+def export_cmd(
+    out_dir: Path = typer.Argument(..., help="Folder to write one <skill>/SKILL.md (+ skill.json) per skill into."),
+    fmt: str = typer.Option("skillmd", "--format", help="skillmd: agent-skills folders (YAML front matter + body)."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Export the store's skills as SKILL.md folders a coding agent can load."""
+    if fmt != "skillmd":
+        fail(f"--format: unknown format {fmt!r} (supported: skillmd)")
+    from skills.kernel_store import KernelStore
+    from skills.skillmd import SkillMdError, export_skills
+    from skills.store import Store
+
+    st = Store(store, read_only=True)
+    if not st.exists():
+        fail(f"no store at {st.root} (build one with `skills mine`, or pass --store)")
+    try:
+        skills = KernelStore(st).skills() if "skills" in st.tables() else []
+        paths = export_skills(skills, out_dir)
+    except SkillMdError as exc:
+        fail(str(exc))
+    finally:
+        st.close()
+    if as_json:
+        typer.echo(json.dumps({"format": fmt, "dir": str(out_dir), "skills": [
+            {"skill_id": s.skill_id, "name": s.name, "path": str(p)} for s, p in zip(skills, paths)]}, indent=2))
+    else:
+        for s, p in zip(skills, paths):
+            typer.echo(f"{s.skill_id}  {p}")
+        typer.echo(f"{len(paths)} skill(s) exported to {out_dir}")
+
+
+@app.command("import")
+def import_cmd(
+    in_dir: Path = typer.Argument(..., help="Folder of <skill>/SKILL.md folders (or one skill folder)."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    as_json: bool = typer.Option(False, "--json", help="Print what was imported as JSON."),
+) -> None:
+    """Import SKILL.md folders into the store (all or nothing; a skill with the same id is replaced)."""
+    from skills.skillmd import SkillMdError, import_skills, save_skills
+    from skills.store import Store
+
+    try:
+        skills = import_skills(in_dir)
+    except SkillMdError as exc:
+        fail(str(exc))
+    st = Store(store)
+    try:
+        save_skills(st, skills)
+    finally:
+        st.close()
+    if as_json:
+        typer.echo(json.dumps({"store": str(st.root), "imported": [
+            {"skill_id": s.skill_id, "name": s.name, "carrier": s.carrier} for s in skills]}, indent=2))
+    else:
+        for s in skills:
+            typer.echo(f"{s.skill_id}  {s.name}")
+        typer.echo(f"{len(skills)} skill(s) imported into {st.root}")
+
+
+# ---- report (issue 9)
+@app.command("report")
+def report_cmd(
+    problems: Optional[list[str]] = typer.Argument(None, help="Problems to include (default: every problem in the store)."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="The HTML file to write."),
+    title: str = typer.Option("", "--title", help="Page title (default: Kernel skills report)."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
+) -> None:
+    """Write one self-contained HTML report: lineages, step diffs, effect charts, skill cards, a skills index."""
+    from skills.report import HOW_TO_BUILD, ReportError, write_report
+    from skills.store import resolve_root
+
+    root = resolve_root(store)
+    try:
+        res = write_report(root, out, problems or [], title=title)
+    except ReportError as exc:
+        hint = f"; build one with `{HOW_TO_BUILD[0][1].format(store=root)}`" if str(exc).startswith("no store") else ""
+        fail(f"{exc}{hint}")
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror or exc}")
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+        return
+    if res["state"] == "empty":
+        typer.echo(f"store {root} holds no lineages yet; wrote {out} explaining how to build one: "
+                   f"`{HOW_TO_BUILD[0][1].format(store=root)}`", err=True)
+        return
+    typer.echo(f"wrote {out}: {res['problems']} problems, {res['lineages']} lineages, {res['steps']} steps, "
+               f"{res['skills']} skills; {res['bytes'] / 1e3:.0f} kB in {res['seconds']:.2f}s")
+
+
+# ---- retrieval (issue 5): index, query, serve. docs/query.md is the contract of `query --json`.
+def _blas_one_thread() -> None:
+    """Numpy's BLAS on one thread unless the user says otherwise: on a shared 2-core machine a
+    second BLAS thread spins and makes the query encoder 2-3x slower. Must run before numpy loads."""
+    import os
+
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, os.environ.get("SKILLS_BLAS_THREADS", "1"))
+
+
+def _parse_axes(axes: Optional[str]) -> Optional[dict]:
+    if not axes:
+        return None
+    out = {}
+    for part in axes.split(","):
+        name, _, value = part.partition("=")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
+        if not name.strip():
+            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
+    return out
+
+
+@app.command("index")
+def index_cmd(
+    retrain: bool = typer.Option(False, "--retrain", help="Retrain the graph encoder even if the data changed little."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the graph encoder's training."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Build or update the retrieval indexes of the store's kernel skills (text, graph, BM25)."""
+    from retrieval.skill_index import IndexError_, index_skills
+
+    st = _store(store)
+    if not st.exists():
+        fail(f"no store at {st.root}: build one with `skills mine corpora/kernels --executor cpu --store {st.root}`")
+
+    def log(msg: str) -> None:
+        if not as_json:
+            typer.echo(msg, err=True)
+    try:
+        report = index_skills(st, retrain=retrain, seed=seed, log=log)
+    except IndexError_ as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    t, g = report.text, report.graph
+    typer.echo(f"{report.n_skills} skills, {report.n_docs} documents; text: {t['embedded']} embedded, "
+               f"{t['deleted']} deleted; graph model {g['status']} ({g['reason']}); {report.seconds:.1f}s")
+    typer.echo(f"snapshot: {report.snapshot['path']}")
+
+
+@app.command("query")
+def query_cmd(
+    code: Optional[Path] = typer.Option(None, "--code", help="A CUDA source file to find applicable skills for."),
+    text: Optional[str] = typer.Option(None, "--text", help="A description of what to optimize."),
+    k: int = typer.Option(5, "--k", min=1, max=100, help="Skills to return."),
+    axes: Optional[str] = typer.Option(None, "--axes", help="Workload sizes for precondition checks, e.g. M=4096,N=1000."),
+    mode: str = typer.Option("fused", "--mode", help="fused | text | graph | bm25"),
+    no_server: bool = typer.Option(False, "--no-server", help="Answer in this process even if `skills serve` runs."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON (docs/query.md)."),
+) -> None:
+    """Which skills apply to this kernel, where, and why (uses a running `skills serve` when there is one)."""
+    _blas_one_thread()
+    from skills.store import resolve_root
+
+    def bad(kind: str, message: str, extra: Optional[dict] = None) -> None:
+        if as_json:
+            typer.echo(json.dumps({"error": {"kind": kind, "message": message, **(extra or {})}}, indent=2))
+        typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(2)
+
+    if (code is None) == (text is None):
+        bad("bad_input", "give exactly one of --code FILE or --text \"...\"")
+    src = None
+    if code is not None:
+        try:
+            src = code.read_text()
+        except FileNotFoundError:
+            bad("bad_input", f"{code}: no such file")
+        except (OSError, UnicodeDecodeError) as exc:
+            bad("bad_input", f"{code}: cannot read ({exc.__class__.__name__})")
+    root = resolve_root(store)
+    req = {"code": src, "text": text, "path": str(code) if code else "", "k": k, "axes": _parse_axes(axes),
+           "mode": mode, "include_filtered": True}
+    ans = None
+    if not no_server and (root / "serve.json").is_file():
+        from retrieval.server import find_server, request
+
+        info = find_server(root)
+        if info is not None:
+            try:
+                ans = request(info, "POST", "/query", {kk: v for kk, v in req.items() if v is not None})
+            except OSError:
+                ans = None  # the server went away: answer here
+            if ans is not None and ans.get("_status") == 500:
+                ans = None
+    if ans is None:
+        from retrieval.skill_search import QueryError, Searcher, SkillIndex, stale_warning
+
+        try:
+            idx = SkillIndex.open(root)
+            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req["axes"], mode=mode)
+            w = stale_warning(idx)
+            ans["warnings"] = [w] if w else []
+            ans["served_by"] = {"kind": "cli"}
+        except QueryError as exc:
+            ans = exc.to_dict()
+    ans.pop("_status", None)
+    if "error" in ans:
+        err = ans["error"]
+        bad(err.get("kind", "bad_input"), err.get("message", "query failed"),
+            {key: v for key, v in err.items() if key not in ("kind", "message")})
+    if as_json:
+        typer.echo(json.dumps(ans, indent=2))
+    else:
+        from retrieval.skill_search import render_text
+
+        typer.echo(render_text(ans))
+
+
+@app.command("serve")
+def serve_cmd(
+    host: str = typer.Option("127.0.0.1", "--host", help="Loopback address to bind (127.0.0.1 only)."),
+    port: int = typer.Option(0, "--port", min=0, max=65535, help="TCP port (0: any free port; see <store>/serve.json)."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+) -> None:
+    """Keep the skill index and encoders warm for fast queries (HTTP on loopback; API in docs/query.md)."""
+    _blas_one_thread()
+    from retrieval.server import find_server, serve
+    from skills.store import resolve_root
+
+    root = resolve_root(store)
+    running = find_server(root)
+    if running is not None:
+        fail(f"a server for {root} already runs: http://{running['host']}:{running['port']} (pid {running['pid']})")
+    try:
+        serve(root, host=host, port=port, ready=lambda i: typer.echo(
+            f"serving {root} on http://{i['host']}:{i['port']} (pid {i['pid']}); stop with Ctrl-C or POST /shutdown",
+            err=True))
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
 
 
 def main() -> None:  # pragma: no cover - console entry

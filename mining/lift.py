@@ -1,0 +1,264 @@
+"""Lifting: an accepted walk step, reversed (simpler -> optimized), becomes a Skill.
+
+Every field is filled from what the walk measured: the exemplar and diff from the two texts,
+the anchor from the optimized text's syntax tree, static deltas from the gate's static stage
+(registers, shared memory, spills, SASS mix), a time ratio only from GPU profiles, and
+preconditions from probing (`mining/probe.py`) or from the guard the expert wrote around the
+site. What is the same optimization is decided by `skills.records.skill_identity`.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from mining.carriers import Source
+from mining.probe import Hypothesis, ProbeOutcome, code_guard_text
+from skills.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
+
+# carrier -> (skill name, intent in the optimizing direction)
+CARRIER_SKILLS: dict[str, tuple[str, str]] = {
+    "vector_load": ("Vectorize global loads", "Load 16 bytes per instruction (float4/int4) so a warp issues a quarter of the load instructions and each transaction is fully used."),
+    "vector_store": ("Vectorize global stores", "Store 16 bytes per instruction (float4/int4): fewer store instructions, full-width transactions."),
+    "grid_stride": ("Grid-stride loop over a fixed grid", "Launch a grid sized to the machine and let each thread walk the problem with a grid-stride loop: launch cost and tail effects stop scaling with N, and per-thread setup is amortized."),
+    "ldg": ("Read-only loads through __ldg", "Route loads of data that is never written during the kernel through the non-coherent read-only path."),
+    "restrict": ("Promise no aliasing with __restrict__", "Mark pointers __restrict__ so the compiler may reorder, batch and cache loads across stores."),
+    "launch_bounds": ("Fix the block size with __launch_bounds__", "Tell the register allocator the maximum block size (and blocks per SM) so it budgets registers for the occupancy actually used."),
+    "unroll_pragma": ("Unroll the loop with #pragma unroll", "Unroll a loop with a compile-time trip count: independent iterations overlap (ILP), indices become constants, loop overhead disappears."),
+    "fast_math": ("Use fast hardware intrinsics", "Replace precise transcendental/division calls by the hardware approximations (__expf, __fdividef, rsqrtf) where the tolerance allows."),
+    "warp_shuffle_reduce": ("Reduce within a warp with shuffles", "Combine values across a warp in registers with __shfl_*_sync instead of a round trip through shared memory and barriers."),
+    "block_reduce_shared": ("Two-level block reduction", "Reduce each warp in registers, meet the per-warp partials in a small shared array, and fold them once more."),
+    "atomic_per_block": ("One atomic per block", "Publish a block's reduced result with a single global atomic instead of one per element."),
+    "shared_tile": ("Stage a reused tile in shared memory", "Load a tile of global data cooperatively into shared memory once and let many threads reuse it, cutting global traffic by the reuse factor."),
+    "shared_padding": ("Pad shared arrays against bank conflicts", "Add a column of padding to a shared array so strided (column) accesses fall in distinct banks."),
+    "transposed_tile": ("Store an operand tile transposed", "Keep an operand tile k-major in shared memory so each thread's fragment is contiguous and loads vectorize."),
+    "register_tile": ("Register tiling (several outputs per thread)", "Compute a small block of outputs per thread held in registers, reusing each loaded operand across the block."),
+    "register_cache": ("Cache reused data in registers", "Load data once into per-thread registers and reuse it instead of reloading from memory."),
+    "double_buffer": ("Double-buffer the shared tiles", "Prefetch the next tile while computing on the current one, using two shared stages."),
+    "multi_stage_pipeline": ("Multi-stage async pipeline", "Keep several shared stages in flight with asynchronous copies to hide global latency."),
+    "async_copy": ("Asynchronous global-to-shared copies", "Copy global data into shared memory with cp.async, bypassing registers."),
+    "tensor_core_wmma": ("Tensor-core MMA with wmma", "Do the matrix multiply-accumulate on tensor cores through the wmma API."),
+    "online_softmax": ("Online softmax", "Compute max and sum in one pass with rescaling, saving a pass over the data."),
+    "single_pass_stats": ("Single-pass mean and variance", "Compute mean and variance in one sweep (Welford/Chan merge)."),
+    "fused_epilogue": ("Fuse the element-wise epilogue", "Apply the element-wise tail (bias, activation, affine) before the store instead of in another pass."),
+    "fused_residual": ("Fuse the residual add", "Add the residual in registers on load and store it once, feeding the following reduction."),
+    "warp_scan": ("Warp-level scan with shuffles", "Compute a warp's inclusive prefix sum in registers with __shfl_up_sync."),
+    "block_scan": ("Block scan over warp totals", "Extend a warp scan to a block by scanning the warp totals through shared memory."),
+    "decoupled_lookback": ("Single-pass scan with decoupled look-back", "Publish tile aggregates and prefixes so successors look back instead of running a second pass."),
+    "dynamic_tile_id": ("Dynamic tile numbering", "Number tiles in block start order with an atomic ticket so every awaited predecessor is running."),
+    "privatized_atomics": ("Privatize atomics in shared memory", "Accumulate into a per-block shared copy with fast shared atomics and merge once to global."),
+    "halo_tile": ("Stage a halo tile for a stencil", "Load the tile plus its halo into shared memory once per block."),
+    "coalesced_transpose": ("Coalesced transpose through shared memory", "Reorder in shared memory so both the global reads and the global writes are coalesced."),
+}
+
+# operators whose skill is not the carrier's main one
+OPERATOR_SKILLS: dict[str, tuple[str, str]] = {
+    "drop_grid_clamp": ("Clamp the grid to the resident capacity", "Launch only as many blocks as the GPU keeps resident (SMs x blocks per SM) and let a grid-stride loop cover the rest: no tail wave, per-block setup amortized."),
+}
+
+# requires / conflicts between carriers, in the optimizing direction
+REQUIRES = {"shared_padding": ["shared_tile"], "double_buffer": ["shared_tile"], "transposed_tile": ["shared_tile"],
+            "multi_stage_pipeline": ["async_copy", "shared_tile"], "block_reduce_shared": ["warp_shuffle_reduce"],
+            "block_scan": ["warp_scan"], "decoupled_lookback": ["dynamic_tile_id"], "halo_tile": ["shared_tile"],
+            "coalesced_transpose": ["shared_tile"]}
+CONFLICTS = {"double_buffer": ["multi_stage_pipeline"], "multi_stage_pipeline": ["double_buffer"]}
+
+
+@dataclass
+class StepContext:
+    """Everything lifting needs about one accepted step (optimized = the step's input)."""
+    index: int
+    operator: str
+    carrier: str
+    proposer: str
+    description: str
+    variant: str
+    optimized: str
+    simpler: str
+    site_start: int
+    site_end: int
+    static_optimized: dict[str, Any]
+    static_simpler: dict[str, Any]
+    profile_optimized: Optional[dict[str, Any]] = None
+    profile_simpler: Optional[dict[str, Any]] = None
+    probes_optimized: list[ProbeOutcome] = field(default_factory=list)
+    probes_simpler: list[ProbeOutcome] = field(default_factory=list)
+    induced: Optional[Hypothesis] = None
+    guard: Optional[dict[str, Any]] = None  # {"text", "outcomes", "induced"} when a guard was forced
+    function: str = ""
+
+
+def exemplar(optimized: str, simpler: str, context: int = 2) -> tuple[str, str, str]:
+    """(simpler excerpt, optimized excerpt, unified diff simpler -> optimized)."""
+    a, b = simpler.splitlines(keepends=True), optimized.splitlines(keepends=True)
+    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    ops = [op for op in sm.get_opcodes() if op[0] != "equal"]
+    if not ops:
+        return "", "", ""
+    i1, i2 = max(0, ops[0][1] - context), min(len(a), ops[-1][2] + context)
+    j1, j2 = max(0, ops[0][3] - context), min(len(b), ops[-1][4] + context)
+    diff = "".join(difflib.unified_diff(a, b, "simpler.cu", "optimized.cu", n=context))
+    return "".join(a[i1:i2])[:4000], "".join(b[j1:j2])[:4000], diff[:8000]
+
+
+def anchor_of(source: str, start: int, end: int) -> Anchor:
+    src = Source(source)
+    node = src.tree.root_node.descendant_for_byte_range(start, max(start, end - 1))
+    path, loop = [], ""
+    n = node
+    while n is not None and n.type != "translation_unit":
+        path.append(n.type)
+        if not loop and n.type in ("for_statement", "while_statement", "do_statement"):
+            header = src.raw[n.start_byte:n.end_byte].decode("utf-8", "replace").split("\n", 1)[0]
+            loop = " ".join(header.split())[:120]
+        if n.type == "function_definition":
+            break
+        n = n.parent
+    f = src.function_at(start)
+    return Anchor(function=f.name if f else "", ast_path=list(reversed(path))[:24], enclosing_loop=loop,
+                  line=src.line_of(start), excerpt=src.excerpt(start, end))
+
+
+def _kernel_stats(static: dict[str, Any], arch: str, function: str) -> Optional[dict[str, Any]]:
+    kernels = static.get("archs", {}).get(arch, {}).get("kernels", {})
+    if not kernels:
+        return None
+    for name, stats in kernels.items():
+        if name.split("(")[0].split("<")[0].split("::")[-1].strip() == function:
+            return stats
+    # the site is in a device function or host code: use the whole module
+    agg = {"registers": max(s.get("registers", 0) for s in kernels.values()),
+           "smem_static": sum(s.get("smem_static", 0) for s in kernels.values()),
+           "spill_stores": sum(s.get("spill_stores", 0) for s in kernels.values()),
+           "spill_loads": sum(s.get("spill_loads", 0) for s in kernels.values()), "sass": {}}
+    for s in kernels.values():
+        for op, c in s.get("sass", {}).items():
+            agg["sass"][op] = agg["sass"].get(op, 0) + c
+    return agg
+
+
+def static_effects(ctx: StepContext) -> list[Effect]:
+    out = []
+    for arch in sorted(ctx.static_optimized.get("archs", {})):
+        a = _kernel_stats(ctx.static_optimized, arch, ctx.function)
+        b = _kernel_stats(ctx.static_simpler, arch, ctx.function)
+        if a is None or b is None:
+            continue
+        ops = set(a.get("sass", {})) | set(b.get("sass", {}))
+        sass = {op: a.get("sass", {}).get(op, 0) - b.get("sass", {}).get(op, 0) for op in ops}
+        sass = {k: v for k, v in sorted(sass.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:8] if v}
+        out.append(Effect(device=f"static:{arch}", method="static",
+                          registers_delta=a.get("registers", 0) - b.get("registers", 0),
+                          smem_delta=a.get("smem_static", 0) - b.get("smem_static", 0),
+                          spill_delta=(a.get("spill_stores", 0) + a.get("spill_loads", 0))
+                          - (b.get("spill_stores", 0) + b.get("spill_loads", 0)),
+                          sass_delta=sass))
+    return out
+
+
+def timing_effect(ctx: StepContext) -> Optional[Effect]:
+    """simpler time / optimized time on the largest workload, with a spread from the IQRs."""
+    if not ctx.profile_optimized or not ctx.profile_simpler:
+        return None
+    po, ps = ctx.profile_optimized.get("workloads", {}), ctx.profile_simpler.get("workloads", {})
+    common = [w for w in po if w in ps]
+    if not common:
+        return None
+    def volume(w: str) -> int:
+        v = 1
+        for x in po[w].get("axes", {}).values():
+            v *= max(1, int(x))
+        return v
+    w = max(common, key=volume)
+    o, s = po[w], ps[w]
+    dev = ctx.profile_optimized.get("device", {})
+    name = dev.get("name", "GPU")
+    cc = dev.get("compute_capability") or dev.get("cc") or ""
+    ratios = [ps[x]["median_ms"] / po[x]["median_ms"] for x in common if po[x]["median_ms"] > 0]
+    return Effect(device=f"{name}" + (f" (sm_{str(cc).replace('.', '')})" if cc else ""), method="gpu_timing",
+                  time_ratio=round(s["median_ms"] / o["median_ms"], 4),
+                  time_ratio_q1=round(s["q1_ms"] / o["q3_ms"], 4) if o["q3_ms"] else None,
+                  time_ratio_q3=round(s["q3_ms"] / o["q1_ms"], 4) if o["q1_ms"] else None,
+                  workload=w,
+                  timings_ms={"optimized": {k: o[k] for k in ("median_ms", "q1_ms", "q3_ms", "repeats")},
+                              "simpler": {k: s[k] for k in ("median_ms", "q1_ms", "q3_ms", "repeats")},
+                              "geomean_ratio_all_workloads": round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4)
+                              if ratios else None})
+
+
+def preconditions_of(ctx: StepContext) -> tuple[list[Precondition], list[Risk], list[str]]:
+    pre, risks, log = [], [], []
+    n = len(ctx.probes_optimized)
+    if n:
+        ok_o = sum(o.passed for o in ctx.probes_optimized)
+        ok_s = sum(o.passed for o in ctx.probes_simpler)
+        log.append(f"probes: {n} adversarial workloads; optimized form passes {ok_o}, simpler form passes {ok_s}")
+    probes_record = [{"axes": o.axes, "optimized": o.passed, "simpler": s.passed}
+                     for o, s in zip(ctx.probes_optimized, ctx.probes_simpler)]
+    if ctx.induced is not None:
+        h = ctx.induced
+        pre.append(Precondition(kind=h.kind, axis=h.axis, value=h.value, text=h.text, source="probe",
+                                probes=probes_record, status="discovered"))
+        for o, s in zip(ctx.probes_optimized, ctx.probes_simpler):
+            if not o.passed and s.passed:
+                risks.append(Risk(text=f"violating {h.text}: the optimized form fails", probe=o.axes, failure=o.reason[:300]))
+                break
+    if ctx.guard:
+        g = ctx.guard
+        for kind, axis, value in code_guard_text(g["text"]):
+            pre.append(Precondition(kind=kind, axis=axis, value=value, text=f"{axis} % {value} == 0",
+                                    source="code_guard", status="guarded_in_code",
+                                    probes=[{"guard": g["text"]}]))
+        outs: list[ProbeOutcome] = g.get("outcomes", [])
+        if outs:
+            log.append(f"guard `{g['text']}` forced true: {sum(o.passed for o in outs)}/{len(outs)} probes pass")
+        ih: Optional[Hypothesis] = g.get("induced")
+        if ih is not None:
+            pre.append(Precondition(kind=ih.kind, axis=ih.axis, value=ih.value, text=ih.text, source="probe",
+                                    probes=[{"axes": o.axes, "optimized_unguarded": o.passed} for o in outs],
+                                    status="discovered"))
+            bad = next((o for o in outs if not o.passed), None)
+            if bad is not None:
+                risks.append(Risk(text=f"without the guard `{g['text']}` ({ih.text} violated) the optimized path fails",
+                                  probe=bad.axes, failure=bad.reason[:300]))
+    if not pre:
+        pre.append(Precondition(kind="none_found", text="no probe made the optimized form fail: valid for every size tried",
+                                probes=probes_record, status="not_needed"))
+    return pre, risks, log
+
+
+def lift_step(ctx: StepContext, *, problem: str, op_type: str, lineage_id: str, kernel_hash: str, executor: str,
+              workloads: list[str], seeds: list[int], tolerances: dict[str, list[float]], dtypes: list[str],
+              gate_log: list[str]) -> Skill:
+    variant = ctx.variant
+    operator = ctx.operator if ctx.proposer == "deterministic" else "llm"
+    key, skill_id = skill_identity(ctx.carrier, operator, variant)
+    name, intent = OPERATOR_SKILLS.get(ctx.operator) or CARRIER_SKILLS.get(
+        ctx.carrier, (ctx.carrier.replace("_", " "), ctx.description))
+    if ctx.proposer == "llm" and ctx.description:
+        intent = f"{intent} (LLM-proposed step: {ctx.description})"
+    before, after, diff = exemplar(ctx.optimized, ctx.simpler)
+    anchor = anchor_of(ctx.optimized, ctx.site_start, ctx.site_end)
+    effects = static_effects(ctx)
+    timed = timing_effect(ctx)
+    if timed is not None:
+        effects.insert(0, timed)
+    pre, risks, probe_log = preconditions_of(ctx)
+    archs = sorted(ctx.static_optimized.get("archs", {}))
+    evidence = Evidence(problem=problem, op_type=op_type, lineage_id=lineage_id, step=ctx.index,
+                        kernel_hash=kernel_hash, executor=executor, workloads=workloads, seeds=seeds,
+                        tolerances=tolerances, before=before, after=after, diff=diff, effect=effects)
+    verification = [f"{problem} step {ctx.index}: " + line for line in gate_log + probe_log]
+    return Skill(
+        skill_id=skill_id, key=key, name=name, intent=intent, carrier=ctx.carrier, operator=operator, variant=variant,
+        anchor=anchor, before=before, after=after, diff=diff, preconditions=pre, effect=effects,
+        evidence=[evidence], risks=risks,
+        scope={"op_types": [op_type], "problems": [problem], "dtypes": dtypes, "archs": archs},
+        requires=REQUIRES.get(ctx.carrier, []), provides=[ctx.carrier], conflicts=CONFLICTS.get(ctx.carrier, []),
+        verification=verification,
+        provenance={"tool_version": TOOL_VERSION, "per_lineage": {lineage_id: {
+            "preconditions": [p.model_dump(mode="json") for p in pre],
+            "risks": [r.model_dump(mode="json") for r in risks],
+            "verification": verification, "dtypes": dtypes, "archs": archs}}},
+    )

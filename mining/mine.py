@@ -1,0 +1,457 @@
+"""`skills mine` as a library: walk each expert kernel backward, lift its steps, store them.
+
+    from mining.mine import MineConfig, mine_problem
+    outcome = mine_problem(Path("corpora/kernels/softmax"), MineConfig(executor="cpu"))
+
+Per problem: candidates come from the deterministic operators (`mining/operators/`, in the
+priority order below) and, when a model is configured, from the LLM operator; the kernel gate
+checks them in worker processes; the walk (`mining/walk.py`) accepts one per step; every
+lineage state is probed on adversarial workloads (`mining/probe.py`); accepted steps are lifted
+into skills (`mining/lift.py`); the lineage, its steps and the merged skills are written to the
+store in one transaction (`skills/kernel_store.py`).
+
+A lineage is identified by (problem, sha256 of the expert, executor, strategy); re-mining an
+unchanged expert with the same settings finds the stored lineage and does no gate work.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from corpora.problem import Problem, ProblemError, load_problem
+from mining.carriers import Source, detect_carriers
+from mining.gate import BadInput, GateConfig, run_gate
+from mining.gate.executors import resolve_executor
+from mining.lift import StepContext, lift_step
+from mining.operators import all_operators
+from mining.probe import (guard_conditions, force_guard, hypotheses, induce, outcomes_from_gate, probe_problem_dir,
+                          probe_workloads)
+from mining.walk import Candidate, Verdict, WalkEvent, WalkResult, backward_walk
+from skills.records import Lineage, Skill, Step, lineage_identity, sha256
+
+# The CPU strategy's fixed priority: local, declarative carriers first (a pragma, a qualifier,
+# an intrinsic), then access-width and data-movement rewrites, then structural ones. Removing
+# vector accesses and double buffers first is what makes a shared tile's fill simple enough for
+# shared_tile_to_global. Operators not listed run after these, in registry order.
+PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load", "fast_math_to_precise",
+            "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "double_to_single_buffer",
+            "shuffle_to_shared", "shrink_register_tile", "shared_tile_to_global", "drop_grid_clamp",
+            "grid_stride_to_single")
+
+
+@dataclass(frozen=True)
+class MineConfig:
+    executor: str = "auto"
+    strategy: Optional[str] = None  # None: smallest_effect on cuda, priority on cpu
+    jobs: int = 2
+    max_steps: int = 100
+    max_rejections: int = 200
+    time_limit_s: Optional[float] = None
+    model: Optional[str] = None  # LLM operator: off when None and SKILLS_MODEL is unset
+    seeds: tuple[int, ...] = (0, 1, 2)
+    archs: tuple[str, ...] = ("sm_90",)
+    timeout_s: float = 120.0
+    probe: bool = True
+    max_probes: int = 10
+    profile_top: int = 6
+    operators: Optional[tuple[str, ...]] = None  # restrict to these operator names
+    store: Optional[Path] = None
+    use_cache: bool = True
+    index: bool = False  # index this lineage's skills for retrieval right after saving (the CLI indexes once per run)
+
+    def fingerprint(self) -> str:
+        d = asdict(self)
+        for k in ("jobs", "store", "use_cache", "index", "time_limit_s"):
+            d.pop(k)
+        d["operators_all"] = [op.name for op in all_operators()]
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class MineOutcome:
+    problem: str
+    lineage: Optional[Lineage]
+    skills: list[Skill]  # skills after merging into the store
+    new_skills: int = 0
+    merged_skills: int = 0
+    cached: bool = False
+    wall_s: float = 0.0
+    error: str = ""
+    remaining_carriers: list[str] = field(default_factory=list)
+    removed_carriers: list[str] = field(default_factory=list)
+    listed_carriers: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- gate in worker processes
+def _gate_worker(args: tuple) -> dict[str, Any]:
+    problem_dir, kernel, cfg, source = args
+    try:
+        res = run_gate(Path(problem_dir), Path(kernel), cfg, source=source)
+        return res.to_dict()
+    except BadInput as exc:
+        return {"passed": False, "verdict": "error", "reason": str(exc), "stages": {}, "wall_s": 0.0}
+
+
+def _summary(d: dict[str, Any]) -> dict[str, Any]:
+    st = d.get("stages", {})
+    c = st.get("correctness", {})
+    return {"verdict": d.get("verdict"), "stages": {k: v.get("status") for k, v in st.items()},
+            "cases": f"{c.get('cases_passed', 0)}/{c.get('cases_total', 0)}" if c else "",
+            "wall_s": d.get("wall_s")}
+
+
+class KernelGateChecker:
+    """The kernel gate as the walk's Checker: static + correctness in a process pool; profile
+    (GPU timing) one at a time in this process."""
+
+    def __init__(self, problem: Problem, kernel: Path, gate_cfg: GateConfig, jobs: int, pool: Optional[ProcessPoolExecutor]):
+        self.problem, self.kernel, self.cfg, self.jobs, self.pool = problem, kernel, gate_cfg, jobs, pool
+        self.can_time = gate_cfg.executor == "cuda"
+        self.results: dict[str, dict[str, Any]] = {}  # source hash -> full gate dict
+        self.profiles: dict[str, dict[str, Any]] = {}
+
+    def check_many(self, sources: Sequence[str]) -> list[Verdict]:
+        args = [(str(self.problem.root), str(self.kernel), self.cfg, s) for s in sources]
+        if self.pool is not None and len(args) > 1:
+            dicts = list(self.pool.map(_gate_worker, args))
+        else:
+            dicts = [_gate_worker(a) for a in args]
+        out = []
+        for s, d in zip(sources, dicts):
+            self.results[sha256(s)] = d
+            out.append(Verdict(passed=bool(d.get("passed")), verdict=d.get("verdict", "error"),
+                               reason=d.get("reason", ""), summary=_summary(d),
+                               static=d.get("stages", {}).get("static", {}), raw=d, wall_s=d.get("wall_s", 0.0)))
+        return out
+
+    def profile(self, source: str) -> Optional[dict[str, Any]]:
+        if not self.can_time:
+            return None
+        h = sha256(source)
+        if h not in self.profiles:
+            cfg = GateConfig(**{**asdict(self.cfg), "stages": ("profile",)})
+            d = run_gate(self.problem.root, self.kernel, cfg, source=source).to_dict()
+            self.profiles[h] = d.get("stages", {}).get("profile", {})
+        p = self.profiles[h]
+        return p if p.get("status") == "pass" else None
+
+    def time(self, source: str) -> Optional[float]:
+        p = self.profile(source)
+        if not p or not p.get("workloads"):
+            return None
+        meds = [w["median_ms"] for w in p["workloads"].values() if w.get("median_ms", 0) > 0]
+        return math.exp(sum(map(math.log, meds)) / len(meds)) if meds else None
+
+
+# --------------------------------------------------------------------------- candidates
+def _operator_order(names: Optional[Sequence[str]]) -> list:
+    ops = all_operators()
+    if names:
+        unknown = set(names) - {op.name for op in ops}
+        if unknown:
+            raise BadInput(f"--operators: unknown operator {sorted(unknown)[0]!r}")
+        ops = [op for op in ops if op.name in names]
+    rank = {n: i for i, n in enumerate(PRIORITY)}
+    return sorted(ops, key=lambda op: (rank.get(op.name, len(PRIORITY)), [o.name for o in all_operators()].index(op.name)))
+
+
+def deterministic_candidates(source: str, operators: list) -> list[Candidate]:
+    """Every operator's sites, in priority order. Where an operator has several sites in one
+    function, a candidate removing all of them comes first (one decision, e.g. "fast intrinsics
+    in this kernel"); if the gate rejects it, the single sites follow."""
+    src = Source(source)
+    out = []
+    for op in operators:
+        try:
+            sites = op.find_sites(source)
+        except Exception as exc:  # an operator bug must not kill the walk: reported, no sites
+            print(f"warning: operator {op.name} failed on this source: {exc}", flush=True)
+            continue
+        by_function: dict[int, list] = {}
+        for site in sites:
+            f = src.function_at(site.start_byte)
+            by_function.setdefault(f.start_byte if f else -1, []).append((site, f))
+        for fstart, group in by_function.items():
+            f = group[0][1]
+            fn_hash = hashlib.sha256(src.raw[f.start_byte:f.end_byte] if f else src.raw).hexdigest()[:16]
+            if len(group) > 1:
+                new = _apply_all(op, source, [s for s, _ in group])
+                if new is not None:
+                    first, last = group[0][0], group[-1][0]
+                    out.append(Candidate(
+                        operator=op.name, carrier=op.carrier, source=new, site_line=first.line,
+                        site_excerpt=first.excerpt, site_start=first.start_byte, site_end=last.end_byte,
+                        description=f"{op.description} (all {len(group)} sites in {f.name if f else 'file scope'})",
+                        variant=getattr(op, "variant", ""), retry_key=f"{op.name}|{fn_hash}|all"))
+            for site, _ in group:
+                try:
+                    new = op.apply(source, site)
+                except Exception:
+                    continue
+                # unchanged enclosing function + same place = same candidate: not re-evaluated once rejected
+                retry = f"{op.name}|{fn_hash}|{site.start_byte - (f.start_byte if f else 0)}"
+                out.append(Candidate(operator=op.name, carrier=op.carrier, source=new, site_line=site.line,
+                                     site_excerpt=site.excerpt, site_start=site.start_byte, site_end=site.end_byte,
+                                     description=op.description, variant=getattr(op, "variant", ""), retry_key=retry))
+    return out
+
+
+def _apply_all(op, source: str, sites: list) -> Optional[str]:
+    """Apply several sites of one operator: last first, so earlier byte offsets stay valid."""
+    try:
+        for site in sorted(sites, key=lambda s: -s.start_byte):
+            source = op.apply(source, site)
+        return source
+    except Exception:
+        return None
+
+
+def llm_candidates(source: str, problem: Problem, model: str, rejected: list[tuple[int, Candidate, Verdict]],
+                   timeout_s: float, llm_kwargs: Optional[dict] = None) -> tuple[list[Candidate], list[str]]:
+    """One LLM-proposed simplification (mining/llm_operator.py); returns (candidates, failure reasons).
+    A reply that does not parse or apply costs tokens but yields no candidate."""
+    from mining import llm_operator
+
+    tried = [{"operator": c.operator, "carrier": c.carrier, "line": c.site_line, "reason": v.reason[:200],
+              "proposer": c.proposer, "description": c.description} for _, c, v in rejected[-12:]]
+    res = llm_operator.propose(source, problem_summary=llm_operator.summarize_problem(problem),
+                               carriers_present=detect_carriers(source, problem.solution.flags), rejected=tried,
+                               model=model, n=1, timeout=timeout_s, **(llm_kwargs or {}))
+    out = []
+    for i, c in enumerate(res.candidates):
+        out.append(Candidate(operator="llm", carrier=c.carrier, source=c.new_source, proposer="llm",
+                             site_line=c.line, site_excerpt=c.excerpt, site_start=c.start_byte, site_end=c.end_byte,
+                             description=c.description, retry_key=f"llm|{sha256(c.new_source)[:16]}",
+                             tokens=res.tokens if i == 0 else 0))
+    failures = [f.reason for f in res.failures]
+    if not out and res.tokens:  # the tokens are spent even when nothing usable came back
+        out.append(Candidate(operator="llm", carrier="", source=source, proposer="llm", tokens=res.tokens))
+    return out, failures
+
+
+def _run_many(problem_dir: Path, kernel: Path, cfg: GateConfig, sources: list[str],
+              pool: Optional[ProcessPoolExecutor]) -> list[dict[str, Any]]:
+    args = [(str(problem_dir), str(kernel), cfg, s) for s in sources]
+    return list(pool.map(_gate_worker, args)) if pool is not None and len(args) > 1 else [_gate_worker(a) for a in args]
+
+
+# --------------------------------------------------------------------------- probes
+def _probe(problem: Problem, kernel: Path, cfg: GateConfig, sources: list[str], jobs: int,
+           pool: Optional[ProcessPoolExecutor]):
+    probes = probe_workloads(problem, sources[0])
+    pdir = probe_problem_dir(problem, probes, (cfg.store or Path(".skills")).resolve() / "cache")
+    pcfg = GateConfig(**{**asdict(cfg), "stages": ("correctness",), "seeds": cfg.seeds[:1]})
+    dicts = _run_many(pdir, kernel, pcfg, sources, pool)
+    return probes, [outcomes_from_gate(d, probes) for d in dicts]
+
+
+# --------------------------------------------------------------------------- one problem
+def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: Optional[Path] = None,
+                 on_event: Callable[[WalkEvent], None] = lambda e: None,
+                 pool: Optional[ProcessPoolExecutor] = None, llm_kwargs: Optional[dict] = None) -> MineOutcome:
+    from skills.kernel_store import KernelStore
+    from skills.store import Store
+
+    t0 = time.perf_counter()
+    try:
+        problem = load_problem(Path(problem_dir))
+    except ProblemError as exc:
+        raise BadInput(str(exc)) from None
+    kernel_path = problem.kernel_path(kernel)
+    try:
+        expert = kernel_path.read_text()
+    except (FileNotFoundError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{kernel_path}: cannot read the kernel ({exc.__class__.__name__})") from None
+    executor = resolve_executor(config.executor)
+    strategy = config.strategy or ("smallest_effect" if executor == "cuda" else "priority")
+    if strategy == "smallest_effect" and executor != "cuda":
+        raise BadInput("--strategy smallest_effect needs GPU timings: use --executor cuda (or --strategy priority)")
+    model = config.model or os.environ.get("SKILLS_MODEL") or None
+    store_root = Path(config.store or os.environ.get("SKILLS_STORE") or ".skills")
+    store = Store(store_root)
+    ks = KernelStore(store)
+    solution = problem.solution.for_file(kernel_path.name)
+    listed = list(solution.carriers)
+    kernel_hash = sha256(expert)
+    lineage_id = lineage_identity(problem.name, kernel_hash, executor, strategy + (f"+llm:{model}" if model else ""))
+    fp = config.fingerprint()
+
+    existing = ks.lineage(lineage_id) if store.exists() else None
+    if existing is not None and existing.config.get("fingerprint") == fp and config.use_cache:
+        skills = [s for s in ks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
+        final = ks.source(existing.final_hash) or expert
+        return _outcome(problem, existing, skills, 0, 0, True, time.perf_counter() - t0, listed, expert, final)
+
+    # the walk checks correctness only; static stats (nvcc + SASS) are computed for accepted states afterwards
+    gate_cfg = GateConfig(executor=executor, stages=("correctness",), seeds=config.seeds, archs=config.archs,
+                          timeout_s=config.timeout_s, use_cache=config.use_cache, store=store_root)
+    checker = KernelGateChecker(problem, kernel_path, gate_cfg, config.jobs, pool)
+    operators = _operator_order(config.operators)
+    rejected_so_far: list = []
+    llm_failures: list[tuple[int, str]] = []
+
+    def propose(source: str, step: int) -> list[Candidate]:
+        cands = deterministic_candidates(source, operators)
+        if model:
+            llm, failures = llm_candidates(source, problem, model, rejected_so_far, config.timeout_s, llm_kwargs)
+            llm_failures.extend((step, f) for f in failures)
+            cands += llm
+        return cands
+
+    def event(e: WalkEvent) -> None:
+        if e.kind == "evaluated" and e.verdict is not None and not e.verdict.passed and e.candidate is not None:
+            rejected_so_far.append((e.step, e.candidate, e.verdict))
+        on_event(e)
+
+    walk = backward_walk(expert, propose, checker, strategy=strategy, jobs=config.jobs, max_steps=config.max_steps,
+                         max_rejections=config.max_rejections, time_limit_s=config.time_limit_s,
+                         profile_top=config.profile_top, on_event=event)
+    if walk.termination == "start_failed":
+        v = walk.start_verdict
+        raise BadInput(f"{kernel_path}: the expert itself does not pass the gate ({v.reason if v else 'unknown'})")
+
+    # probe every lineage state once (optimized side of step k = state k-1)
+    probes, state_outcomes, guard_info = None, [], {}
+    if config.probe:
+        probes, state_outcomes = _probe(problem, kernel_path, gate_cfg, walk.states, config.jobs, pool)
+        forced_sources, forced_keys = [], []
+        for k, (cand, _) in enumerate(walk.accepted, start=1):
+            guards = guard_conditions(walk.states[k - 1], cand.site_start, cand.site_end)
+            if guards:
+                gs, ge, text = guards[0]
+                forced_sources.append(force_guard(walk.states[k - 1], gs, ge))
+                forced_keys.append((k, " ".join(text.split())))
+        if forced_sources:
+            _, forced_out = _probe(problem, kernel_path, gate_cfg, [walk.states[0]] + forced_sources, config.jobs, pool)
+            for (k, text), outs in zip(forced_keys, forced_out[1:]):
+                guard_info[k] = {"text": text, "outcomes": outs}
+
+    static_cfg = GateConfig(**{**asdict(gate_cfg), "stages": ("static",)})
+    static_dicts = _run_many(problem.root, kernel_path, static_cfg, walk.states, pool)
+    statics = {sha256(s): d.get("stages", {}).get("static", {}) for s, d in zip(walk.states, static_dicts)}
+
+    # GPU timings of every state (the walk timed some already; the checker caches them)
+    profiles = [checker.profile(s) for s in walk.states] if checker.can_time else [None] * len(walk.states)
+
+    row_axes = _row_axes(problem)
+    var_axes = [a for a, spec in problem.definition.axes.items() if getattr(spec, "type", "var") == "var"]
+    space = hypotheses(var_axes, probes.tiles if probes else [], row_axes)
+    workloads = [w.label for w in problem.workloads if not (executor == "cpu" and "large" in w.tags)]
+    tolerances = {n: list(problem.definition.tolerance_for(n)) for n in problem.definition.outputs}
+    dtypes = sorted({s.dtype for s in list(problem.definition.inputs.values()) + list(problem.definition.outputs.values())})
+    static_of = lambda s: statics.get(sha256(s), {})  # noqa: E731
+
+    steps: list[Step] = []
+    skills: list[Skill] = []
+    for k, (cand, verdict) in enumerate(walk.accepted, start=1):
+        before, after = walk.states[k - 1], walk.states[k]
+        ctx = StepContext(index=k, operator=cand.operator, carrier=cand.carrier, proposer=cand.proposer,
+                          description=cand.description, variant=cand.variant, optimized=before, simpler=after,
+                          site_start=cand.site_start, site_end=cand.site_end,
+                          static_optimized=static_of(before), static_simpler=static_of(after),
+                          profile_optimized=profiles[k - 1], profile_simpler=profiles[k],
+                          function=(Source(before).function_at(cand.site_start).name
+                                    if Source(before).function_at(cand.site_start) else ""))
+        if state_outcomes:
+            ctx.probes_optimized, ctx.probes_simpler = state_outcomes[k - 1], state_outcomes[k]
+            ctx.induced = induce(ctx.probes_optimized, ctx.probes_simpler, space)
+        if k in guard_info and state_outcomes:
+            g = guard_info[k]
+            g["induced"] = induce(g["outcomes"], state_outcomes[k - 1], space)
+            ctx.guard = g
+        c = verdict.raw.get("stages", {}).get("correctness", {})
+        gate_log = [f"{executor} gate: {c.get('cases_passed', 0)}/{c.get('cases_total', 0)} cases pass "
+                    f"({len(c.get('workloads', []))} workloads x seeds {list(config.seeds)}; "
+                    f"{len(c.get('runs', []))} schedule order(s))"]
+        skill = lift_step(ctx, problem=problem.name, op_type=problem.definition.op_type, lineage_id=lineage_id,
+                          kernel_hash=kernel_hash, executor=executor, workloads=workloads, seeds=list(config.seeds),
+                          tolerances=tolerances, dtypes=dtypes, gate_log=gate_log)
+        skills.append(skill)
+        steps.append(_step(lineage_id, k, cand, verdict, before, after, True, skill_id=skill.skill_id,
+                           static=static_of(after), effect=skill.effect))
+    rejections = [_step(lineage_id, k, cand, v, walk.states[min(k - 1, len(walk.states) - 1)], cand.source, False)
+                  for k, cand, v in walk.rejected]
+    lineage = Lineage(
+        lineage_id=lineage_id, problem=problem.name, problem_dir=str(problem.root), op_type=problem.definition.op_type,
+        kernel=kernel_path.name, kernel_hash=kernel_hash, executor=executor, strategy=strategy,
+        termination=walk.termination, steps=steps, rejections=rejections,
+        sources={sha256(s): s for s in walk.states}, start_static=static_of(expert), final_hash=sha256(walk.states[-1]),
+        wall_s=round(time.perf_counter() - t0, 3), llm_tokens=walk.tokens,
+        config={"fingerprint": fp, "max_steps": config.max_steps, "max_rejections": config.max_rejections,
+                "seeds": list(config.seeds), "archs": list(config.archs), "model": model or "",
+                "probes": probes.workloads if probes else [], "operators": [op.name for op in operators],
+                "listed_carriers": listed, "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures]})
+    existing_ids = {s.skill_id for s in ks.skills()} if store.exists() else set()
+    gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
+                 for h, d in checker.results.items()]
+    merged = ks.save_lineage(lineage, skills, {"definition": problem.definition.model_dump(mode="json")}, gate_runs)
+    new = len({s.skill_id for s in skills} - existing_ids)
+    if config.index and merged:
+        _index(store, merged)
+    return _outcome(problem, lineage, merged, new, len({s.skill_id for s in skills}) - new, False,
+                    time.perf_counter() - t0, listed, expert, walk.states[-1])
+
+
+def _index(store, skills: list[Skill]) -> None:
+    """Incremental retrieval indexing of what this lineage added (when retrieval is installed)."""
+    try:
+        from retrieval.skill_index import index_skills
+    except ImportError:
+        return
+    index_skills(store, skills)
+
+
+def _row_axes(problem: Problem) -> dict[str, int]:
+    """Axes that are the innermost (row) dimension of some tensor -> element size in bytes."""
+    from mining.probe import ELEM_BYTES
+
+    out = {}
+    for spec in list(problem.definition.inputs.values()) + list(problem.definition.outputs.values()):
+        if spec.shape and isinstance(spec.shape[-1], str):
+            out.setdefault(spec.shape[-1], ELEM_BYTES.get(spec.dtype, 4))
+    return out
+
+
+def _step(lineage_id: str, index: int, cand: Candidate, verdict: Verdict, before: str, after: str, accepted: bool,
+          skill_id: str = "", static: Optional[dict] = None, effect: Optional[list] = None) -> Step:
+    import difflib
+
+    diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "before.cu", "after.cu", n=2))
+    return Step(lineage_id=lineage_id, index=index, accepted=accepted, operator=cand.operator, carrier=cand.carrier,
+                proposer=cand.proposer if cand.proposer in ("deterministic", "llm") else "deterministic",
+                site_line=cand.site_line, site_excerpt=cand.site_excerpt, site_start=cand.site_start,
+                site_end=cand.site_end, before_hash=sha256(before), after_hash=sha256(after), diff=diff[:20000],
+                reason="" if accepted else (verdict.reason or verdict.verdict)[:1000], verdict=verdict.verdict,
+                gate=verdict.summary, static=_compact_static(static or {}), effect=effect or [],
+                skill_id=skill_id, wall_s=float(verdict.wall_s or 0.0))
+
+
+def _compact_static(static: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for arch, r in static.get("archs", {}).items():
+        out[arch] = {k: {f: v.get(f) for f in ("registers", "smem_static", "spill_stores", "spill_loads", "sass_total")}
+                     for k, v in r.get("kernels", {}).items()}
+    return out
+
+
+def _outcome(problem: Problem, lineage: Lineage, skills: list[Skill], new: int, merged: int, cached: bool, wall: float,
+             listed: list[str], expert: str, final: str) -> MineOutcome:
+    flags = problem.solution.flags
+    final_carriers = {n for n, sites in detect_carriers(final, flags).items() if sites}
+    removed = [c for c in listed if c not in final_carriers]
+    return MineOutcome(problem=problem.name, lineage=lineage, skills=skills, new_skills=new, merged_skills=merged,
+                       cached=cached, wall_s=wall, remaining_carriers=[c for c in listed if c in final_carriers],
+                       removed_carriers=removed, listed_carriers=listed)
+
+
+def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
+    """Worker processes for gate runs (spawned: the parent holds threads and a duckdb handle)."""
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) if jobs > 1 else None

@@ -1,0 +1,233 @@
+"""Kernel tables of the store: problems, kernels, lineages, steps, gate_runs, skills.
+
+Each table keeps the queryable columns flat (so `duckdb .skills/store.duckdb` answers SQL
+directly) and the whole record as JSON (`record`), the source of truth the Python API reads.
+
+`save_lineage` writes one lineage, its steps, its gate runs and the skills it touched in ONE
+transaction: a killed run leaves the store as it was. Saving the same lineage again (same
+problem, expert hash, executor and strategy) replaces it, and its evidence inside merged
+skills, instead of adding a copy.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Optional
+
+from skills.merge import merge_skill
+from skills.records import Lineage, Skill, Step
+from skills.store import Store, register_section
+
+KERNEL_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS problems (
+        problem VARCHAR PRIMARY KEY,
+        op_type VARCHAR,
+        dir VARCHAR,
+        definition JSON,
+        updated_at TIMESTAMP DEFAULT current_timestamp
+    )""",
+    """CREATE TABLE IF NOT EXISTS kernels (
+        kernel_hash VARCHAR PRIMARY KEY,
+        problem VARCHAR NOT NULL,
+        role VARCHAR NOT NULL,
+        source VARCHAR NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS lineages (
+        lineage_id VARCHAR PRIMARY KEY,
+        problem VARCHAR NOT NULL,
+        kernel VARCHAR NOT NULL,
+        kernel_hash VARCHAR NOT NULL,
+        executor VARCHAR NOT NULL,
+        strategy VARCHAR NOT NULL,
+        termination VARCHAR NOT NULL,
+        n_steps INTEGER NOT NULL,
+        n_rejections INTEGER NOT NULL,
+        final_hash VARCHAR,
+        wall_s DOUBLE,
+        llm_tokens INTEGER,
+        kind VARCHAR DEFAULT 'kernel',
+        record JSON NOT NULL,
+        created_at TIMESTAMP DEFAULT current_timestamp
+    )""",
+    """CREATE TABLE IF NOT EXISTS steps (
+        lineage_id VARCHAR NOT NULL,
+        seq INTEGER NOT NULL,
+        step INTEGER NOT NULL,
+        accepted BOOLEAN NOT NULL,
+        operator VARCHAR NOT NULL,
+        carrier VARCHAR NOT NULL,
+        proposer VARCHAR,
+        site_line INTEGER,
+        verdict VARCHAR,
+        reason VARCHAR,
+        skill_id VARCHAR,
+        before_hash VARCHAR,
+        after_hash VARCHAR,
+        record JSON NOT NULL,
+        PRIMARY KEY (lineage_id, seq)
+    )""",
+    """CREATE TABLE IF NOT EXISTS gate_runs (
+        source_hash VARCHAR NOT NULL,
+        problem VARCHAR NOT NULL,
+        executor VARCHAR NOT NULL,
+        verdict VARCHAR NOT NULL,
+        reason VARCHAR,
+        summary JSON,
+        PRIMARY KEY (source_hash, problem, executor)
+    )""",
+    """CREATE TABLE IF NOT EXISTS skills (
+        skill_id VARCHAR PRIMARY KEY,
+        key VARCHAR NOT NULL,
+        name VARCHAR NOT NULL,
+        kind VARCHAR NOT NULL,
+        carrier VARCHAR NOT NULL,
+        operator VARCHAR NOT NULL,
+        intent VARCHAR,
+        n_evidence INTEGER NOT NULL,
+        problems VARCHAR[],
+        has_precondition BOOLEAN,
+        record JSON NOT NULL,
+        updated_at TIMESTAMP DEFAULT current_timestamp
+    )""",
+]
+register_section("kernels", 1, KERNEL_SCHEMA)
+
+
+class KernelStore:
+    """Kernel-side API over a Store (also used by backend lineages: `kind` tells them apart)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        if not store.read_only and store._con is not None:
+            # the connection was opened before this module registered its section
+            for stmt in KERNEL_SCHEMA:
+                store.con.execute(stmt)
+
+    # ---- writes
+    def save_lineage(self, lineage: Lineage, skills: Iterable[Skill], problem_info: dict[str, Any],
+                     gate_runs: Iterable[dict[str, Any]] = (), kind: str = "kernel") -> list[Skill]:
+        """Write a lineage and merge its skills, all or nothing. Returns the merged skills."""
+        skills = list(skills)
+        store = self.store
+        with store.transaction() as con:
+            old = con.execute("SELECT skill_id FROM steps WHERE lineage_id = ? AND skill_id IS NOT NULL AND skill_id <> ''",
+                              [lineage.lineage_id]).fetchall()
+            touched = {r[0] for r in old} | {s.skill_id for s in skills}
+            con.execute("DELETE FROM steps WHERE lineage_id = ?", [lineage.lineage_id])
+            con.execute("DELETE FROM lineages WHERE lineage_id = ?", [lineage.lineage_id])
+            con.execute("INSERT INTO problems (problem, op_type, dir, definition) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (problem) DO UPDATE SET op_type = excluded.op_type, dir = excluded.dir, "
+                        "definition = excluded.definition, updated_at = now()",
+                        [lineage.problem, lineage.op_type, lineage.problem_dir,
+                         json.dumps(problem_info.get("definition", {}))])
+            for h, text in lineage.sources.items():
+                role = "expert" if h == lineage.kernel_hash else ("final" if h == lineage.final_hash else "step")
+                con.execute("INSERT INTO kernels (kernel_hash, problem, role, source) VALUES (?, ?, ?, ?) "
+                            "ON CONFLICT (kernel_hash) DO NOTHING", [h, lineage.problem, role, text])
+            con.execute("INSERT INTO lineages (lineage_id, problem, kernel, kernel_hash, executor, strategy, termination, "
+                        "n_steps, n_rejections, final_hash, wall_s, llm_tokens, kind, record) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [lineage.lineage_id, lineage.problem, lineage.kernel, lineage.kernel_hash, lineage.executor,
+                         lineage.strategy, lineage.termination, len(lineage.steps), len(lineage.rejections),
+                         lineage.final_hash, lineage.wall_s, lineage.llm_tokens, kind,
+                         lineage.model_dump_json(exclude={"sources"})])
+            for seq, step in enumerate(sorted(lineage.steps + lineage.rejections, key=lambda s: (s.index, not s.accepted))):
+                con.execute("INSERT INTO steps (lineage_id, seq, step, accepted, operator, carrier, proposer, site_line, "
+                            "verdict, reason, skill_id, before_hash, after_hash, record) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [lineage.lineage_id, seq, step.index, step.accepted, step.operator, step.carrier,
+                             step.proposer, step.site_line, step.verdict, step.reason, step.skill_id,
+                             step.before_hash, step.after_hash, step.model_dump_json()])
+            for run in gate_runs:
+                con.execute("INSERT INTO gate_runs (source_hash, problem, executor, verdict, reason, summary) "
+                            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (source_hash, problem, executor) DO UPDATE SET "
+                            "verdict = excluded.verdict, reason = excluded.reason, summary = excluded.summary",
+                            [run["source_hash"], lineage.problem, lineage.executor, run["verdict"], run.get("reason", ""),
+                             json.dumps(run.get("summary", {}))])
+            incoming = {s.skill_id: s for s in skills}
+            merged_out = []
+            for skill_id in sorted(touched):
+                row = con.execute("SELECT record FROM skills WHERE skill_id = ?", [skill_id]).fetchone()
+                existing = Skill.model_validate_json(row[0]) if row else None
+                if existing is not None and skill_id not in incoming:
+                    # this lineage no longer produces the skill: drop its evidence only
+                    existing = _without_lineage(existing, lineage.lineage_id)
+                    if not existing.evidence:
+                        con.execute("DELETE FROM skills WHERE skill_id = ?", [skill_id])
+                        continue
+                    merged = merge_skill(None, existing)
+                else:
+                    merged = merge_skill(existing, incoming[skill_id])
+                self._put_skill(con, merged)
+                merged_out.append(merged)
+        return merged_out
+
+    def put_skill(self, skill: Skill) -> None:
+        """Insert or replace one skill record (SKILL.md import)."""
+        with self.store.transaction() as con:
+            self._put_skill(con, skill)
+
+    @staticmethod
+    def _put_skill(con, s: Skill) -> None:
+        con.execute("DELETE FROM skills WHERE skill_id = ?", [s.skill_id])
+        con.execute("INSERT INTO skills (skill_id, key, name, kind, carrier, operator, intent, n_evidence, problems, "
+                    "has_precondition, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [s.skill_id, s.key, s.name, s.kind, s.carrier, s.operator, s.intent, len(s.evidence),
+                     sorted({e.problem for e in s.evidence}),
+                     any(p.kind != "none_found" for p in s.preconditions), s.model_dump_json()])
+
+    # ---- reads
+    def skills(self, kind: Optional[str] = None, carrier: Optional[str] = None) -> list[Skill]:
+        sql, params = "SELECT record FROM skills", []
+        where = []
+        if kind:
+            where.append("kind = ?"), params.append(kind)
+        if carrier:
+            where.append("carrier = ?"), params.append(carrier)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [Skill.model_validate_json(r["record"]) for r in self.store.query(sql + " ORDER BY name, skill_id", params)]
+
+    def skill(self, ident: str) -> Optional[Skill]:
+        """By id, id prefix, key or name."""
+        rows = self.store.query("SELECT record FROM skills WHERE skill_id = ? OR key = ? OR name = ? "
+                                "OR skill_id LIKE ? ORDER BY skill_id", [ident, ident, ident, ident + "%"])
+        return Skill.model_validate_json(rows[0]["record"]) if len(rows) >= 1 else None
+
+    def lineages(self, problem: Optional[str] = None, kind: Optional[str] = None) -> list[Lineage]:
+        sql, params, where = "SELECT record FROM lineages", [], []
+        if problem:
+            where.append("problem = ?"), params.append(problem)
+        if kind:
+            where.append("kind = ?"), params.append(kind)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        out = []
+        for r in self.store.query(sql + " ORDER BY problem, created_at", params):
+            lin = Lineage.model_validate_json(r["record"])
+            out.append(lin)
+        return out
+
+    def lineage(self, ident: str) -> Optional[Lineage]:
+        rows = self.store.query("SELECT record FROM lineages WHERE lineage_id = ? OR problem = ? ORDER BY created_at DESC",
+                                [ident, ident])
+        return Lineage.model_validate_json(rows[0]["record"]) if rows else None
+
+    def source(self, kernel_hash: str) -> Optional[str]:
+        return self.store.scalar("SELECT source FROM kernels WHERE kernel_hash = ?", [kernel_hash])
+
+    def steps(self, lineage_id: str) -> list[Step]:
+        return [Step.model_validate_json(r["record"]) for r in
+                self.store.query("SELECT record FROM steps WHERE lineage_id = ? ORDER BY seq", [lineage_id])]
+
+    def counts(self) -> dict[str, int]:
+        return {t: int(self.store.scalar(f"SELECT count(*) FROM {t}") or 0)
+                for t in ("problems", "lineages", "steps", "skills")}
+
+
+def _without_lineage(skill: Skill, lineage_id: str) -> Skill:
+    s = skill.model_copy(deep=True)
+    s.evidence = [e for e in s.evidence if e.lineage_id != lineage_id]
+    per = dict(s.provenance.get("per_lineage", {}))
+    per.pop(lineage_id, None)
+    s.provenance["per_lineage"] = per
+    return s
