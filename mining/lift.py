@@ -87,6 +87,7 @@ class StepContext:
     induced: Optional[Hypothesis] = None
     guard: Optional[dict[str, Any]] = None  # {"text", "outcomes", "induced"} when a guard was forced
     function: str = ""
+    axes: list[str] = field(default_factory=list)  # the definition's axis names (guards use kernel parameter names)
 
 
 def exemplar(optimized: str, simpler: str, context: int = 2) -> tuple[str, str, str]:
@@ -206,7 +207,9 @@ def preconditions_of(ctx: StepContext) -> tuple[list[Precondition], list[Risk], 
                 break
     if ctx.guard:
         g = ctx.guard
-        for kind, axis, value in code_guard_text(g["text"]):
+        for kind, name, value in code_guard_text(g["text"]):
+            axis = next((a for a in ctx.axes if a == name), None) or next(
+                (a for a in ctx.axes if a.lower() == name.lower()), name)
             pre.append(Precondition(kind=kind, axis=axis, value=value, text=f"{axis} % {value} == 0",
                                     source="code_guard", status="guarded_in_code",
                                     probes=[{"guard": g["text"]}]))

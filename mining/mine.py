@@ -359,7 +359,8 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                           static_optimized=static_of(before), static_simpler=static_of(after),
                           profile_optimized=profiles[k - 1], profile_simpler=profiles[k],
                           function=(Source(before).function_at(cand.site_start).name
-                                    if Source(before).function_at(cand.site_start) else ""))
+                                    if Source(before).function_at(cand.site_start) else ""),
+                          axes=list(problem.definition.axes))
         if state_outcomes:
             ctx.probes_optimized, ctx.probes_simpler = state_outcomes[k - 1], state_outcomes[k]
             ctx.induced = induce(ctx.probes_optimized, ctx.probes_simpler, space)
