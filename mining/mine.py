@@ -42,8 +42,10 @@ from skills.records import Lineage, Skill, Step, lineage_identity, sha256
 # vector accesses and double buffers first is what makes a shared tile's fill simple enough for
 # shared_tile_to_global. Operators not listed run after these, in registry order.
 PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load", "fast_math_to_precise",
-            "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "double_to_single_buffer",
-            "shuffle_to_shared", "shrink_register_tile", "shared_tile_to_global", "drop_grid_clamp",
+            "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "async_copy_to_sync",
+            "drop_pipeline_sync", "double_to_single_buffer", "register_cache_to_reload", "shuffle_to_shared",
+            "scan_shuffle_to_shared", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",
+            "privatized_to_global_atomics", "shrink_register_tile", "shared_tile_to_global", "drop_grid_clamp",
             "grid_stride_to_single")
 
 
@@ -62,6 +64,8 @@ class MineConfig:
     probe: bool = True
     max_probes: int = 10
     profile_top: int = 6
+    profile_all_workloads: bool = False  # GPU effects: every workload, or only the primary large one (faster)
+    profile_repeats: int = 20
     operators: Optional[tuple[str, ...]] = None  # restrict to these operator names
     store: Optional[Path] = None
     use_cache: bool = True
@@ -112,9 +116,12 @@ class KernelGateChecker:
     """The kernel gate as the walk's Checker: static + correctness in a process pool; profile
     (GPU timing) one at a time in this process."""
 
-    def __init__(self, problem: Problem, kernel: Path, gate_cfg: GateConfig, jobs: int, pool: Optional[ProcessPoolExecutor]):
+    def __init__(self, problem: Problem, kernel: Path, gate_cfg: GateConfig, jobs: int, pool: Optional[ProcessPoolExecutor],
+                 profile_dir: Optional[Path] = None, profile_repeats: int = 20):
         self.problem, self.kernel, self.cfg, self.jobs, self.pool = problem, kernel, gate_cfg, jobs, pool
         self.can_time = gate_cfg.executor == "cuda"
+        self.profile_dir = profile_dir or problem.root
+        self.profile_repeats = profile_repeats
         self.results: dict[str, dict[str, Any]] = {}  # source hash -> full gate dict
         self.profiles: dict[str, dict[str, Any]] = {}
 
@@ -137,8 +144,9 @@ class KernelGateChecker:
             return None
         h = sha256(source)
         if h not in self.profiles:
-            cfg = GateConfig(**{**asdict(self.cfg), "stages": ("profile",)})
-            d = run_gate(self.problem.root, self.kernel, cfg, source=source).to_dict()
+            cfg = GateConfig(**{**asdict(self.cfg), "stages": ("profile",), "profile_repeats": self.profile_repeats})
+            with gpu_timing_lock(Path(self.cfg.store or ".skills")):
+                d = run_gate(self.profile_dir, self.kernel, cfg, source=source).to_dict()
             self.profiles[h] = d.get("stages", {}).get("profile", {})
         p = self.profiles[h]
         return p if p.get("status") == "pass" else None
@@ -149,6 +157,44 @@ class KernelGateChecker:
             return None
         meds = [w["median_ms"] for w in p["workloads"].values() if w.get("median_ms", 0) > 0]
         return math.exp(sum(map(math.log, meds)) / len(meds)) if meds else None
+
+
+def gpu_timing_lock(store_root: Path):
+    """Serialize GPU timing across threads and processes that mine into one store: two kernels
+    timed at once would each measure the other."""
+    import contextlib
+    import fcntl
+
+    @contextlib.contextmanager
+    def _lock():
+        path = Path(store_root).resolve() / "cache" / "gpu-timing.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    return _lock()
+
+
+def primary_profile_dir(problem: Problem, cache_root: Path) -> Path:
+    """The problem with only its primary large workload (the one effects are reported on)."""
+    from mining.probe import workload_subset_dir
+
+    large = [w for w in problem.workloads if "large" in w.tags] or [max(problem.workloads, key=lambda w: _vol(w.axes))]
+    w = large[0]
+    line = {"axes": w.axes, "tags": list(w.tags)}
+    if w.scalars:
+        line["scalars"] = dict(w.scalars)
+    return workload_subset_dir(problem, [line], cache_root)
+
+
+def _vol(axes: dict[str, int]) -> int:
+    v = 1
+    for x in axes.values():
+        v *= max(1, int(x))
+    return v
 
 
 # --------------------------------------------------------------------------- candidates
@@ -293,7 +339,10 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     # the walk checks correctness only; static stats (nvcc + SASS) are computed for accepted states afterwards
     gate_cfg = GateConfig(executor=executor, stages=("correctness",), seeds=config.seeds, archs=config.archs,
                           timeout_s=config.timeout_s, use_cache=config.use_cache, store=store_root)
-    checker = KernelGateChecker(problem, kernel_path, gate_cfg, config.jobs, pool)
+    profile_dir = None
+    if executor == "cuda" and not config.profile_all_workloads:
+        profile_dir = primary_profile_dir(problem, store_root.resolve() / "cache")
+    checker = KernelGateChecker(problem, kernel_path, gate_cfg, config.jobs, pool, profile_dir, config.profile_repeats)
     operators = _operator_order(config.operators)
     rejected_so_far: list = []
     llm_failures: list[tuple[int, str]] = []

@@ -130,7 +130,12 @@ def _volume(axes: dict[str, int]) -> int:
 
 def probe_problem_dir(problem: Problem, probes: ProbeSet, cache_root: Path) -> Path:
     """A copy of the problem folder whose workloads are the probes (content-addressed, reused)."""
-    key = content_key("probe-problem", problem.content_hash, probes.workloads)
+    return workload_subset_dir(problem, probes.workloads, cache_root)
+
+
+def workload_subset_dir(problem: Problem, lines: list[dict[str, Any]], cache_root: Path) -> Path:
+    """A copy of the problem folder with other workloads (content-addressed, reused)."""
+    key = content_key("probe-problem", problem.content_hash, lines)
     folder = cache_root / "probes" / key[:16]
     if (folder / "workloads.jsonl").exists():
         return folder
@@ -140,7 +145,7 @@ def probe_problem_dir(problem: Problem, probes: ProbeSet, cache_root: Path) -> P
     for item in problem.root.iterdir():
         if item.is_file() and item.suffix not in (".cu", ".cuh") and item.name != "workloads.jsonl":
             shutil.copy2(item, tmp / item.name)
-    (tmp / "workloads.jsonl").write_text("".join(json.dumps(l) + "\n" for l in probes.workloads))
+    (tmp / "workloads.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
     try:
         tmp.rename(folder)
     except OSError:

@@ -40,6 +40,13 @@ PY
       log "bench_corpus"
       timeout 330 python3 -m eval.bench_corpus --store "$STORE" > "$OUT/corpus_table.md" 2>>"$OUT/batch.log"
       log "bench_corpus rc=$?"; cp eval/results/corpus_h200.json "$OUT/" 2>/dev/null ;;
+    mine)
+      # resumable: lineages finished in an earlier call are reused from the store (.skills-gpu)
+      log "bench_mining cuda (priority strategy, ${MINE_PROBLEMS:-all experts})"
+      timeout ${MINE_LIMIT:-540} python3 -m eval.bench_mining --executor cuda --strategy priority --jobs ${MINE_JOBS:-12} \
+        --parallel-problems ${MINE_PAR:-6} --store "$PWD/.skills-gpu" ${MINE_PROBLEMS:+--problems $MINE_PROBLEMS} \
+        --out "$OUT/bench_mining_cuda.json" > "$OUT/bench_mining_table.txt" 2>>"$OUT/batch.log"
+      log "bench_mining rc=$?"; cp .skills-gpu/store.duckdb "$OUT/store_gpu.duckdb" 2>/dev/null ;;
     bench)
       log "bench_gate cuda"
       timeout 280 python3 -m eval.bench_gate --executor cuda --repeats 2 >> "$OUT/batch.log" 2>&1

@@ -11,6 +11,7 @@ skills, instead of adding a copy.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Iterable, Optional
 
 from skills.merge import merge_skill
@@ -90,6 +91,7 @@ KERNEL_SCHEMA = [
     )""",
 ]
 register_section("kernels", 1, KERNEL_SCHEMA)
+_SAVE_LOCK = threading.Lock()  # several problems mined in threads of one process share the file
 
 
 class KernelStore:
@@ -108,7 +110,7 @@ class KernelStore:
         """Write a lineage and merge its skills, all or nothing. Returns the merged skills."""
         skills = list(skills)
         store = self.store
-        with store.transaction() as con:
+        with _SAVE_LOCK, store.transaction() as con:
             old = con.execute("SELECT skill_id FROM steps WHERE lineage_id = ? AND skill_id IS NOT NULL AND skill_id <> ''",
                               [lineage.lineage_id]).fetchall()
             touched = {r[0] for r in old} | {s.skill_id for s in skills}
