@@ -602,6 +602,14 @@ def _shared_written(src: Source, name: str) -> bool:
                 re.search(rb"reinterpret_cast\s*<[^>]*>\s*\(\s*" + n + rb"\s*\)", src.code))
 
 
+def _warp_exchange(src: Source, name: str) -> bool:
+    """Every store to the array is followed at once by `__syncwarp(`: a slot-per-lane exchange
+    inside warps (what replaces a shuffle), not a tile shared by the block."""
+    n = re.escape(name.encode())
+    stores = list(re.finditer(rb"\b" + n + rb"\s*(\[[^;]*?\])+\s*=[^=][^;]*;", src.code))
+    return bool(stores) and all(re.match(rb"\s*__syncwarp\s*\(", src.code[m.end():]) for m in stores)
+
+
 @detector("shared_tile")
 def _shared_tile(src: Source) -> list[Site]:
     out = []
@@ -624,7 +632,7 @@ def _shared_tile(src: Source) -> list[Site]:
             expanded = [src.expand(text(d)) for d in dims]
             if len(dims) == 1 and re.search(r"/\s*\(?\s*32\b|/\s*\(?\s*WARP", expanded[0] + text(dims[0])):
                 continue  # one slot per warp: reduction scratch, not a tile
-        if _shared_written(src, name):
+        if _shared_written(src, name) and not _warp_exchange(src, name):
             out.append(src.site("shared_tile", decl.start_byte, decl.end_byte))
     return out
 
@@ -706,7 +714,9 @@ def _register_tile(src: Source) -> list[Site]:
 def _global_load_expr(src: Source, f: FunctionSig, expr: str) -> bool:
     if re.search(r"\b(__ldg|__ldcg|__ldcs)\s*\(", expr):
         return True
-    return any(re.search(r"\b%s\s*\[" % re.escape(g), expr) for g in src.global_names(f))
+    # g[i], and the spellings a load keeps once __ldg is gone: *(g + i), *g, (g + i)[k]
+    return any(re.search(r"\b%s\s*\[|\*\s*\(?\s*%s\b|\(\s*%s\b[^;]*?\)\s*\[" % ((re.escape(g),) * 3), expr)
+               for g in src.global_names(f))
 
 
 @detector("register_cache")

@@ -16,9 +16,24 @@ from mining.operators.shared_padding import DropSharedPadding
 from mining.operators.unroll import DropUnrollPragma
 from mining.operators.vector_load import VectorLoadToScalar
 from mining.operators.vector_store import VectorStoreToScalar
+from mining.operators.shuffle_to_shared import ShuffleToShared
+from mining.operators.scan_shuffle_to_shared import ScanShuffleToShared
+from mining.operators.shared_tile_to_global import SharedTileToGlobal
+from mining.operators.shrink_register_tile import ShrinkRegisterTile
+from mining.operators.double_to_single_buffer import DoubleToSingleBuffer
+from mining.operators.register_cache_to_reload import RegisterCacheToReload
+from mining.operators.privatized_to_global_atomics import PrivatizedToGlobalAtomics
+from mining.operators.block_reduce_to_warp_atomics import BlockReduceToWarpAtomics
+from mining.operators.warp_atomic_to_thread_atomics import WarpAtomicToThreadAtomics
+from mining.operators.async_copy_to_sync import AsyncCopyToSync
+from mining.operators.drop_pipeline_sync import DropPipelineSync
+from mining.operators.sliding_window_to_reload import SlidingWindowToReload
 
 _CLASSES = (DropUnrollPragma, DropRestrict, LdgToPlainLoad, DropLaunchBounds, FastMathToPrecise, DropSharedPadding,
-            VectorLoadToScalar, VectorStoreToScalar, GridStrideToSingle, DropGridClamp)
+            VectorLoadToScalar, VectorStoreToScalar, GridStrideToSingle, DropGridClamp,
+            ShuffleToShared, ScanShuffleToShared, SharedTileToGlobal, ShrinkRegisterTile, DoubleToSingleBuffer,
+            RegisterCacheToReload, PrivatizedToGlobalAtomics, BlockReduceToWarpAtomics, WarpAtomicToThreadAtomics,
+            AsyncCopyToSync, DropPipelineSync, SlidingWindowToReload)
 
 
 def all_operators() -> list[Operator]:

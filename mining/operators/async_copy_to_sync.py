@@ -1,0 +1,63 @@
+"""async_copy_to_sync: an asynchronous global-to-shared copy becomes a plain copy through registers.
+
+    __pipeline_memcpy_async(dst, src, 16);
+->  for (int ks_e = 0; ks_e < 16 / (int)sizeof(*(dst)); ++ks_e) (dst)[ks_e] = (src)[ks_e];
+
+element by element, when both pointers have the same element type (read from their declarations),
+so no vector access (and no vector_load carrier) is introduced. Why it is sound: the data is in shared
+memory when the statement completes, which is no later than the `__pipeline_wait_prior` /
+barrier that made it visible before; the pipeline calls that remain become no-ops (no copy is in
+flight), which drop_pipeline_sync then removes. Only `__pipeline_memcpy_async` statements with a
+literal size of 4, 8 or 16, no zero-fill argument and matching element types are sites.
+"""
+from __future__ import annotations
+
+import re
+
+from mining.carriers import Source, call_name
+from mining.operators.base import Edit, Operator
+from mining.operators.rewrite_util import has_side_effects, structural, type_text
+from mining.operators.vector_access import pointer_type
+from mining.parse import text, walk
+
+_TYPES = {"16", "8", "4"}
+
+
+def _element_type(src: Source, at: int, expr: str):
+    """Element type behind a pointer expression `p + ...`: a pointer parameter / local, or an array."""
+    m = re.match(r"\s*\(?\s*([A-Za-z_]\w*)", expr)
+    if m is None:
+        return None
+    t = pointer_type(src, at, m.group(1))
+    if t is None:
+        for decl, name, dims in src.shared_decls:
+            f = src.function_at(decl.start_byte)
+            if name == m.group(1) and len(dims) == 1 and (f is None or f.start_byte <= at < f.end_byte):
+                t = type_text(src, decl)
+    return " ".join(re.sub(r"\bconst\b", " ", t).split()) if t else None
+
+
+class AsyncCopyToSync(Operator):
+    name = "async_copy_to_sync"
+    carrier = "async_copy"
+    description = "replace a cp.async copy by a synchronous vector copy"
+
+    def edits(self, src: Source):
+        st = structural(src)
+        for call in walk(st.tree.root_node):
+            if call.type != "call_expression" or call_name(call) != "__pipeline_memcpy_async":
+                continue
+            if call.parent is None or call.parent.type != "expression_statement":
+                continue
+            args = call.child_by_field_name("arguments").named_children
+            if len(args) != 3 or text(args[2]).strip() not in _TYPES or any(has_side_effects(a) for a in args):
+                continue
+            size = text(args[2]).strip()
+            dst = " ".join(text(args[0]).split())
+            srcp = " ".join(text(args[1]).split())
+            types = [_element_type(st, call.start_byte, a) for a in (dst, srcp)]
+            if types[0] is None or types[0] != types[1]:
+                continue
+            yield Edit(call.parent.start_byte, call.parent.end_byte,
+                       f"for (int ks_e = 0; ks_e < {size} / (int)sizeof(*({dst})); ++ks_e) "
+                       f"({dst})[ks_e] = ({srcp})[ks_e];")

@@ -1,0 +1,44 @@
+"""drop_pipeline_sync: once a file issues no asynchronous copies (async_copy_to_sync has made them
+plain stores), its `__pipeline_commit()` and `__pipeline_wait_prior(n)` statements wait for
+nothing and are deleted, one statement per site. The shared-memory ring itself stays: its reuse
+is still ordered by the block barriers around it (a stage is refilled only after the barrier that
+follows its last read), so the kernel stays correct with synchronous copies. Not a site while any
+`__pipeline_memcpy_async` / `memcpy_async` / `cp.async` is left in the file. When no pipeline
+call is left at all, the `#include <cuda_pipeline.h>` line is the last site.
+"""
+from __future__ import annotations
+
+import re
+
+from mining.carriers import Source, call_name
+from mining.operators.base import Edit, Operator
+from mining.operators.fill_forwarding import _line_span
+from mining.operators.rewrite_util import structural
+from mining.parse import walk
+
+
+class DropPipelineSync(Operator):
+    name = "drop_pipeline_sync"
+    carrier = "multi_stage_pipeline"
+    description = "delete pipeline commit / wait calls that no longer have copies to wait for"
+
+    def edits(self, src: Source):
+        if re.search(rb"\b(__pipeline_memcpy_async|memcpy_async)\b|cp\.async", src.code):
+            return
+        st = structural(src)
+        if not re.search(rb"\b__pipeline_\w+\s*\(", src.code):
+            for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*include[ \t]*[<\"]cuda_pipeline(_primitives)?\.h[>\"][^\n]*\n?",
+                                 src.code):
+                yield Edit(m.start(), m.end(), "")
+            return
+        for call in walk(st.tree.root_node):
+            if call.type != "call_expression" or call_name(call) not in ("__pipeline_commit", "__pipeline_wait_prior"):
+                continue
+            stmt = call.parent
+            if stmt is None or stmt.type != "expression_statement":
+                continue
+            if stmt.parent is not None and stmt.parent.type != "compound_statement":
+                yield Edit(stmt.start_byte, stmt.end_byte, ";")
+            else:
+                s, e = _line_span(st, stmt.start_byte, stmt.end_byte)
+                yield Edit(s, e, "")

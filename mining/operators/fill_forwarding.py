@@ -1,0 +1,619 @@
+"""Forwarding a single fill into its reads: the engine behind shared_tile_to_global and
+register_cache_to_reload.
+
+An array `T` (shared, or a per-thread local) that is written by exactly one assignment
+`T[e1]..[en] = E;` (the fill) and otherwise only read can be removed: every read `T[a1]..[an]`
+becomes `(E)` with the writer's view of the fill indices replaced by the reader's (`e_k -> a_k`),
+and the fill and the declaration go away. What makes that substitution sound:
+
+* The writer-specific variables of the fill (for a shared array: threadIdx and every local derived
+  from it; for any array: the induction variables of the loops that enclose the fill but not the
+  read, and the locals declared inside them) may reach `E` only through the fill indices. A fill
+  index is a variable term (`i`, `threadIdx.x`) or a sum (`threadIdx.y + i`); a sum is replaced
+  only where it stands as a whole summand (`r0 + threadIdx.y + i` -> `r0 + (a)`: integer addition
+  is associative). Locals are followed through their (single) definitions and inlined where the
+  substitution changes them or where they are out of scope at the read; any writer-specific
+  variable left over means the site is not rewritten.
+* Every other variable of `E` holds the same value at the read as at the fill: it is a parameter or
+  local that is never assigned after its declaration, or the induction variable of a loop that
+  encloses both the fill and the read, with the read after the fill in the loop body (same
+  iteration). `E` may read global memory only through pointers the function never writes, and no
+  shared memory or local arrays at all.
+* Conditions of `if` statements between the fill and the reads become a guard:
+  `(G ? E : 0)`; an element the guard skipped was never written, so the original read there was
+  undefined. A guarded fill inside a loop that also encloses the reads is refused (the original
+  would read the previous iteration's value).
+
+Whether the fill covers every element that is read is not proven here; an element nobody wrote
+was garbage before and becomes `E` (possibly an out-of-bounds load): the gate judges that.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tree_sitter import Node
+
+from mining.carriers import Source, _global_load_expr, pointer_roots
+from mining.operators.base import Edit
+from mining.operators.rewrite_util import pragma_before, splice_range
+from mining.parse import text, walk
+
+_THREAD_VARS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+_OK_PREV = {"+", "(", "[", ",", "=", "?", ":", "<", ">", "<=", ">=", "==", "!=", "&&", "||", "return", "{"}
+_OK_NEXT = {"+", "-", ")", "]", ",", ";", "?", ":", "<", ">", "<=", ">=", "==", "!=", "&&", "||", "}"}
+_TOKEN = re.compile(r"threadIdx\s*\.\s*[xyz]\b|blockIdx\s*\.\s*[xyz]\b|blockDim\s*\.\s*[xyz]\b|gridDim\s*\.\s*[xyz]\b|"
+                    r"[A-Za-z_]\w*|\d[\w.]*|<<=|>>=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|\S")
+
+
+def _tokens(s: str) -> list[tuple[str, int, int]]:
+    return [(re.sub(r"\s+", "", m.group(0)), m.start(), m.end()) for m in _TOKEN.finditer(s)]
+
+
+def norm(s: str) -> str:
+    return " ".join(t for t, _, _ in _tokens(s))
+
+
+def _is_thread_term(node: Node) -> Optional[str]:
+    if node.type == "field_expression":
+        arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
+        if arg is not None and fld is not None and text(arg) == "threadIdx" and text(fld) in "xyz":
+            return f"threadIdx.{text(fld)}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ function index
+
+@dataclass
+class Var:
+    name: str
+    decl: Node  # declaration / parameter_declaration
+    declarator: Node
+    value: Optional[Node]  # initializer expression
+    container: Node  # the scope it is visible in
+    kind: str  # param | local | for
+    shape: str  # scalar | array | pointer
+    assigned: list[Node] = field(default_factory=list)  # assignment / update expressions writing it
+
+
+class FunctionIndex:
+    """Declarations and assignments of one function (lambdas included), scope-aware."""
+
+    def __init__(self, src: Source, fn: Node):
+        self.src, self.fn = src, fn
+        self.vars: list[Var] = []
+        for n in walk(fn):
+            if n.type == "parameter_declaration":
+                container = n.parent.parent if n.parent is not None else None
+                while container is not None and container.type not in ("function_definition", "lambda_expression"):
+                    container = container.parent
+                if container is None:
+                    continue
+                d = n.child_by_field_name("declarator")
+                if d is not None:
+                    nm, shape = _shape(d)
+                    if nm:
+                        self.vars.append(Var(nm, n, d, None, container, "param", shape))
+            elif n.type == "declaration":
+                p = n.parent
+                kind = "for" if p is not None and p.type == "for_statement" else "local"
+                for d in n.named_children:
+                    if d.type not in ("identifier", "init_declarator", "array_declarator", "pointer_declarator",
+                                      "reference_declarator"):
+                        continue
+                    nm, shape = _shape(d)
+                    value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+                    if nm:
+                        self.vars.append(Var(nm, n, d, value, p, kind, shape))
+        for n in walk(fn):
+            target = None
+            if n.type == "assignment_expression":
+                target = n.child_by_field_name("left")
+            elif n.type == "update_expression":
+                target = n.child_by_field_name("argument")
+            if target is None:
+                continue
+            base = target
+            while base.type in ("subscript_expression", "field_expression", "parenthesized_expression"):
+                base = base.child_by_field_name("argument") if base.type != "parenthesized_expression" else \
+                    base.named_children[0]
+            if base.type == "identifier":
+                v = self.visible(text(base), base.start_byte)
+                if v is not None:
+                    v.assigned.append(n)
+
+    def visible(self, name: str, at: int) -> Optional[Var]:
+        best = None
+        for v in self.vars:
+            if v.name != name or not (v.container.start_byte <= at < v.container.end_byte):
+                continue
+            if v.kind != "param" and v.declarator.start_byte > at:
+                continue
+            if best is None or v.container.start_byte >= best.container.start_byte:
+                best = v
+        return best
+
+    def single_assignment(self, v: Var) -> bool:
+        return not v.assigned
+
+    def loop_of(self, v: Var) -> Optional[Node]:
+        """The for loop whose induction variable `v` is (declared in the initializer, written only in
+        the update clause), else None."""
+        if v.kind != "for":
+            return None
+        loop = v.container
+        upd = loop.child_by_field_name("update")
+        if upd is None:
+            return None
+        for a in v.assigned:
+            if not (upd.start_byte <= a.start_byte and a.end_byte <= upd.end_byte):
+                return None
+        return loop
+
+
+def _shape(d: Node) -> tuple[Optional[str], str]:
+    if d.type == "init_declarator":
+        d = d.child_by_field_name("declarator")
+    shape = "scalar"
+    while d is not None and d.type not in ("identifier", "field_identifier"):
+        if d.type == "array_declarator":
+            shape = "array"
+        elif d.type == "pointer_declarator" and shape == "scalar":
+            shape = "pointer"
+        inner = d.child_by_field_name("declarator")
+        if inner is None:
+            inner = next((c for c in d.named_children if c.type.endswith("declarator") or c.type == "identifier"),
+                         None)
+        d = inner
+    return (text(d) if d is not None else None), shape
+
+
+def _contains(outer: Node, inner: Node) -> bool:
+    return outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
+
+
+def _same(a: Optional[Node], b: Optional[Node]) -> bool:
+    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
+        a.type == b.type
+
+
+def loops_around(node: Node, stop: Optional[Node] = None) -> list[Node]:
+    out, p = [], node.parent
+    while p is not None and (stop is None or not _same(p, stop)):
+        if p.type in ("for_statement", "while_statement", "do_statement"):
+            out.append(p)
+        p = p.parent
+    return out
+
+
+# ------------------------------------------------------------------------------------ rendering
+
+class Renderer:
+    """Text of an expression as the reader sees the writer's value (see the module docstring)."""
+
+    def __init__(self, idx: FunctionIndex, fill: Node, read: Node, terms: dict[str, str], units: list[tuple[list[str], str]],
+                 private: bool, writer_loops: list[Node]):
+        self.idx, self.src = idx, idx.src
+        self.fill, self.read = fill, read
+        self.terms, self.units = terms, units
+        self.private = private
+        self.writer_loops = writer_loops
+        self.common_loops = [lp for lp in loops_around(fill) if _contains(lp, read)]
+        self.fail = ""
+
+    def writer_specific(self, name: str, v: Optional[Var]) -> bool:
+        if name in _THREAD_VARS:
+            return not self.private
+        if v is None:
+            return False
+        return any(_contains(lp, v.declarator) for lp in self.writer_loops)
+
+    def render(self, node: Node, depth: int = 0) -> Optional[str]:
+        if depth > 8:
+            self.fail = "definition chain too deep"
+            return None
+        base = node.start_byte
+        code = self.src.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
+        subs: list[tuple[int, int, str]] = []
+        # whole-summand occurrences of compound fill indices
+        toks = _tokens(code)
+        for unit, image in self.units:
+            n = len(unit)
+            for i in range(len(toks) - n + 1):
+                if [t for t, _, _ in toks[i:i + n]] != unit:
+                    continue
+                prev = toks[i - 1][0] if i > 0 else "("
+                nxt = toks[i + n][0] if i + n < len(toks) else ")"
+                if prev in _OK_PREV and nxt in _OK_NEXT:
+                    s, e = toks[i][1], toks[i + n - 1][2]
+                    if not any(s < e2 and s2 < e for s2, e2, _ in subs):
+                        subs.append((s, e, _paren(image)))
+        covered = [(s, e) for s, e, _ in subs]
+        # every other token: identifiers are followed to their declarations (token-wise: robust
+        # against tree-sitter reading `a < B && c > d` as a template argument list)
+        for i, (t, ts, te) in enumerate(toks):
+            if any(s <= ts and te <= e for s, e in covered):
+                continue
+            if i > 0 and toks[i - 1][0] in (".", "->", "::"):
+                continue
+            if t.startswith("threadIdx."):
+                if t in self.terms:
+                    subs.append((ts, te, _paren(self.terms[t])))
+                elif self.writer_specific(t, None):
+                    self.fail = f"{t} reaches the value outside the fill indices"
+                    return None
+                continue
+            if not re.fullmatch(r"[A-Za-z_]\w*", t):
+                continue
+            r = self.identifier(t, base + len(code[:ts].encode("utf-8")), depth)
+            if r is None:
+                return None
+            if r != t:
+                subs.append((ts, te, r))
+        out = []
+        pos = 0
+        for s, e, t in sorted(subs):
+            out.append(code[pos:s])
+            out.append(t)
+            pos = e
+        out.append(code[pos:])
+        return " ".join("".join(out).split())
+
+    def identifier(self, name: str, at: int, depth: int) -> Optional[str]:
+        if name in self.terms:
+            return _paren(self.terms[name])
+        v = self.idx.visible(name, at)
+        if v is None:
+            return name  # a macro, an enumerator, a global: uniform
+        if self.writer_specific(name, v) and v.value is None:
+            self.fail = f"writer-specific variable {name} reaches the value"
+            return None
+        if v.shape == "array":
+            self.fail = f"the value reads the array {name}"
+            return None
+        at_read = self.idx.visible(name, self.read.start_byte)
+        same_at_read = at_read is v
+        if not v.assigned:
+            if v.value is None:
+                if v.kind == "param" and same_at_read:
+                    return name
+                self.fail = f"{name} has no single definition"
+                return None
+            body = self.render(v.value, depth + 1)
+            if body is None:
+                return None
+            if same_at_read and body == " ".join(self.src.code[v.value.start_byte:v.value.end_byte]
+                                                 .decode("utf-8", "replace").split()) and \
+                    not self.writer_specific(name, v):
+                return name
+            return "(" + body + ")"
+        loop = self.idx.loop_of(v)
+        if loop is not None and any(_same(loop, c) for c in self.common_loops) and same_at_read:
+            return name  # same iteration: the read follows the fill in the loop body
+        self.fail = f"{name} changes between the fill and the read"
+        return None
+
+
+def _paren(s: str) -> str:
+    s = " ".join(s.split())
+    if re.fullmatch(r"[A-Za-z_]\w*(\s*\.\s*[A-Za-z_]\w*)?|\d[\w.]*", s):
+        return s
+    return "(" + s + ")"
+
+
+# ------------------------------------------------------------------------------------ the plan
+
+def subscript_chain(ident: Node) -> tuple[Node, list[Node]]:
+    """The outermost subscript expression over an identifier and its index expressions (outer first)."""
+    node, idx = ident, []
+    while node.parent is not None and node.parent.type == "subscript_expression" and \
+            _same(node.parent.child_by_field_name("argument"), node):
+        node = node.parent
+        ind = node.child_by_field_name("indices")
+        inner = [c for c in ind.named_children if c.type != "comment"] if ind is not None else []
+        idx.append(inner[0] if len(inner) == 1 else None)
+    return node, idx
+
+
+def _is_write(node: Node) -> Optional[Node]:
+    """The assignment / update / address-of that writes (or may write) through `node`, if any; a
+    member of the element (`v[k].x = ...`) counts."""
+    p = node.parent
+    while p is not None and (p.type == "parenthesized_expression" or
+                             (p.type == "field_expression" and _same(p.child_by_field_name("argument"), node) and
+                              text(p.child_by_field_name("operator")) == ".")):
+        node, p = p, p.parent
+    if p is None:
+        return None
+    if p.type == "assignment_expression" and _same(p.child_by_field_name("left"), node):
+        return p
+    if p.type == "update_expression":
+        return p
+    if p.type == "pointer_expression" and p.children and p.children[0].type == "&":
+        return p
+    return None
+
+
+def _line_span(src: Source, start: int, end: int) -> tuple[int, int]:
+    """Widen [start, end) to whole lines when nothing but blanks/comments shares them."""
+    a = src.raw.rfind(b"\n", 0, start) + 1
+    b = src.raw.find(b"\n", end)
+    b = len(src.raw) if b < 0 else b
+    if src.code[a:start].strip() or src.code[end:b].strip():
+        return start, end
+    return a, min(b + 1, len(src.raw))
+
+
+def _pure_region(node: Node, fill_stmt: Node) -> bool:
+    """`node` holds nothing but the fill, pure local declarations, if/for scaffolding."""
+    for n in walk(node):
+        if n.type == "expression_statement" and not _same(n, fill_stmt) and not _contains(fill_stmt, n):
+            return False
+        if n.type in ("return_statement", "break_statement", "continue_statement", "goto_statement",
+                      "while_statement", "do_statement"):
+            return False
+        if n.type == "call_expression":
+            fn = n.child_by_field_name("function")
+            name = text(fn) if fn is not None else ""
+            if not _contains(fill_stmt, n) and re.match(r"(atomic|__sync|__shfl|__ballot|__pipeline)", name):
+                return False
+        if n.type == "declaration" and n.parent is not None and n.parent.type == "for_statement":
+            continue
+        if n.type in ("assignment_expression", "update_expression") and not _contains(fill_stmt, n):
+            p = n.parent
+            if not (p is not None and p.type == "for_statement" and _same(p.child_by_field_name("update"), n)):
+                return False
+    return True
+
+
+@dataclass
+class Plan:
+    edit: Edit
+    reads: int
+
+
+def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, private: bool,
+                 require_global_load: bool = False) -> Optional[Plan]:
+    idx = FunctionIndex(src, fn)
+    var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+    if var is None:
+        return None
+    uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
+            not _contains(var.declarator, n) and idx.visible(name, n.start_byte) is var]
+    writes, reads = [], []
+    for u in uses:
+        outer, indices = subscript_chain(u)
+        if len(indices) != ndims or any(i is None for i in indices):
+            return None  # passed whole, sliced or reinterpreted
+        w = _is_write(outer)
+        if w is not None:
+            if w.type != "assignment_expression" or text(w.child_by_field_name("operator")) != "=":
+                return None
+            writes.append((w, outer, indices))
+        else:
+            reads.append((outer, indices))
+    if len(writes) != 1 or not reads:
+        return None
+    asg, lhs, findices = writes[0]
+    fill_stmt = asg.parent
+    if fill_stmt is None or fill_stmt.type != "expression_statement":
+        return None
+    value = asg.child_by_field_name("right")
+    shared = {n for _, n, _ in src.shared_decls}
+    vtext = src.code[value.start_byte:value.end_byte].decode("utf-8", "replace")
+    if any(re.search(r"\b%s\b" % re.escape(s), vtext) for s in shared):
+        return None
+    if re.search(r"\b(atomic\w*|__shfl\w*|__syncthreads|__syncwarp|__ballot\w*)\s*\(", vtext):
+        return None
+    if require_global_load and not _reads_global(src, fn, vtext):
+        return None
+    # global memory the value reads must never be written by this function
+    f = src.function_at(fn.start_byte)
+    if f is not None and _reads_written_memory(src, f, fn, value):
+        return None
+
+    # fill indices: variable terms and compound (sum) units
+    terms_of: list[Optional[str]] = []
+    unit_of: list[Optional[list[str]]] = []
+    fixed: list[Optional[str]] = []
+    for e in findices:
+        t = _is_thread_term(e)
+        if t is None and e.type == "identifier":
+            t = text(e)
+        if t is not None:
+            terms_of.append(t)
+            unit_of.append(None)
+            fixed.append(None)
+        elif e.type == "binary_expression" and text(e.child_by_field_name("operator")) == "+":
+            terms_of.append(None)
+            unit_of.append([tk for tk, _, _ in _tokens(src.code[e.start_byte:e.end_byte].decode())])
+            fixed.append(None)
+        elif e.type == "number_literal":
+            terms_of.append(None)
+            unit_of.append(None)
+            fixed.append(norm(text(e)))
+        else:
+            return None
+    named = [t for t in terms_of if t]
+    if len(set(named)) != len(named):
+        return None
+
+    # guards between the fill and the reads' common ancestor
+    subs: list[tuple[int, int, str]] = []
+    fill_loops = loops_around(fill_stmt)
+    for outer, rindices in reads:
+        if outer.start_byte < fill_stmt.end_byte:
+            return None
+        if not _same(_scope(outer), _scope(fill_stmt)):
+            return None
+        for k, fx in enumerate(fixed):
+            if fx is not None and norm(text(rindices[k])) != fx:
+                return None
+        writer_loops = [lp for lp in fill_loops if not _contains(lp, outer)]
+        common = [lp for lp in fill_loops if _contains(lp, outer)]
+        terms = {terms_of[k]: _code(src, rindices[k]) for k in range(ndims) if terms_of[k]}
+        units = [(unit_of[k], _code(src, rindices[k])) for k in range(ndims) if unit_of[k]]
+        r = Renderer(idx, fill_stmt, outer, terms, units, private, writer_loops)
+        body = r.render(value)
+        if body is None:
+            return None
+        guards = []
+        anc = _common_ancestor(fill_stmt, outer)
+        p, child = fill_stmt.parent, fill_stmt
+        while p is not None and not _same(p, anc):
+            if p.type == "if_statement" and not _implied(idx, p, child, outer, anc):
+                cond = p.child_by_field_name("condition")
+                g = r.render(cond)
+                if g is None:
+                    return None
+                g = g.strip()
+                if g.startswith("(") and g.endswith(")") and _balanced(g[1:-1]):
+                    g = g[1:-1].strip()
+                alt = p.child_by_field_name("alternative")
+                guards.append(f"!({g})" if alt is not None and _contains(alt, child) else g)
+            elif p.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
+                pass
+            child, p = p, p.parent
+        if guards and common:
+            return None
+        if guards and "?" in body and not (body.startswith("(") and body.endswith(")") and _balanced(body[1:-1])):
+            body = "(" + body + ")"
+        rep = body if not guards else f"{' && '.join(_paren_guard(g) for g in guards)} ? {body} : 0"
+        subs.append((outer.start_byte, outer.end_byte, "(" + rep + ")" if not _atomic_text(rep) else rep))
+
+    # the fill region to delete: the largest pure statement around the fill without reads
+    region = fill_stmt
+    p = fill_stmt.parent
+    while p is not None:
+        if p.type == "compound_statement":
+            if p.parent is None or p.parent.type not in ("for_statement", "if_statement", "else_clause",
+                                                         "while_statement"):
+                break
+        elif p.type not in ("for_statement", "if_statement", "else_clause", "condition_clause"):
+            break
+        if any(_contains(p, o) for o, _ in reads) or not _pure_region(p, fill_stmt):
+            break
+        if p.type in ("for_statement", "if_statement", "compound_statement"):
+            region = p
+        p = p.parent
+    start, end = region.start_byte, region.end_byte
+    pragma = pragma_before(src, start) if region.type == "for_statement" else None
+    if pragma is not None:
+        start = pragma
+    start, end = _line_span(src, start, end)
+    if region.parent is not None and region.parent.type != "compound_statement":
+        subs.append((region.start_byte, region.end_byte, ";"))
+    else:
+        subs.append((start, end, ""))
+    # the declaration, when it declares nothing else
+    lo = min(s for s, _, _ in subs)
+    hi = max(e for _, e, _ in subs)
+    declarators = [d for d in decl.named_children if d.type in ("identifier", "init_declarator", "array_declarator",
+                                                                 "pointer_declarator", "reference_declarator")]
+    if len(declarators) == 1:
+        ds, de = _line_span(src, decl.start_byte, decl.end_byte)
+        if de <= lo or ds >= hi:
+            subs.append((ds, de, ""))
+    subs.sort()
+    for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
+        if s2 < e1:
+            return None
+    lo = min(s for s, _, _ in subs)
+    hi = max(e for _, e, _ in subs)
+    return Plan(Edit(lo, hi, splice_range(src, lo, hi, subs)), len(reads))
+
+
+def _implied(idx: FunctionIndex, guard_if: Node, child: Node, read: Node, stop: Node) -> bool:
+    """The read sits in the same branch of an `if` with the same condition, whose variables do not
+    change: the fill's guard holds there too."""
+    cond = guard_if.child_by_field_name("condition")
+    alt = guard_if.child_by_field_name("alternative")
+    in_alt = alt is not None and _contains(alt, child)
+    want = norm(idx.src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace"))
+    for tok, _, _ in _tokens(want):
+        if re.fullmatch(r"[A-Za-z_]\w*", tok):
+            v1 = idx.visible(tok, cond.start_byte)
+            if v1 is not None and (v1.assigned or idx.visible(tok, read.start_byte) is not v1):
+                return False
+    p, c = read.parent, read
+    while p is not None and not _same(p, stop):
+        if p.type == "if_statement":
+            q = p.child_by_field_name("condition")
+            qalt = p.child_by_field_name("alternative")
+            if norm(idx.src.code[q.start_byte:q.end_byte].decode("utf-8", "replace")) == want and \
+                    (qalt is not None and _contains(qalt, c)) == in_alt and not _contains(q, read):
+                return True
+        c, p = p, p.parent
+    return False
+
+
+def _atomic_text(s: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z_]\w*|\d[\w.]*", s.strip()))
+
+
+def _paren_guard(g: str) -> str:
+    return g if re.fullmatch(r"[^&|?]*", g) and not re.search(r"[?]", g) else "(" + g + ")"
+
+
+def _balanced(s: str) -> bool:
+    depth = 0
+    for ch in s:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _code(src: Source, node: Node) -> str:
+    return " ".join(src.code[node.start_byte:node.end_byte].decode("utf-8", "replace").split())
+
+
+def _scope(node: Node) -> Optional[Node]:
+    p = node.parent
+    while p is not None and p.type not in ("function_definition", "lambda_expression"):
+        p = p.parent
+    return p
+
+
+def _common_ancestor(a: Node, b: Node) -> Node:
+    p = a.parent
+    while p is not None and not _contains(p, b):
+        p = p.parent
+    return p
+
+
+def _reads_global(src: Source, fn: Node, vtext: str) -> bool:
+    f = src.function_at(fn.start_byte)
+    if f is None:
+        return False
+    if re.search(r"\b(__ldca|__ldlu)\s*\(", vtext):
+        return True
+    return _global_load_expr(src, f, vtext)
+
+
+def _reads_written_memory(src: Source, f, fn: Node, value: Node) -> bool:
+    roots = pointer_roots(src, f)
+    used = set()
+    for n in walk(value):
+        if n.type == "identifier" and text(n) in roots:
+            used |= roots[text(n)]
+    if not used:
+        return False
+    written = set()
+    for n in walk(fn):
+        target = None
+        if n.type == "assignment_expression":
+            target = n.child_by_field_name("left")
+        elif n.type == "call_expression":
+            fnm = n.child_by_field_name("function")
+            if fnm is not None and re.match(r"(atomic\w+|__st\w+|memcpy|memset)$", text(fnm)):
+                args = n.child_by_field_name("arguments")
+                target = args.named_children[0] if args is not None and args.named_children else None
+        if target is None:
+            continue
+        for m in walk(target):
+            if m.type == "identifier" and text(m) in roots:
+                written |= roots[text(m)]
+    return bool(used & written)
