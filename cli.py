@@ -473,7 +473,8 @@ def backend_generate(
     function: str = typer.Option(..., "--function", help="Role, e.g. ELFObjectWriter::getRelocType or getRelocType."),
     k: int = typer.Option(3, "--k", min=1, help="Implementations from other targets to retrieve."),
     model: Optional[str] = typer.Option(None, "--model", help="litellm model string (enables --strategy llm)."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", help="fork-adapt (default without --model) | llm."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", help="fork-adapt (default without --model) | fork-flow | "
+                                           "skills (skeleton + mined skills; with --model, the LLM gets them) | llm."),
     prompt_only: bool = typer.Option(False, "--prompt-only", help="Print the few-shot prompt, generate nothing."),
     repair: int = typer.Option(0, "--repair", min=0, help="With an LLM: feed compile errors back up to N times."),
     no_gate: bool = typer.Option(False, "--no-gate", help="Skip the clang-15 compile gate."),
@@ -509,6 +510,52 @@ def backend_generate(
         typer.echo(render_text(result))
     gate_res = result.get("gate") or {}
     raise typer.Exit(1 if gate_res.get("passed") is False else 0)
+
+
+@backend_app.command("mine")
+def backend_mine(
+    targets: Optional[str] = typer.Option(None, "--targets", help="Targets whose functions to walk (comma-separated; default all)."),
+    roles: Optional[str] = typer.Option(None, "--roles", help="Roles to walk, e.g. ELFObjectWriter::getRelocType (comma-separated)."),
+    exclude: Optional[str] = typer.Option(None, "--exclude", help="Targets to leave out (held-out targets)."),
+    function: Optional[list[str]] = typer.Option(None, "--function", help="A func_id to walk (repeatable)."),
+    max_steps: int = typer.Option(150, "--max-steps", min=1),
+    time_limit: float = typer.Option(300.0, "--time-limit", help="Seconds per function walk."),
+    limit: int = typer.Option(0, "--limit", min=0, help="Walk at most N functions (0 = all selected)."),
+    force: bool = typer.Option(False, "--force", help="Walk again even when a lineage with these settings is stored."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcomes as JSON."),
+) -> None:
+    """Walk backend functions backward under the compile gate into skeletons and skills (stored as lineages)."""
+    from corpora.backend_tree import BackendInputError
+    from mining.backend_gate import GateUnavailable
+    from mining.backend_mine import BackendMineConfig, mine_backends, select_functions
+
+    split = lambda v: [x for x in (v or "").split(",") if x]  # noqa: E731
+    st = _store(store)
+    fids = select_functions(st, targets=split(targets) or None, roles=split(roles) or None,
+                            exclude_targets=split(exclude), func_ids=function or None)
+    if not fids:
+        fail("no function matches (index the corpus with `skills backend index`, or check --targets/--roles)")
+    if limit:
+        fids = fids[:limit]
+    cfg = BackendMineConfig(max_steps=max_steps, time_limit_s=time_limit, use_cache=not force)
+    try:
+        outs = mine_backends(st, fids, cfg, log=(lambda m: None) if as_json else (lambda m: typer.echo(m, err=True)))
+    except (BackendInputError, GateUnavailable) as exc:
+        fail(str(exc))
+    rows = [{"problem": o.problem, "func_id": o.func_id, "lineage": o.lineage.lineage_id if o.lineage else None,
+             "steps": len(o.lineage.steps) if o.lineage else 0,
+             "rejections": len(o.lineage.rejections) if o.lineage else 0,
+             "termination": o.lineage.termination if o.lineage else None, "skills": [s.skill_id for s in o.skills],
+             "cached": o.cached, "skipped": o.skipped, "clang_runs": o.clang_runs, "seconds": round(o.wall_s, 2)}
+            for o in outs]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    mined = [r for r in rows if r["lineage"]]
+    typer.echo(f"{len(mined)} lineages ({sum(r['cached'] for r in mined)} already stored), "
+               f"{sum(r['steps'] for r in mined)} steps, {len({s for r in mined for s in r['skills']})} skills; "
+               f"{len(rows) - len(mined)} functions without a walk (no site, or not compiling in their own file)")
 
 
 # ---- SKILL.md export/import
@@ -751,6 +798,77 @@ def serve_cmd(
             err=True))
     except (ValueError, OSError) as exc:
         fail(str(exc))
+
+
+# ---- optimize (issue 7): retrieved skills materialized on a new kernel under the gate, within a budget
+@app.command("optimize")
+def optimize_cmd(
+    problem_dir: Path = typer.Argument(..., help="Problem folder (definition.json, workloads.jsonl, solution.toml)."),
+    kernel: Optional[Path] = typer.Option(None, "--kernel", "-k", help="Kernel to optimize (default: the problem's kernel.cu)."),
+    budget: int = typer.Option(10, "--budget", min=1, help="Steps: retrieve -> materialize -> gate -> keep at most one."),
+    model: Optional[str] = typer.Option(None, "--model", envvar="SKILLS_MODEL",
+                                        help="litellm model for the LLM materializer (off when unset: deterministic only)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the final kernel, lineage, attempts and summary."),
+    mode: str = typer.Option("skills", "--mode", help="skills | no_skills | flat_memory (the last two: LLM baselines)."),
+    executor: str = typer.Option("auto", "--executor", "-e", help="cuda, cpu, or auto (cuda when a GPU is usable)."),
+    per_step: int = typer.Option(6, "--per-step", min=1, help="Candidates gated per step."),
+    k: int = typer.Option(8, "--k", min=1, help="Skills retrieved per step."),
+    max_attempts: Optional[int] = typer.Option(None, "--max-attempts", min=1, help="Budget: candidates gated in all."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Budget: LLM tokens."),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", min=0.0, help="Budget: LLM dollars."),
+    exclude_problem: Optional[str] = typer.Option(None, "--exclude-problem",
+                                                  help="Comma-separated problems whose skills are left out (leave-one-out)."),
+    seeds: str = typer.Option("0,1,2", help="Seeds per workload for every gate check."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Gate processes run in parallel."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE",
+                                         help="Skills store (or a JSON list of skill records / a SKILL.md folder)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Optimize a kernel with retrieved skills: every step is kept only if the gate accepts it."""
+    from mining.gate import BadInput
+    from mining.optimize import OptimizeConfig, optimize
+
+    try:
+        seed_list = tuple(int(s) for s in seeds.split(","))
+    except ValueError:
+        fail(f"--seeds: expected comma-separated integers, got {seeds!r}")
+    if kernel is not None and not (kernel.exists() or (problem_dir / kernel).exists()):
+        fail(f"{kernel}: kernel file not found")
+    cfg = OptimizeConfig(executor=executor, mode=mode, budget_steps=budget, max_attempts=max_attempts,
+                         max_tokens=max_tokens, max_usd=max_usd, per_step=per_step, k=k, model=model,
+                         seeds=seed_list, jobs=jobs, store=store,
+                         exclude_problems=tuple(_split(exclude_problem) or ()))
+
+    def on_event(kind: str, data: dict) -> None:
+        if not as_json and kind == "step":
+            kept = data.get("kept")
+            typer.echo(f"step {data['step']}: {data['gated']} gated of {data['candidates']} candidate(s); "
+                       + (f"kept: {kept}" if kept else "nothing kept"), err=True)
+    try:
+        res = optimize(problem_dir, kernel, cfg, on_event=on_event)
+    except BadInput as exc:
+        fail(str(exc))
+    if out is not None:
+        res.write(out)
+    summary = res.summary()
+    if as_json:
+        typer.echo(json.dumps(summary | {"out": str(out) if out else None}, indent=2))
+        return
+    typer.echo(f"{summary['problem']}: {summary['kept']} step(s) kept in {summary['steps_used']} step(s), "
+               f"{summary['attempts']} attempt(s), {summary['correctness_failures_caught']} rejected by the gate; "
+               f"stopped: {summary['termination']}")
+    for s in summary["lineage"][1:]:
+        t = f"  {s['time_ms']:.4g} ms" if s.get("time_ms") else ""
+        typer.echo(f"  + step {s['step']}: {s['what']} [{s.get('skill_name') or s.get('rewrite')}]{t}")
+    if summary["speedup"]:
+        typer.echo(f"speedup over the input: {summary['speedup']:.2f}x ({summary['input_time_ms']:.4g} -> "
+                   f"{summary['final_time_ms']:.4g} ms)")
+    else:
+        typer.echo(f"timing: {summary['timing']}")
+    typer.echo(f"retrieval: {summary['retrieval']['backend']}" + (f" ({summary['retrieval']['note']})"
+                                                                  if summary['retrieval']['note'] else ""))
+    if out is not None:
+        typer.echo(f"wrote {out}/final.cu, lineage.json, attempts.jsonl, summary.json")
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -1,0 +1,355 @@
+"""`skills optimize` on every corpus problem: start from naive.cu, skills mined from the OTHER problems.
+
+    python -m eval.bench_optimize --executor cuda --store STORE --out eval/results/optimize_h200.json
+    python -m eval.bench_optimize --executor cpu --json          (CI: correctness only, no speed claims)
+
+Per problem (leave-one-problem-out: the problem's own skills and the evidence it contributed to
+shared skills are removed before retrieval), `mining.optimize.optimize` runs from the problem's
+naive.cu with the step budget (default 10). On the cuda executor the naive, final and expert
+kernels are timed by the gate's profile stage on the problem's primary large workload (the
+first tagged "large") and PyTorch eager the same way (eval/bench_corpus.py), giving
+
+* speedup over naive = t_naive / t_final;
+* fraction of the expert's speedup recovered = (t_naive / t_final) / (t_naive / t_expert) = t_expert / t_final;
+* speedup vs PyTorch eager = t_eager / t_final;
+
+per problem and as geometric means, with the steps and attempts used and the correctness
+failures the gate caught. Every final kernel has passed the gate (every workload and seed).
+Target (deterministic mode): geometric mean of the fraction recovered >= 0.5 within 10 steps.
+
+Arms: `deterministic` (forward rewrites only; no LLM) always; with --model also `skills_llm`
+(retrieved skills materialized by the LLM only), `no_skills` (the LLM with the task alone) and
+`flat_memory` (the LLM with past successful diffs, no preconditions or effects), all under the
+same gate and budget (`--arms` picks).
+
+Runs on the GPU machine with numpy, torch, pydantic, tree-sitter and duckdb only: when the
+hybrid retrieval (MiniLM tokenizer, index) cannot load, skills are ranked by a scan of the
+store and the JSON says so (`retrieval.backend`). Results are written after every problem
+(`--out`), and a rerun with the same --out skips problems already done (`--fresh` to redo), so
+the corpus can be run in pieces under a per-command time limit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpora" / "kernels"
+RESULTS = ROOT / "eval" / "results"
+FIXTURE_SKILLS = ROOT / "tests" / "fixtures" / "kernel_skills" / "proxy_skills.json"
+CPU_DEFAULT_PROBLEMS = ("vector_add", "reduce_sum", "softmax")
+TARGET_FRACTION = 0.5
+
+
+def geomean(values: list[float]) -> Optional[float]:
+    v = [x for x in values if isinstance(x, (int, float)) and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, v)) / len(v)) if v else None
+
+
+def _has_skills(root: Path) -> bool:
+    from mining.optimize import load_skill_records
+
+    try:
+        return (root / "store.duckdb").is_file() and bool(load_skill_records(root))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def all_problems() -> list[str]:
+    return sorted(p.name for p in CORPUS.iterdir() if (p / "definition.json").exists() and (p / "naive.cu").exists())
+
+
+def _primary(problem) -> Any:
+    return next((w for w in problem.workloads if "large" in w.tags), problem.workloads[-1])
+
+
+def _profile_ms(problem_dir: Path, kernel: str, source: Optional[str], cache: Path, label: str) -> tuple[Optional[float], str]:
+    from mining.gate import GateConfig, run_gate
+
+    r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache), source=source)
+    p = r.stages.get("profile", {})
+    if p.get("status") != "pass":
+        return None, str(p.get("reason", p.get("status")))[:300]
+    w = p.get("workloads", {}).get(label)
+    return (w["median_ms"], "") if w else (None, f"workload {label} not timed")
+
+
+def _eager_ms(name: str, problem, workload) -> tuple[Optional[float], str]:
+    try:
+        import torch
+
+        from eval.bench_corpus import _eager, _time_cuda, _torch_inputs
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        fn = _eager(name)
+        tensors = _torch_inputs(problem, workload)
+        axes = {**workload.axes, **workload.scalars}
+        t = _time_cuda(lambda: fn(tensors, axes))["median_ms"]
+        del tensors
+        torch.cuda.empty_cache()
+        return t, ""
+    except Exception as exc:  # noqa: BLE001 - no eager twin or no torch: reported, not fatal
+        return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+ARM_CONFIG = {
+    "deterministic": {"mode": "skills", "deterministic": True, "llm": False},
+    "skills": {"mode": "skills", "deterministic": True, "llm": True},
+    "skills_llm": {"mode": "skills", "deterministic": False, "llm": True},
+    "no_skills": {"mode": "no_skills", "deterministic": False, "llm": True},
+    "flat_memory": {"mode": "flat_memory", "deterministic": False, "llm": True},
+}
+
+
+def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], out_dir: Optional[Path]) -> dict:
+    from corpora.problem import load_problem
+    from mining.optimize import OptimizeConfig, SkillSource, optimize
+
+    spec = ARM_CONFIG[arm]
+    problem_dir = CORPUS / name
+    problem = load_problem(problem_dir)
+    exclude = (name,)
+    cfg = OptimizeConfig(executor=args.executor, mode=spec["mode"], budget_steps=args.budget, per_step=args.per_step,
+                         k=args.k, model=args.model if spec["llm"] else None, deterministic=spec["deterministic"],
+                         seeds=tuple(int(s) for s in args.seeds.split(",")), jobs=args.jobs, store=skills_path,
+                         cache=args.cache, exclude_problems=exclude, max_tokens=args.max_tokens, max_usd=args.max_usd,
+                         timeout_s=args.timeout, llm_per_step=args.llm_per_step, time_limit_s=args.problem_minutes * 60,
+                         llm_kwargs=tuple(json.loads(args.llm_kwargs).items()) if args.llm_kwargs else ())
+    skills = SkillSource(skills_path if spec["mode"] != "no_skills" else None, exclude, args.retrieval)
+    t0 = time.perf_counter()
+    res = optimize(problem_dir, Path("naive.cu"), cfg, pool=pool, skills=skills)
+    s = res.summary()
+    row: dict[str, Any] = {
+        "problem": name, "arm": arm, "op_type": problem.definition.op_type,
+        "excluded_problems": list(exclude), "skills_available": s["retrieval"]["skills"],
+        "retrieval_backend": s["retrieval"]["backend"], "retrieval_note": s["retrieval"]["note"],
+        "steps_used": s["steps_used"], "attempts": s["attempts"], "kept_steps": s["kept"],
+        "correctness_failures_caught": s["correctness_failures_caught"], "termination": s["termination"],
+        "final_correct": True, "final_hash": s["final_hash"], "llm": s["llm"],
+        "lineage": [{k: st.get(k) for k in ("step", "what", "skill_name", "rewrite", "materializer", "time_ms", "guards")}
+                    for st in res.lineage],
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    if out_dir is not None:
+        res.write(out_dir / arm / name)
+    if args.executor == "cuda":
+        w = _primary(problem)
+        row["workload"] = w.label
+        tn, en = _profile_ms(problem_dir, "naive.cu", res.input_source, args.cache, w.label)
+        tf, ef = _profile_ms(problem_dir, "naive.cu", res.final_source, args.cache, w.label)
+        te, ee = _profile_ms(problem_dir, "kernel.cu", None, args.cache, w.label)
+        tg, eg = _eager_ms(name, problem, w)
+        row.update({"naive_ms": tn, "final_ms": tf, "expert_ms": te, "eager_ms": tg})
+        errs = {k: v for k, v in (("naive", en), ("final", ef), ("expert", ee), ("eager", eg)) if v}
+        if errs:
+            row["timing_errors"] = errs
+        if tn and tf:
+            row["speedup_vs_naive"] = tn / tf
+        if tn and te:
+            row["expert_vs_naive"] = tn / te
+        if te and tf:
+            row["fraction_of_expert"] = te / tf
+        if tg and tf:
+            row["speedup_vs_eager"] = tg / tf
+        row["loop_time_ms"] = {"input": res.input_time_ms, "final": res.final_time_ms,
+                               "metric": "geometric mean of the large workloads' medians"}
+    return row
+
+
+def aggregate(rows: list[dict], executor: str) -> dict:
+    ok = [r for r in rows if "error" not in r]
+    out = {"problems": len(rows), "errors": len(rows) - len(ok),
+           "all_final_correct": all(r.get("final_correct") for r in ok) and len(ok) == len(rows),
+           "steps_used": sum(r.get("steps_used", 0) for r in ok), "attempts": sum(r.get("attempts", 0) for r in ok),
+           "correctness_failures_caught": sum(r.get("correctness_failures_caught", 0) for r in ok),
+           "kept_steps": sum(r.get("kept_steps", 0) for r in ok)}
+    if executor == "cuda":
+        for key in ("speedup_vs_naive", "fraction_of_expert", "speedup_vs_eager", "expert_vs_naive"):
+            out[f"geomean_{key}"] = geomean([r.get(key) for r in ok])
+        gm = out.get("geomean_fraction_of_expert")
+        out["target"] = {"geomean_fraction_of_expert_ge": TARGET_FRACTION, "met": bool(gm is not None and gm >= TARGET_FRACTION
+                                                                                        and out["all_final_correct"])}
+    return out
+
+
+def markdown(out: dict) -> str:
+    lines = []
+    for arm, data in out["arms"].items():
+        agg = data["aggregate"]
+        lines.append(f"### arm `{arm}` ({out['executor']}; budget {out['budget']} steps)")
+        lines.append("")
+        lines.append("| problem | steps | attempts | kept | failures caught | naive ms | final ms | expert ms | eager ms | "
+                     "x naive | % expert speedup | x eager | kept steps |")
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+
+        def f(v, fmt):
+            return fmt.format(v) if isinstance(v, (int, float)) else "-"
+        for r in data["problems"]:
+            if "error" in r:
+                lines.append(f"| {r['problem']} | error: {r['error'][:80]} |" + " |" * 11)
+                continue
+            kept = ", ".join(s.get("rewrite") or "" for s in r.get("lineage", [])[1:])
+            lines.append(f"| {r['problem']} | {r['steps_used']} | {r['attempts']} | {r['kept_steps']} | "
+                         f"{r['correctness_failures_caught']} | {f(r.get('naive_ms'), '{:.3f}')} | {f(r.get('final_ms'), '{:.3f}')} | "
+                         f"{f(r.get('expert_ms'), '{:.3f}')} | {f(r.get('eager_ms'), '{:.3f}')} | "
+                         f"{f(r.get('speedup_vs_naive'), '{:.2f}x')} | {f(100 * r['fraction_of_expert'] if r.get('fraction_of_expert') else None, '{:.0f}%')} | "
+                         f"{f(r.get('speedup_vs_eager'), '{:.2f}x')} | {kept} |")
+        gm = agg
+        lines.append("")
+        lines.append(f"geomean: x naive {f(gm.get('geomean_speedup_vs_naive'), '{:.2f}')}, fraction of expert "
+                     f"{f(gm.get('geomean_fraction_of_expert'), '{:.2f}')}, x eager {f(gm.get('geomean_speedup_vs_eager'), '{:.2f}')}; "
+                     f"all final kernels correct: {gm['all_final_correct']}; failures caught: {gm['correctness_failures_caught']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--executor", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--store", type=Path, default=None,
+                    help="skills store (or a JSON list of skill records / a SKILL.md folder). Default: ./.skills when "
+                         "it holds a store, else (cpu only) the shipped proxy skills fixture")
+    ap.add_argument("--problems", default="", help="comma-separated subset, or 'all' (default: all on cuda; "
+                                                   f"{','.join(CPU_DEFAULT_PROBLEMS)} on cpu)")
+    ap.add_argument("--budget", type=int, default=None, help="steps per problem (default 10 on cuda, 3 on cpu)")
+    ap.add_argument("--per-step", type=int, default=6, help="candidates gated per step")
+    ap.add_argument("--k", type=int, default=8, help="skills retrieved per step")
+    ap.add_argument("--model", default=None, help="litellm model: adds the LLM arms")
+    ap.add_argument("--arms", default="", help="comma-separated: deterministic, skills, skills_llm, no_skills, flat_memory")
+    ap.add_argument("--llm-per-step", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=None, help="LLM token budget per problem and arm")
+    ap.add_argument("--max-usd", type=float, default=None, help="LLM dollar budget per problem and arm")
+    ap.add_argument("--llm-kwargs", default="", help="JSON object of extra litellm arguments (api_base, ...)")
+    ap.add_argument("--jobs", type=int, default=None, help="gate processes (default 4 on cuda, 2 on cpu)")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--timeout", type=float, default=60.0, help="gate timeout per run (s)")
+    ap.add_argument("--problem-minutes", type=float, default=15.0, help="no new step starts after this per problem")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="no new problem starts after this (the results so far are saved; rerun to continue)")
+    ap.add_argument("--retrieval", default="auto", choices=("auto", "search", "scan"))
+    ap.add_argument("--cache", type=Path, default=None, help="gate cache root (default /tmp/ks-optimize-cache)")
+    ap.add_argument("--out", type=Path, default=None, help="results JSON (default eval/results/optimize_<executor>.json)")
+    ap.add_argument("--out-dir", type=Path, default=None, help="also write each run's folder (final kernel, lineage, attempts)")
+    ap.add_argument("--fresh", action="store_true", help="redo problems already in --out")
+    ap.add_argument("--json", action="store_true", help="print the results JSON")
+    args = ap.parse_args(argv)
+
+    cuda = args.executor == "cuda"
+    if cuda:
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RuntimeError("no CUDA device")
+        except Exception as exc:  # noqa: BLE001
+            print(f"bench_optimize --executor cuda needs a CUDA GPU ({exc}); use --executor cpu for a correctness run",
+                  file=sys.stderr)
+            return 2
+    args.budget = args.budget or (10 if cuda else 3)
+    args.jobs = args.jobs or (4 if cuda else 2)
+    args.cache = args.cache or Path(os.environ.get("KS_OPT_CACHE", "/tmp/ks-optimize-cache"))
+    store = args.store
+    store_note = ""
+    if store is None:
+        if _has_skills(Path(".skills")):
+            store = Path(".skills")
+        elif not cuda:
+            store = FIXTURE_SKILLS
+            store_note = ("no --store given and ./.skills holds none: the shipped proxy skills fixture "
+                          "(tests/fixtures/kernel_skills/proxy_skills.json: deterministic-operator skills, no measured effects)")
+        else:
+            print("bench_optimize: give --store DIR (a mined skills store)", file=sys.stderr)
+            return 2
+    if not store.exists():
+        print(f"bench_optimize: {store}: no such store", file=sys.stderr)
+        return 2
+    names = all_problems() if (args.problems == "all" or (not args.problems and cuda)) else \
+        [n for n in (args.problems.split(",") if args.problems else CPU_DEFAULT_PROBLEMS) if n]
+    unknown = [n for n in names if n not in all_problems()]
+    if unknown:
+        print(f"bench_optimize: unknown problem(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    arms = [a for a in args.arms.split(",") if a] or (["deterministic", "skills_llm", "no_skills", "flat_memory"]
+                                                       if args.model else ["deterministic"])
+    bad = [a for a in arms if a not in ARM_CONFIG or (ARM_CONFIG[a]["llm"] and not args.model)]
+    if bad:
+        print(f"bench_optimize: arm(s) {', '.join(bad)} unknown or need --model", file=sys.stderr)
+        return 2
+    out_path = args.out or (RESULTS / f"optimize_{args.executor}.json")
+    prev = {}
+    if out_path.is_file() and not args.fresh:
+        try:
+            prev = json.loads(out_path.read_text())
+        except ValueError:
+            prev = {}
+    device = "cpu executor (g++ fibers): correctness only"
+    if cuda:
+        import torch
+
+        device = torch.cuda.get_device_name(0)
+    out = {"device": device, "executor": args.executor, "store": str(store), "store_note": store_note,
+           "budget": args.budget, "per_step": args.per_step, "k": args.k, "model": args.model or "",
+           "method": ("leave-one-problem-out: each problem starts from naive.cu with the skills mined from the other "
+                      "problems; times from the gate's profile stage on the primary large workload (CUDA events, L2 "
+                      "flush, median of 30 after 5 warm-up); eager via PyTorch with the same timing" if cuda else
+                      "leave-one-problem-out, cpu executor: every kept step and final kernel passes the gate on every "
+                      "workload and seed; no timing, no speed claim"),
+           "arms": {}}
+    from mining.optimize import make_pool
+
+    pool = make_pool(args.jobs)
+    t0 = time.perf_counter()
+    try:
+        for arm in arms:
+            done = {r["problem"]: r for r in prev.get("arms", {}).get(arm, {}).get("problems", [])
+                    if "error" not in r and prev.get("budget") == args.budget}
+            rows = []
+            for name in names:
+                if name in done:
+                    rows.append(done[name])
+                    continue
+                if args.max_minutes is not None and time.perf_counter() - t0 > args.max_minutes * 60:
+                    print(f"bench_optimize: --max-minutes reached; {name} and later problems not started "
+                          "(rerun with the same --out to continue)", file=sys.stderr)
+                    out["incomplete"] = True
+                    break
+                try:
+                    rows.append(run_problem(name, arm, args, pool, store, args.out_dir))
+                except Exception as exc:  # noqa: BLE001 - one problem must not hide the others
+                    rows.append({"problem": name, "arm": arm, "error": f"{type(exc).__name__}: {str(exc)[:400]}"})
+                print(json.dumps({k: v for k, v in rows[-1].items() if k != "lineage"}), file=sys.stderr, flush=True)
+                others = [r for r in prev.get("arms", {}).get(arm, {}).get("problems", []) if r["problem"] not in names]
+                out["arms"][arm] = {"problems": others + rows, "aggregate": aggregate(others + rows, args.executor)}
+                out["retrieval"] = {"backend": rows[-1].get("retrieval_backend", ""), "note": rows[-1].get("retrieval_note", "")}
+                out["wall_s"] = round(time.perf_counter() - t0, 1)
+                out_path.parent.mkdir(parents=True, exist_ok=True)
+                out_path.write_text(json.dumps(out, indent=2))
+            others = [r for r in prev.get("arms", {}).get(arm, {}).get("problems", []) if r["problem"] not in names]
+            out["arms"][arm] = {"problems": others + rows, "aggregate": aggregate(others + rows, args.executor)}
+            if out.get("incomplete"):
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    for arm, data in prev.get("arms", {}).items():
+        out["arms"].setdefault(arm, data)
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2))
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(markdown(out))
+    rows = [r for a in arms if a in out["arms"] for r in out["arms"][a]["problems"]]
+    return 0 if rows and all("error" not in r and r.get("final_correct") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

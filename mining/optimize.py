@@ -1,0 +1,885 @@
+"""`skills optimize` as a library: retrieved skills materialized on a new kernel, step by step,
+each step kept only when the gate accepts it.
+
+    from mining.optimize import OptimizeConfig, optimize
+    res = optimize(Path("corpora/kernels/softmax"), Path("naive.cu"), OptimizeConfig(executor="cpu"))
+    res.final_source, res.summary()
+
+One step: retrieve the skills that apply to the current kernel (`retrieve`: the hybrid search of
+retrieval/skill_search.py when its index and encoders are usable, else a scan of the store's
+skill records ranked by applicability), materialize them (deterministic forward rewrites of
+mining/materialize.py; with a model, an LLM materializer for skills no rewrite covers), gate
+the candidates (correctness on every workload and seed, in worker processes; on a GPU the
+profile stage times the passing ones), and keep one: on a GPU the fastest correct candidate that
+beats the current kernel by `min_gain`, on the CPU executor (no timing, no speed claim) the
+first correct one in priority order. Every candidate is an attempt in the log, kept or dropped
+with the reason. It stops when the step budget (or the token / dollar / attempt budget) is
+spent or when nothing applies any more.
+
+Modes (the benchmark's arms, all under the same gate and budget):
+* ``skills``      retrieved skills; deterministic materializers, plus the LLM materializer when a
+                  model is given (skill card, exemplar and matched site in prompts/optimize.md);
+* ``no_skills``   the LLM with the task alone (needs a model);
+* ``flat_memory`` the LLM with past successful diffs (no preconditions, no effects), retrieved by
+                  token overlap: the memory-based style of AccelOpt / AdaExplore (needs a model).
+
+Leave-one-problem-out: ``exclude_problems`` drops every skill mined only from those problems and
+the evidence (exemplars, diffs) they contributed to the others.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from mining.gate import BadInput, GateConfig, run_gate
+
+MODES = ("skills", "no_skills", "flat_memory")
+
+# Expected effect of a forward rewrite when the skill carries no GPU measurement: the order in
+# which candidates are gated (structural rewrites move the most data; qualifiers least).
+REWRITE_PRIOR = {
+    "warp_scan": 9.0, "warp_per_row": 8.0, "privatize_atomics": 8.0, "stage_matmul_tiles": 6.0,
+    "stage_transpose_tile": 5.0, "vectorize_elementwise": 2.0, "vectorize_loop": 1.8, "grid_stride": 1.5,
+    "to_fast_math": 1.3, "add_ldg": 1.1, "add_restrict": 1.1, "add_unroll": 1.05, "add_launch_bounds": 1.02,
+    "add_shared_padding": 1.02, "llm": 1.5,
+}
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- configuration / results
+@dataclass(frozen=True)
+class OptimizeConfig:
+    executor: str = "auto"
+    mode: str = "skills"
+    budget_steps: int = 10  # steps (retrieve -> materialize -> gate -> keep at most one)
+    max_attempts: Optional[int] = None  # candidates gated in all
+    max_tokens: Optional[int] = None  # LLM tokens (prompt + completion)
+    max_usd: Optional[float] = None  # LLM dollars (when litellm knows the price)
+    time_limit_s: Optional[float] = None  # wall clock: no new step starts after it
+    per_step: int = 6  # candidates gated per step
+    k: int = 8  # skills retrieved per step
+    llm_per_step: int = 2  # LLM calls per step (every mode, so the arms spend alike)
+    model: Optional[str] = None
+    deterministic: bool = True  # deterministic materializers (skills mode)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    jobs: int = 2
+    min_gain: float = 0.02  # a kept step must be this much faster (GPU)
+    timeout_s: float = 120.0
+    store: Optional[Path] = None  # the skills store (read only)
+    cache: Optional[Path] = None  # gate cache root (default: the store, else ./.skills)
+    exclude_problems: tuple[str, ...] = ()  # leave-one-problem-out
+    retrieval: str = "auto"  # auto | search | scan
+    archs: tuple[str, ...] = ("sm_90",)
+    llm_kwargs: tuple = ()  # extra litellm arguments as (key, value) pairs (tests: mock_response)
+
+
+@dataclass
+class Attempt:
+    step: int
+    index: int  # order within the run
+    materializer: str  # deterministic | llm
+    rewrite: str
+    skill_id: str = ""
+    skill_name: str = ""
+    carrier: str = ""
+    description: str = ""
+    guards: list[str] = field(default_factory=list)
+    site_line: int = 0
+    source_hash: str = ""
+    diff: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    verdict: str = ""  # pass | fail | error | unsupported | not_gated
+    reason: str = ""  # the gate's reason when it failed
+    gate: dict = field(default_factory=dict)
+    time_ms: Optional[float] = None
+    speedup_vs_current: Optional[float] = None
+    kept: bool = False
+    why: str = ""  # why kept or dropped
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Candidate:
+    source: str
+    materializer: str
+    rewrite: str
+    skill: dict = field(default_factory=dict)
+    description: str = ""
+    guards: list[str] = field(default_factory=list)
+    site_line: int = 0
+    prior: float = 1.0
+    rank: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
+class OptimizeResult:
+    problem: str
+    kernel: str
+    executor: str
+    mode: str
+    input_source: str
+    final_source: str
+    lineage: list[dict]  # step 0 = input, then every kept step
+    attempts: list[Attempt]
+    steps_used: int
+    termination: str  # budget_steps | budget_attempts | budget_tokens | budget_usd | budget_time | nothing_applies
+    input_time_ms: Optional[float]
+    final_time_ms: Optional[float]
+    retrieval: dict
+    llm: dict
+    wall_s: float
+    config: dict
+    step_log: list[dict] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> Optional[float]:
+        if self.input_time_ms and self.final_time_ms:
+            return self.input_time_ms / self.final_time_ms
+        return None
+
+    def summary(self) -> dict:
+        fails = [a for a in self.attempts if a.verdict not in ("pass", "not_gated")]
+        return {
+            "problem": self.problem, "kernel": self.kernel, "executor": self.executor, "mode": self.mode,
+            "steps_used": self.steps_used, "attempts": len([a for a in self.attempts if a.verdict != "not_gated"]),
+            "kept": len(self.lineage) - 1, "correctness_failures_caught": len(fails),
+            "termination": self.termination,
+            "input_time_ms": self.input_time_ms, "final_time_ms": self.final_time_ms, "speedup": self.speedup,
+            "timing": "gpu profile (geometric mean of the large workloads' medians)" if self.input_time_ms
+            else "none: the cpu executor checks correctness only (no speed claim)",
+            "final_hash": sha256(self.final_source), "final_correct": True,
+            "lineage": [{k: v for k, v in s.items() if k not in ("diff",)} for s in self.lineage],
+            "retrieval": self.retrieval, "llm": self.llm, "wall_s": round(self.wall_s, 1),
+        }
+
+    def write(self, out: Path) -> None:
+        """The output folder: final kernel, forward lineage (with every kept state), attempts, summary."""
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "final.cu").write_text(self.final_source)
+        states = out / "states"
+        states.mkdir(exist_ok=True)
+        for s in self.lineage:
+            (states / f"step{s['step']:02d}.cu").write_text(s["source"])
+        lineage = {"problem": self.problem, "kernel": self.kernel, "executor": self.executor, "mode": self.mode,
+                   "direction": "forward: from the input kernel to the final one, one kept step at a time",
+                   "steps": [{k: v for k, v in s.items() if k != "source"} | {"file": f"states/step{s['step']:02d}.cu"}
+                             for s in self.lineage]}
+        (out / "lineage.json").write_text(json.dumps(lineage, indent=2))
+        with open(out / "attempts.jsonl", "w") as fh:
+            for a in self.attempts:
+                fh.write(json.dumps(a.to_dict()) + "\n")
+        (out / "summary.json").write_text(json.dumps(self.summary() | {"config": self.config,
+                                                                       "steps": self.step_log}, indent=2))
+
+
+# --------------------------------------------------------------------------- retrieval
+@dataclass
+class Retrieved:
+    skill: dict  # the skill record (leave-one-out sanitized)
+    rank: int
+    score: float = 0.0
+    status: str = "applicable"  # applicable | no_site | already_applied | ...
+    sites: list[dict] = field(default_factory=list)
+    preconditions: list[dict] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+
+class SkillSource:
+    """The skills of one store, loaded once: records for the scan ranking and the flat memory,
+    and (when usable) the hybrid searcher. Never writes to the store."""
+
+    def __init__(self, store: Optional[Path], exclude_problems: Sequence[str] = (), backend: str = "auto"):
+        self.root = Path(store) if store else None
+        self.exclude = set(exclude_problems)
+        self.backend = "none"
+        self.note = ""
+        self.searcher = None
+        self.records: list[dict] = []
+        if self.root is None:
+            self.note = "no store given: no skills"
+            return
+        if not self.root.exists():
+            raise BadInput(f"{self.root}: no skills store here (build one with `skills mine ... --store {self.root}`)")
+        self.records = [r for r in (sanitize(r, self.exclude) for r in load_skill_records(self.root)) if r is not None]
+        if not (self.root / "store.duckdb").is_file() and not (self.root / "index").is_dir():
+            backend = "scan"  # a JSON file or SKILL.md folder: no index to search
+            self.note = f"skills read from {self.root} (no store index): ranked by a scan"
+        if backend in ("auto", "search"):
+            try:
+                from retrieval.skill_search import Searcher, SkillIndex
+
+                idx = SkillIndex.open(self.root)
+                s = Searcher(idx)
+                s.embed_texts(["warm up"])  # the text encoder must load here (tokenizers, weights)
+                self.searcher = s
+                self.backend = "search"
+            except Exception as exc:  # noqa: BLE001 - an index, encoder or package missing: scan instead
+                if backend == "search":
+                    raise BadInput(f"retrieval unavailable: {type(exc).__name__}: {exc}") from None
+                self.note = (f"hybrid search unavailable ({type(exc).__name__}: {str(exc)[:160]}); "
+                             "ranked by a scan of the store's skills (applicability, evidence)")
+        if self.searcher is None:
+            self.backend = "scan"
+
+    def info(self) -> dict:
+        return {"backend": self.backend, "note": self.note, "store": str(self.root) if self.root else "",
+                "skills": len(self.records), "excluded_problems": sorted(self.exclude)}
+
+    def by_id(self) -> dict[str, dict]:
+        return {r["skill_id"]: r for r in self.records}
+
+
+def load_skill_records(root: Path) -> list[dict]:
+    """Kernel skill records from a store (its duckdb table, read only; else the index snapshot's
+    skills.jsonl), a JSON file holding a list of records, or a SKILL.md export folder."""
+    if root.is_file():
+        try:
+            data = json.loads(root.read_text())
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"{root}: not a JSON list of skill records ({exc})") from None
+        recs = data.get("skills", data) if isinstance(data, dict) else data
+        if not isinstance(recs, list) or not all(isinstance(r, dict) and "skill_id" in r for r in recs):
+            raise BadInput(f"{root}: not a JSON list of skill records")
+        return recs
+    if not (root / "store.duckdb").is_file() and not (root / "index").is_dir() and \
+            any(root.glob("*/skill.json")):
+        return [json.loads(p.read_text()) for p in sorted(root.glob("*/skill.json"))]
+    snap = None
+    try:
+        from retrieval.skill_index import current_snapshot
+
+        snap = current_snapshot(root)
+    except Exception:  # noqa: BLE001 - retrieval package unusable here
+        cur = root / "index" / "kernel_skills" / "CURRENT"
+        if cur.is_file():
+            p = root / "index" / "kernel_skills" / cur.read_text().strip()
+            snap = p if p.is_dir() else None
+    db = root / "store.duckdb"
+    if db.is_file():
+        try:
+            import duckdb
+
+            con = duckdb.connect(str(db), read_only=True)
+            try:
+                rows = con.execute("SELECT record FROM skills WHERE kind = 'kernel' ORDER BY skill_id").fetchall()
+            finally:
+                con.close()
+            return [json.loads(r[0]) for r in rows]
+        except Exception as exc:  # noqa: BLE001 - locked by a writer, no skills table, or no duckdb here
+            if snap is None:
+                raise BadInput(f"{root}: cannot read skills from store.duckdb ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0][:160]})") from None
+    if snap is not None and (Path(snap) / "skills.jsonl").is_file():
+        return [json.loads(line) for line in open(Path(snap) / "skills.jsonl") if line.strip()]
+    raise BadInput(f"{root}: holds no skills (no store.duckdb and no index snapshot)")
+
+
+def sanitize(rec: dict, exclude: set[str]) -> Optional[dict]:
+    """A skill record without what the excluded problems contributed (None if nothing is left)."""
+    if rec.get("kind", "kernel") != "kernel":
+        return None
+    if not exclude:
+        return rec
+    ev = rec.get("evidence") or []
+    keep = [e for e in ev if e.get("problem") not in exclude]
+    if ev and not keep:
+        return None
+    probs = set((rec.get("scope") or {}).get("problems") or [])
+    if probs and probs <= exclude:
+        return None
+    if len(keep) == len(ev):
+        return rec
+    out = dict(rec)
+    out["evidence"] = keep
+    out["scope"] = dict(rec.get("scope") or {})
+    out["scope"]["problems"] = sorted({e.get("problem", "") for e in keep})
+    dropped = [e for e in ev if e.get("problem") in exclude]
+    if any(rec.get("diff") and rec.get("diff") == e.get("diff") for e in dropped) or \
+            any(rec.get("before") and rec.get("before") == e.get("before") for e in dropped):
+        out["before"], out["after"], out["diff"] = keep[0].get("before", ""), keep[0].get("after", ""), keep[0].get("diff", "")
+        out["anchor"] = {"function": "", "ast_path": [], "enclosing_loop": "", "line": 0,
+                         "excerpt": (keep[0].get("after", "").strip().splitlines() or [""])[0][:160]}
+    out["effect"] = [x for e in keep for x in e.get("effect", [])] or [
+        x for x in rec.get("effect", []) if not dropped]
+    out["risks"] = rec.get("risks", []) if not dropped else [r for r in rec.get("risks", [])
+                                                             if not any(d.get("problem", "") in json.dumps(r) for d in dropped)]
+    return out
+
+
+def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = None, k: int = 8) -> list[Retrieved]:
+    """The skills that apply to `source`, best first: the hybrid search (its applicable hits, then
+    the ones it filtered for having no detected site, which a forward rewrite may still find),
+    else the store scan. Preconditions are checked against every workload's axes."""
+    if not skills.records:
+        return []
+    out: list[Retrieved] = []
+    by_id = skills.by_id()
+    if skills.searcher is not None:
+        try:
+            ans = skills.searcher.query(code=source, k=k, axes=None, include_filtered=True,
+                                        exclude_problems=skills.exclude or None)
+            for h in ans.get("hits", []):
+                rec = by_id.get(h["skill_id"])
+                if rec is not None:
+                    out.append(Retrieved(rec, len(out) + 1, h.get("score", 0.0), "applicable", h.get("applies_at", []),
+                                         flags=h.get("flags", [])))
+            for f in ans.get("filtered", []):
+                rec = by_id.get(f["skill_id"])
+                if rec is not None and f.get("reason") in ("no_site", "already_applied") and \
+                        all(r.skill["skill_id"] != rec["skill_id"] for r in out):
+                    out.append(Retrieved(rec, len(out) + 1, 0.0, f["reason"]))
+        except Exception as exc:  # noqa: BLE001 - a query failure falls back to the scan
+            skills.note = f"search failed ({type(exc).__name__}: {str(exc)[:120]}); scan used for this query"
+            out = []
+    if not out:
+        out = _scan(skills.records, source, k)
+    # every other skill after these (a forward rewrite decides whether it applies)
+    seen = {r.skill["skill_id"] for r in out}
+    rest = [r for r in _scan(skills.records, source, len(skills.records)) if r.skill["skill_id"] not in seen]
+    for r in rest:
+        r.rank = len(out) + 1
+        out.append(r)
+    for r in out:
+        r.preconditions = check_preconditions(r.skill, axes or [])
+    return out
+
+
+def _scan(records: list[dict], source: str, k: int) -> list[Retrieved]:
+    try:
+        from retrieval.applicability import Checker
+
+        checker = Checker(source)
+    except Exception:  # noqa: BLE001 - no applicability module: evidence order only
+        checker = None
+    scored = []
+    for rec in records:
+        status, sites = "applicable", []
+        if checker is not None:
+            try:
+                app = checker.check(rec)
+                status, sites = app.status, [s.to_dict() for s in app.sites]
+            except Exception:  # noqa: BLE001
+                pass
+        ratios = [e.get("time_ratio") for e in rec.get("effect", []) if e.get("time_ratio")]
+        key = ({"applicable": 0, "no_site": 1, "already_applied": 2}.get(status, 3), -len(sites) if sites else 0,
+               -(max(ratios) if ratios else 1.0), -len(rec.get("evidence") or []), rec.get("name", ""))
+        scored.append((key, Retrieved(rec, 0, 0.0, status, sites)))
+    scored.sort(key=lambda t: t[0])
+    out = [r for _, r in scored if r.status in ("applicable", "no_site", "already_applied")][:k]
+    for i, r in enumerate(out, start=1):
+        r.rank = i
+    return out
+
+
+def check_preconditions(skill: dict, workloads: Sequence[dict]) -> list[dict]:
+    """Each precondition of the skill against every workload: satisfied on all, or the workloads
+    that violate it (the materialization must then guard it at run time)."""
+    out = []
+    try:
+        from retrieval.applicability import check_precondition
+    except Exception:  # noqa: BLE001
+        check_precondition = None
+    for p in skill.get("preconditions") or []:
+        if p.get("kind") == "none_found" or p.get("status") == "not_needed":
+            continue
+        verdicts = []
+        for axes in workloads:
+            if check_precondition is not None:
+                c = check_precondition(p, axes)
+                verdicts.append(c.check)
+            else:
+                verdicts.append("unknown")
+        violated = [i for i, v in enumerate(verdicts) if v == "violated"]
+        out.append({"text": p.get("text", ""), "status": p.get("status", ""),
+                    "check": "violated" if violated else ("satisfied" if verdicts and all(v == "satisfied" for v in verdicts)
+                                                          else "unknown"),
+                    "violated_by_workloads": violated, "needs_guard": bool(violated) or not verdicts or
+                    any(v == "unknown" for v in verdicts)})
+    return out
+
+
+# --------------------------------------------------------------------------- flat memory (baseline)
+_TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
+
+
+def flat_memory(records: list[dict]) -> list[dict]:
+    """Past successful changes as bare diffs (simpler -> optimized), one per piece of evidence:
+    no intent, preconditions, effects or risks."""
+    out, seen = [], set()
+    for r in records:
+        for e in r.get("evidence") or []:
+            d = e.get("diff") or ""
+            if d and d not in seen:
+                seen.add(d)
+                out.append({"problem": e.get("problem", ""), "diff": d})
+    return out
+
+
+def rank_memory(memory: list[dict], source: str, k: int = 3) -> list[dict]:
+    q = set(_TOK.findall(source))
+    scored = []
+    for i, m in enumerate(memory):
+        old = " ".join(ln[1:] for ln in m["diff"].splitlines() if ln.startswith(("-", " ")) and not ln.startswith("---"))
+        toks = set(_TOK.findall(old))
+        scored.append((-(len(toks & q) / (len(toks | q) or 1)), i))
+    scored.sort()
+    return [memory[i] for _, i in scored[:k]]
+
+
+# --------------------------------------------------------------------------- gate in worker processes
+def _gate_worker(args: tuple) -> dict[str, Any]:
+    problem_dir, kernel, cfg, source = args
+    try:
+        return run_gate(Path(problem_dir), Path(kernel), cfg, source=source).to_dict()
+    except BadInput as exc:
+        return {"passed": False, "verdict": "error", "reason": str(exc), "stages": {}, "wall_s": 0.0}
+
+
+def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) if jobs > 1 else None
+
+
+def _gate_summary(d: dict) -> dict:
+    st = d.get("stages", {})
+    c = st.get("correctness", {})
+    return {"verdict": d.get("verdict"), "stages": {k: v.get("status") for k, v in st.items()},
+            "cases": f"{c.get('cases_passed', 0)}/{c.get('cases_total', 0)}" if c else "",
+            "workloads": c.get("workloads", []), "seeds": c.get("seeds", []), "wall_s": d.get("wall_s")}
+
+
+def profile_time(profile: dict) -> Optional[float]:
+    """Geometric mean of the median times of the workloads tagged large (all when none is)."""
+    w = profile.get("workloads") or {}
+    large = [v["median_ms"] for v in w.values() if "large" in v.get("tags", []) and v.get("median_ms", 0) > 0]
+    meds = large or [v["median_ms"] for v in w.values() if v.get("median_ms", 0) > 0]
+    return math.exp(sum(map(math.log, meds)) / len(meds)) if meds else None
+
+
+class Gate:
+    def __init__(self, problem_dir: Path, kernel: Path, cfg: GateConfig, pool: Optional[ProcessPoolExecutor]):
+        self.problem_dir, self.kernel, self.cfg, self.pool = problem_dir, kernel, cfg, pool
+        self.can_time = cfg.executor == "cuda"
+        self.profiles: dict[str, Optional[float]] = {}
+        self.profile_raw: dict[str, dict] = {}
+
+    def check(self, sources: list[str]) -> list[dict]:
+        args = [(str(self.problem_dir), str(self.kernel), self.cfg, s) for s in sources]
+        if self.pool is not None and len(args) > 1:
+            return list(self.pool.map(_gate_worker, args))
+        return [_gate_worker(a) for a in args]
+
+    def time(self, source: str) -> Optional[float]:
+        if not self.can_time:
+            return None
+        h = sha256(source)
+        if h not in self.profiles:
+            cfg = replace(self.cfg, stages=("profile",))
+            d = _gate_worker((str(self.problem_dir), str(self.kernel), cfg, source))
+            p = d.get("stages", {}).get("profile", {})
+            self.profile_raw[h] = p
+            self.profiles[h] = profile_time(p) if p.get("status") == "pass" else None
+        return self.profiles[h]
+
+
+# --------------------------------------------------------------------------- LLM materializer
+PROMPT_FILE = Path(__file__).resolve().parent.parent / "prompts" / "optimize.md"
+
+
+def _render(template: str, **values: str) -> str:
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: str(values[m.group(1)]), template)
+
+
+def skill_card(rec: dict, site: Optional[dict] = None, preconditions: Sequence[dict] = ()) -> str:
+    lines = [f"### Skill `{rec.get('name', '')}` ({rec.get('skill_id', '')}, carrier `{rec.get('carrier', '')}`)",
+             f"- intent: {rec.get('intent', '')}"]
+    pre = [p for p in rec.get("preconditions") or [] if p.get("kind") != "none_found"]
+    if pre:
+        for p in pre:
+            chk = next((c for c in preconditions if c.get("text") == p.get("text")), None)
+            extra = ""
+            if chk and chk.get("violated_by_workloads"):
+                extra = " -- VIOLATED by some of this problem's workloads: guard it with a runtime check and keep the original code as the fallback"
+            elif chk and chk.get("needs_guard"):
+                extra = " -- not provable from the workloads: guard it at run time"
+            lines.append(f"- precondition: {p.get('text', '')} ({p.get('status', '')}){extra}")
+    else:
+        lines.append("- preconditions: none found by probing (still keep every size the problem allows correct)")
+    for r in (rec.get("risks") or [])[:3]:
+        lines.append(f"- risk: {r.get('text', '')}")
+    eff = [e for e in rec.get("effect") or [] if e.get("time_ratio")]
+    if eff:
+        lines.append(f"- measured effect: x{eff[0]['time_ratio']} ({eff[0].get('device', '')})")
+    ex = rec.get("diff") or ""
+    if ex:
+        lines.append("- exemplar (simpler -> optimized, from another kernel):\n```diff\n" + ex.strip()[:2500] + "\n```")
+    if site:
+        lines.append(f"- where it applies in this kernel: line {site.get('line')}"
+                     + (f"-{site.get('end_line')}" if site.get("end_line") and site.get("end_line") != site.get("line") else "")
+                     + f": `{str(site.get('code', ''))[:120]}` ({site.get('reason', '')})")
+    return "\n".join(lines)
+
+
+def build_prompt(source: str, *, problem_summary: str, guidance: str, history: Sequence[Attempt] = (),
+                 kernel_name: str = "kernel.cu") -> str:
+    from mining.llm_operator import number_lines, vocabulary
+
+    hist = []
+    for a in list(history)[-8:]:
+        what = a.description or a.rewrite
+        hist.append(f"- step {a.step}: {what[:160]} -> {'kept' if a.kept else 'dropped'}: {a.why[:200]}")
+    return _render(PROMPT_FILE.read_text(), problem_summary=problem_summary, kernel_name=kernel_name,
+                   numbered_source=number_lines(source), guidance=guidance,
+                   history="\n".join(hist) or "(nothing yet)",
+                   vocabulary=", ".join(f"`{v}`" for v in vocabulary()))
+
+
+def parse_optimization(source: str, reply: str) -> tuple[str, str, str]:
+    """(new kernel, carrier, description) from a reply: SEARCH/REPLACE blocks (parsed and applied by
+    mining/llm_operator.py's matcher), or one fenced block holding the whole kernel. Raises
+    ReplyError with a one-line reason otherwise."""
+    from mining.llm_operator import ReplyError, apply_blocks, parse_reply
+    from mining.parse import parse_cuda, syntax_issues
+
+    try:
+        parsed = parse_reply(reply)
+        new = apply_blocks(source, parsed.blocks)
+        carrier, desc = parsed.carrier, parsed.description
+    except ReplyError as exc:
+        fences = re.findall(r"```[ \t]*(?:cuda|c\+\+|cpp|cu|c)?[ \t]*\n(.*?)```", reply, re.S | re.I)
+        whole = [f for f in fences if "__global__" in f]
+        if exc.kind not in ("malformed",) or not whole:
+            raise
+        new = whole[-1].rstrip() + "\n"
+        m = re.search(r"CARRIER\s*:\s*`?([\w-]+)", reply)
+        carrier = m.group(1).lower() if m else ""
+        m = re.search(r"DESCRIPTION\s*:\s*(.+)", reply)
+        desc = m.group(1).strip()[:300] if m else "full kernel from the model"
+    if new == source:
+        raise ReplyError("no_change", "the reply changes nothing")
+    if re.search(r"\b(asm|__asm__)\b", new) and not re.search(r"\b(asm|__asm__)\b", source):
+        raise ReplyError("forbidden", "the reply adds inline assembly")
+    before = len(syntax_issues(parse_cuda(source), limit=50))
+    after = syntax_issues(parse_cuda(new), limit=50)
+    if len(after) > before:
+        i = after[-1]
+        raise ReplyError("syntax", f"the result does not parse: line {i.line}:{i.column}: {i.kind} near {i.snippet!r}")
+    return new, carrier, desc
+
+
+def llm_materialize(source: str, *, guidance: str, problem_summary: str, model: str, history: Sequence[Attempt],
+                    entry: str, timeout_s: float, llm_kwargs: dict, kernel_name: str = "kernel.cu"
+                    ) -> tuple[Optional[str], str, str, int, float, str]:
+    """One LLM call: (new source or None, carrier, description or failure reason, tokens, cost, raw reply)."""
+    from mining.llm_operator import ReplyError
+    from prompts.llm import LLMError, complete
+
+    prompt = build_prompt(source, problem_summary=problem_summary, guidance=guidance, history=history,
+                          kernel_name=kernel_name)
+    try:
+        c = complete(prompt, model, max_tokens=int(llm_kwargs.pop("max_tokens", 4096)), timeout=timeout_s, **llm_kwargs)
+    except LLMError as exc:
+        return None, "", f"LLM call failed: {exc}", 0, 0.0, ""
+    except Exception as exc:  # noqa: BLE001 - a provider plugin misbehaving is not our crash
+        return None, "", f"LLM call failed: {type(exc).__name__}: {exc}"[:300], 0, 0.0, ""
+    tokens, cost = c.prompt_tokens + c.completion_tokens, c.cost_usd or 0.0
+    try:
+        new, carrier, desc = parse_optimization(source, c.text)
+    except ReplyError as exc:
+        return None, "", f"reply unusable ({exc.kind}): {exc.reason}", tokens, cost, c.text
+    if entry and not re.search(r"\b%s\s*\(" % re.escape(entry), new):
+        return None, "", f"reply unusable: the entry function {entry} is gone", tokens, cost, c.text
+    return new, carrier, desc, tokens, cost, c.text
+
+
+# --------------------------------------------------------------------------- the loop
+def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeConfig = OptimizeConfig(),
+             pool: Optional[ProcessPoolExecutor] = None, skills: Optional[SkillSource] = None,
+             on_event: Callable[[str, dict], None] = lambda kind, data: None) -> OptimizeResult:
+    from corpora.problem import ProblemError, load_problem
+    from mining.gate.executors import resolve_executor
+    from mining.materialize import Context, materialize
+
+    t0 = time.perf_counter()
+    if config.mode not in MODES:
+        raise BadInput(f"--mode: unknown mode {config.mode!r} (one of {', '.join(MODES)})")
+    if config.budget_steps < 1:
+        raise BadInput("--budget: at least one step")
+    model = (config.model or os.environ.get("SKILLS_MODEL") or "").strip() or None
+    if config.mode != "skills" and not model:
+        raise BadInput(f"--mode {config.mode} is an LLM baseline: give --model (any litellm model string)")
+    try:
+        problem = load_problem(Path(problem_dir))
+    except ProblemError as exc:
+        raise BadInput(str(exc)) from None
+    kernel_path = problem.kernel_path(kernel)
+    try:
+        source0 = kernel_path.read_text()
+    except FileNotFoundError:
+        raise BadInput(f"{kernel_path}: kernel file not found") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{kernel_path}: not a UTF-8 text file") from None
+    executor = resolve_executor(config.executor)
+    store_dir = config.store if config.store is not None and Path(config.store).is_dir() else None
+    cache_root = Path(config.cache or store_dir or os.environ.get("SKILLS_STORE") or ".skills")
+    gate_cfg = GateConfig(executor=executor, stages=("correctness",), seeds=config.seeds, archs=config.archs,
+                          timeout_s=config.timeout_s, store=cache_root)
+    own_pool = pool is None and config.jobs > 1
+    if own_pool:
+        pool = make_pool(config.jobs)
+    try:
+        gate = Gate(problem.root, kernel_path, gate_cfg, pool)
+        start = gate.check([source0])[0]
+        if not start.get("passed"):
+            raise BadInput(f"{kernel_path}: the input kernel does not pass the gate ({start.get('reason', '')[:300]}); "
+                           "optimize starts from a correct kernel")
+        if skills is None:
+            store = config.store or (Path(os.environ["SKILLS_STORE"]) if os.environ.get("SKILLS_STORE") else None)
+            if config.mode != "no_skills" and store is None and Path(".skills").exists():
+                store = Path(".skills")
+            skills = SkillSource(store if config.mode != "no_skills" else None, config.exclude_problems,
+                                 config.retrieval)
+        if config.mode == "skills" and not skills.records and not model:
+            raise BadInput("no skills to materialize: give --store DIR with mined skills (`skills mine ... --store DIR`)")
+        return _loop(problem, kernel_path, source0, start, config, model, executor, gate, skills, t0, on_event,
+                     Context.from_problem(problem), materialize)
+    finally:
+        if own_pool and pool is not None:
+            pool.shutdown()
+
+
+def _loop(problem, kernel_path: Path, source0: str, start: dict, config: OptimizeConfig, model: Optional[str],
+          executor: str, gate: Gate, skills: SkillSource, t0: float, on_event, ctx, materialize) -> OptimizeResult:
+    from mining.llm_operator import summarize_problem
+
+    llm_kwargs = dict(config.llm_kwargs)
+    summary_text = summarize_problem(problem)
+    axes = [dict(w.axes) for w in problem.workloads]
+    memory = flat_memory(skills.records) if config.mode == "flat_memory" else []
+    cur = source0
+    cur_time = gate.time(cur)
+    lineage = [{"step": 0, "source": cur, "source_hash": sha256(cur), "what": "input", "time_ms": cur_time,
+                "speedup_vs_input": 1.0 if cur_time else None}]
+    attempts: list[Attempt] = []
+    tried: set[str] = {sha256(cur)}
+    tokens = 0
+    cost = 0.0
+    llm_calls = 0
+    termination = "budget_steps"
+    step_log = []
+    steps_used = 0
+    record: dict[str, list[str]] = {}  # (rewrite, site) -> outcomes at earlier steps
+    for step in range(1, config.budget_steps + 1):
+        if config.max_attempts is not None and _gated(attempts) >= config.max_attempts:
+            termination = "budget_attempts"
+            break
+        if config.max_tokens is not None and tokens >= config.max_tokens:
+            termination = "budget_tokens"
+            break
+        if config.max_usd is not None and cost >= config.max_usd:
+            termination = "budget_usd"
+            break
+        if config.time_limit_s is not None and time.perf_counter() - t0 >= config.time_limit_s:
+            termination = "budget_time"
+            break
+        steps_used = step
+        cands: list[Candidate] = []
+        retrieved: list[Retrieved] = []
+        unmaterialized = []
+        if config.mode == "skills" and skills.records:
+            retrieved = retrieve(skills, cur, axes, config.k)
+            if config.deterministic:
+                for r in retrieved:
+                    ms = materialize(r.skill, cur, ctx)
+                    if not ms:
+                        unmaterialized.append(r)
+                    for m in ms:
+                        ratios = [e.get("time_ratio") for e in r.skill.get("effect", []) if e.get("time_ratio")]
+                        prior = max(REWRITE_PRIOR.get(m.rewrite, 1.0), max(ratios) if ratios else 0.0)
+                        cands.append(Candidate(m.source, "deterministic", m.rewrite, r.skill, m.description, m.guards,
+                                               m.site_line, prior, r.rank))
+            else:
+                unmaterialized = list(retrieved)
+        # LLM materializations
+        n_llm = config.llm_per_step if model else 0
+        history = attempts[-8:]
+        llm_jobs: list[tuple[str, dict, str]] = []
+        if n_llm:
+            if config.mode == "skills":
+                for r in [r for r in unmaterialized if r.status == "applicable"][:n_llm] or unmaterialized[:n_llm]:
+                    site = r.sites[0] if r.sites else None
+                    g = ("## The skill to apply\nApply this optimization skill, mined from expert kernels, to the kernel "
+                         "above (only this one):\n\n" + skill_card(r.skill, site, r.preconditions))
+                    llm_jobs.append(("llm_skill", r.skill, g))
+            elif config.mode == "no_skills":
+                g = "## Guidance\n(none: choose the single most valuable optimization yourself)"
+                llm_jobs += [("llm_task", {}, g)] * n_llm
+            else:
+                mem = rank_memory(memory, cur, 3)
+                g = ("## Past successful changes\nDiffs (simpler -> faster) that worked on other kernels:\n\n" +
+                     "\n\n".join(f"```diff\n{m['diff'].strip()[:2000]}\n```" for m in mem)) if mem else \
+                    "## Past successful changes\n(none yet)"
+                llm_jobs += [("llm_memory", {}, g)] * n_llm
+        for kind, rec, guidance in llm_jobs:
+            if config.max_tokens is not None and tokens >= config.max_tokens:
+                break
+            if config.max_usd is not None and cost >= config.max_usd:
+                break
+            # what this step's earlier calls proposed, so the next answer differs
+            this_step = [Attempt(step, -1, "llm", c.rewrite, description=c.description,
+                                 why="proposed earlier in this step; propose a different optimization")
+                         for c in cands if c.materializer == "llm"]
+            new, carrier, desc, tk, usd, raw_reply = llm_materialize(
+                cur, guidance=guidance, problem_summary=summary_text, model=model, history=history + this_step,
+                entry=problem.solution.entry, timeout_s=config.timeout_s, llm_kwargs=dict(llm_kwargs),
+                kernel_name=kernel_path.name)
+            llm_calls += 1
+            tokens += tk
+            cost += usd
+            if new is None:
+                attempts.append(Attempt(step, len(attempts), "llm", kind, rec.get("skill_id", ""), rec.get("name", ""),
+                                        rec.get("carrier", ""), desc, tokens=tk, cost_usd=usd, verdict="not_gated",
+                                        why=desc))
+                continue
+            cands.append(Candidate(new, "llm", kind, rec, desc, [], 0, REWRITE_PRIOR["llm"], 0, tk, usd))
+        # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
+        uniq: dict[str, Candidate] = {}
+        for c in sorted(cands, key=lambda c: (-c.prior, c.rank)):
+            h = sha256(c.source)
+            outcomes = record.get(_key(c), [])
+            if outcomes.count("fail") >= 2 or outcomes.count("slower") >= 2:
+                continue
+            if h not in tried and h not in uniq:
+                uniq[h] = c
+        todo = list(uniq.values())
+        if config.max_attempts is not None:
+            todo = todo[:max(0, config.max_attempts - _gated(attempts))]
+        todo = todo[:config.per_step]
+        entry = {"step": step, "retrieved": [{"skill_id": r.skill["skill_id"], "name": r.skill.get("name", ""),
+                                              "status": r.status, "rank": r.rank} for r in retrieved[:config.k]],
+                 "candidates": len(uniq), "gated": len(todo)}
+        if not todo:
+            step_log.append(entry | {"kept": None})
+            termination = "nothing_applies"
+            on_event("step", entry)
+            break
+        step_attempts = _gate_step(todo, cur, cur_time, gate, step, attempts, config, executor, kernel_path.name)
+        entry["gated"] = len(step_attempts)
+        for a in step_attempts:
+            tried.add(a.source_hash)
+        for c, a in zip(todo, step_attempts):
+            if a.verdict != "pass":
+                record.setdefault(_key(c), []).append("fail")
+            elif not a.kept and a.time_ms is not None:
+                record.setdefault(_key(c), []).append("slower")
+        kept = next((a for a in step_attempts if a.kept), None)
+        if kept is not None:
+            c = next(c for c in todo if sha256(c.source) == kept.source_hash)
+            cur = c.source
+            cur_time = kept.time_ms if kept.time_ms is not None else cur_time
+            lineage.append({"step": step, "source": cur, "source_hash": kept.source_hash, "what": kept.description,
+                            "skill_id": kept.skill_id, "skill_name": kept.skill_name, "carrier": kept.carrier,
+                            "rewrite": kept.rewrite, "materializer": kept.materializer, "guards": kept.guards,
+                            "time_ms": kept.time_ms, "diff": kept.diff,
+                            "speedup_vs_input": (lineage[0]["time_ms"] / kept.time_ms)
+                            if kept.time_ms and lineage[0]["time_ms"] else None})
+            if config.mode == "flat_memory":  # the memory grows with this run's successes
+                memory.append({"problem": problem.name, "diff": kept.diff})
+        entry["kept"] = kept.description if kept else None
+        step_log.append(entry)
+        on_event("step", entry)
+    return OptimizeResult(
+        problem=problem.name, kernel=str(kernel_path), executor=executor, mode=config.mode, input_source=source0,
+        final_source=cur, lineage=lineage, attempts=attempts, steps_used=steps_used, termination=termination,
+        input_time_ms=lineage[0]["time_ms"], final_time_ms=cur_time, retrieval=skills.info(),
+        llm={"model": model or "", "calls": llm_calls, "tokens": tokens, "cost_usd": round(cost, 6)},
+        wall_s=time.perf_counter() - t0,
+        config={k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+                for k, v in asdict(config).items() if k != "llm_kwargs"},
+        step_log=step_log)
+
+
+def _gated(attempts: list[Attempt]) -> int:
+    return sum(1 for a in attempts if a.verdict != "not_gated")
+
+
+def _key(c: Candidate) -> str:
+    return c.rewrite + "|" + re.sub(r"\d+", "#", c.description)[:100] if c.materializer == "deterministic" else \
+        "llm|" + sha256(c.source)
+
+
+def _gate_step(todo: list[Candidate], cur: str, cur_time: Optional[float], gate: Gate, step: int,
+               attempts: list[Attempt], config: OptimizeConfig, executor: str, kernel_name: str) -> list[Attempt]:
+    """Gate this step's candidates; mark the one kept. CPU: in priority order, stop at the first
+    correct one. GPU: all of them; the fastest correct one that beats the current kernel."""
+    out: list[Attempt] = []
+
+    def attempt(c: Candidate, d: dict) -> Attempt:
+        diff = "".join(difflib.unified_diff(cur.splitlines(True), c.source.splitlines(True),
+                                            f"a/{kernel_name}", f"b/{kernel_name}", n=2))
+        a = Attempt(step, len(attempts), c.materializer, c.rewrite, c.skill.get("skill_id", ""),
+                    c.skill.get("name", ""), c.skill.get("carrier", ""), c.description, c.guards, c.site_line,
+                    sha256(c.source), diff[:20000], c.tokens, c.cost_usd, d.get("verdict", "error"),
+                    "" if d.get("passed") else (d.get("reason") or d.get("verdict", ""))[:1000], _gate_summary(d))
+        attempts.append(a)
+        out.append(a)
+        return a
+
+    if not gate.can_time:
+        batch = max(1, config.jobs)
+        for i in range(0, len(todo), batch):
+            group = todo[i:i + batch]
+            for c, d in zip(group, gate.check([c.source for c in group])):
+                a = attempt(c, d)
+                if not d.get("passed"):
+                    a.why = "dropped: the gate rejected it (" + a.reason[:200] + ")"
+                elif not any(x.kept for x in out):
+                    a.kept = True
+                    a.why = "kept: correct on every workload and seed (cpu executor: correctness only, no timing)"
+                else:
+                    a.why = "dropped: a higher-priority candidate of this step was kept"
+            if any(x.kept for x in out):
+                break
+        return out
+    passing = []
+    for c, d in zip(todo, gate.check([c.source for c in todo])):
+        a = attempt(c, d)
+        if d.get("passed"):
+            a.time_ms = gate.time(c.source)
+            if a.time_ms is None:
+                a.why = "dropped: correct, but the profile failed (" + \
+                    str(gate.profile_raw.get(a.source_hash, {}).get("reason", ""))[:200] + ")"
+                continue
+            a.speedup_vs_current = (cur_time / a.time_ms) if cur_time else None
+            passing.append(a)
+        else:
+            a.why = "dropped: the gate rejected it (" + a.reason[:200] + ")"
+    best = min(passing, key=lambda a: a.time_ms, default=None)
+    for a in passing:
+        if a is best and (cur_time is None or a.time_ms < cur_time * (1.0 - config.min_gain)):
+            a.kept = True
+            a.why = f"kept: correct and the fastest of this step ({a.time_ms:.4g} ms vs {cur_time:.4g} ms now)" \
+                if cur_time else "kept: correct"
+        elif a is best:
+            a.why = f"dropped: correct but not faster ({a.time_ms:.4g} ms vs {cur_time:.4g} ms now; " \
+                    f"needs {config.min_gain:.0%} gain)"
+        else:
+            a.why = f"dropped: correct but slower than another candidate ({a.time_ms:.4g} ms vs {best.time_ms:.4g} ms)"
+    return out
