@@ -132,6 +132,7 @@ def mine(
     seeds: str = typer.Option("0,1,2", help="Seeds per workload for every gate check."),
     probe: bool = typer.Option(True, "--probe/--no-probe", help="Probe adversarial workloads for preconditions."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Re-walk even when the stored lineage is current."),
+    index: bool = typer.Option(True, "--index/--no-index", help="Index new and changed skills for `skills query`."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (default ./.skills)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -199,6 +200,17 @@ def mine(
     finally:
         if pool is not None:
             pool.shutdown()
+    changed = [r for r in rows if not r.get("cached") and "error" not in r]
+    if index and changed:
+        # retrieval indexes what this run added (text + graph; the encoder retrains only when the store changed enough)
+        try:
+            from retrieval.skill_index import index_skills
+            from skills.store import Store, resolve_root
+
+            rep = index_skills(Store(resolve_root(store)), log=lambda m: console.print(f"index: {m}"))
+            console.print(f"indexed {getattr(rep, 'n_skills', '?')} skills for `skills query`")
+        except ImportError as exc:  # retrieval extras not installed: mining still stands on its own
+            console.print(f"index: skipped ({exc})")
     total = {"problems": len(rows), "steps": sum(r.get("steps", 0) for r in rows),
              "rejections": sum(r.get("rejections", 0) for r in rows),
              "new_skills": sum(r.get("new_skills", 0) for r in rows),

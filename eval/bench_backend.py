@@ -31,7 +31,7 @@ import os
 import platform
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Optional
@@ -98,7 +98,8 @@ def machine() -> dict:
 # --------------------------------------------------------------------------- the run
 def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: int, model: Optional[str],
         llm_limit: int, jobs: int, use_gate: bool, log, fork_flow_source: str = FORK_FLOW_SOURCE,
-        func_epochs: int = 8, target_epochs: int = 60) -> dict:
+        func_epochs: int = 8, target_epochs: int = 60, skills: bool = False, mine_time_limit: float = 240.0,
+        mine_budget_s: Optional[float] = None) -> dict:
     from corpora.backend_tree import BackendInputError, parse_definition
     from prompts.backend import AdaptCache, candidates_with_adaptations
     from retrieval.backend_adapt import fit_definition, fork_flow
@@ -130,6 +131,13 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             gate_note = f"compile gate not run: {missing_tools} missing"
         else:
             gate = CompileGate(llvm, store.cache_dir, tblgen_jobs=max(1, min(jobs, 2)))
+    mining = None
+    if skills:
+        tm = time.monotonic()
+        mining = mine_for_skills(store, index, targets, roles, log, mine_time_limit,
+                                 (tm + mine_budget_s) if mine_budget_s else None)
+        timings["mining_s"] = round(time.monotonic() - tm, 1)
+    strats = ("fork_adapt", "fork_flow") + (("skills",) if skills else ())
     out: dict = {"llvm": str(Path(llvm).resolve()), "targets": {}, "machine": machine(),
                  "index": {"n_targets": len(known), "n_functions": report.n_functions,
                            "n_shared_role_functions": models["n_shared_role_functions"],
@@ -183,16 +191,31 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                                              bool(real["in_class"]))}
             else:
                 entry["fork_flow"] = {"source": None, "code": None}
-            for strat in ("fork_adapt", "fork_flow"):
+            if skills:
+                from prompts.backend import skills_for
+
+                sres = skills_for(store, T, best.func_id, cache)
+                entry["skills"] = {"source": best.func_id, "lineage": sres.lineage_id, "fallback": sres.fallback,
+                                   "code": fit_definition(sres.code, real["qualified_name"], bool(real["in_class"])),
+                                   "decisions": dict(Counter(p["decision"] for p in sres.plans)),
+                                   "expansions": [{k: e[k] for k in ("kind", "source_instances", "instances")}
+                                                  for e in sres.expansions]}
+            for strat in strats:
                 code = entry[strat]["code"]
                 parsed = parse_definition(code) if code else None
                 if parsed is None:
-                    entry[strat].update(aligned=0.0, bag=0.0, exact=False, edit_similarity=0.0, lint=[])
+                    entry[strat].update(aligned=0.0, bag=0.0, precision=0.0, exact=False, edit_similarity=0.0,
+                                        lint=[], statements_differ=True)
                     continue
                 al, bag = statement_accuracy(parsed[0], ref_stmts)
                 from mining.backend_gate import lint_relocations
 
-                entry[strat].update(aligned=round(al, 4), bag=round(bag, 4), exact=parsed[1] == ref_body,
+                if strat == "skills":
+                    fa_parsed = parse_definition(entry["fork_adapt"]["code"])
+                    entry[strat]["statements_differ"] = fa_parsed is None or fa_parsed[0] != parsed[0]
+                entry[strat].update(aligned=round(al, 4), bag=round(bag, 4),
+                                    precision=round(statement_precision(parsed[0], ref_stmts), 4),
+                                    exact=parsed[1] == ref_body,
                                     edit_similarity=round(token_edit_similarity(parsed[1], ref_body), 4),
                                     lint=lint_relocations(code, T, dst.relocations))
             entry["_host"] = (real["path"], real["start_byte"], real["end_byte"])
@@ -213,7 +236,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                 files = [files[int(i * step)] for i in range(gate_files)]
             checked = 0
             for n, path in enumerate(files, 1):
-                for strat in ("fork_adapt", "fork_flow"):
+                for strat in strats:
                     entries = [e for e in by_file[path] if e[strat]["code"]]
                     if not entries:
                         continue
@@ -258,6 +281,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             return {"n": n, "produced": len(produced),
                     "statement_accuracy_aligned": round(sum(x["aligned"] for x in es) / n, 4),
                     "statement_accuracy_bag": round(sum(x["bag"] for x in es) / n, 4),
+                    "statement_precision_bag": round(sum(x["precision"] for x in es) / n, 4),
                     "exact_match": round(sum(1 for x in es if x["exact"]) / n, 4),
                     "edit_similarity": round(sum(x["edit_similarity"] for x in es) / n, 4),
                     "compile_pass_rate": (round(sum(1 for x in gated if x["gate"]) / len(gated), 4) if gated else None),
@@ -266,7 +290,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                                  and gate_summary["files_checked"] == gate_summary["files_total"] else None),
                     "lint_foreign_relocations": sum(len(x["lint"]) for x in es)}
 
-        gen = {"fork_adapt": agg("fork_adapt"), "fork_flow": agg("fork_flow")}
+        gen = {st: agg(st) for st in strats}
         fa, ff = gen["fork_adapt"]["statement_accuracy_aligned"], gen["fork_flow"]["statement_accuracy_aligned"]
         ratio = (fa / ff) if ff > 0 else float("inf")
         checks = {"fused_recall@1": {"value": retrieval["fused"]["recall@1"], "target": RECALL1_TARGET,
@@ -274,6 +298,27 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                   "fork_adapt_vs_fork_flow_statement_accuracy": {
                       "value": round(ratio, 3) if ratio != float("inf") else "inf", "target": STATEMENT_RATIO_TARGET,
                       "met": ratio >= STATEMENT_RATIO_TARGET}}
+        if skills:
+            sk, fa_g = gen["skills"], gen["fork_adapt"]
+            both = [e for e in per_fn if "gate" in e["skills"] and "gate" in e["fork_adapt"]]
+            sk_rate = sum(1 for e in both if e["skills"]["gate"]) / len(both) if both else None
+            fa_rate = sum(1 for e in both if e["fork_adapt"]["gate"]) / len(both) if both else None
+            checks["skills_vs_fork_adapt_statement_accuracy"] = {
+                "value": round(sk["statement_accuracy_aligned"] - fa_g["statement_accuracy_aligned"], 4),
+                "target": "> 0", "met": sk["statement_accuracy_aligned"] > fa_g["statement_accuracy_aligned"]}
+            checks["skills_compile_pass_rate_not_lower"] = {
+                "value": None if sk_rate is None else round(sk_rate - fa_rate, 4), "target": ">= 0 (same functions)",
+                "met": sk_rate is None or sk_rate >= fa_rate}
+            es = [e["skills"] for e in per_fn]
+            changed = [e for e in per_fn if e["skills"]["statements_differ"]]
+            sk["coverage"] = {
+                "with_lineage": sum(1 for x in es if x["lineage"] and not x["fallback"]),
+                "fallback_no_lineage": sum(1 for x in es if x["fallback"] == "no lineage mined for the source"),
+                "fallback_other": sum(1 for x in es if x["fallback"] and x["fallback"] != "no lineage mined for the source"),
+                "differs_from_fork_adapt": len(changed),
+                "decisions": dict(sum((Counter(x["decisions"]) for x in es), Counter())),
+                "on_differing": {s2: round(sum(e[s2]["aligned"] for e in changed) / len(changed), 4) if changed else None
+                                 for s2 in ("skills", "fork_adapt")}}
         for e in per_fn:
             e.pop("_host", None)
         out["targets"][T] = {
@@ -283,10 +328,112 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             "seconds": {"retrieval": round(t_retr, 1), "generation": round(t_gen, 1), "gate": round(t_gate, 1)},
             "functions": per_fn,
         }
+        if skills:
+            out["targets"][T]["lineages"] = lineage_statistics(
+                store, sorted({e["skills"]["source"] for e in per_fn if e["skills"]["lineage"]}))
+    if mining is not None:
+        out["mining"] = mining
+        out["skills_store"] = skill_store_statistics(store)
     timings["total_s"] = round(time.monotonic() - t0, 1)
     out["seconds"] = timings
     out["passed"] = all(c["met"] for t in out["targets"].values() for c in t["checks"].values())
     return out
+
+
+def statement_precision(generated, reference) -> float:
+    """Share of the generated statements that the real implementation has (as a multiset):
+    statement accuracy's counterweight, since accuracy alone rewards writing more."""
+    if not generated:
+        return 0.0
+    return sum((Counter(generated) & Counter(reference)).values()) / len(generated)
+
+
+def mine_for_skills(store, index, targets: list[str], roles: dict, log, time_limit: float,
+                    deadline: Optional[float]) -> dict:
+    """Walk the implementations skill-guided generation starts from (the fork fork-and-adapt
+    picks for each evaluated function), where skills can change the result: a step names
+    something T lacks, or a skill ranges over S's attributes (retrieval.backend_skills.may_differ).
+    Stored lineages are reused."""
+    from mining.backend_mine import BackendMineConfig, function_site, mine_backends
+    from prompts.backend import AdaptCache, candidates_with_adaptations
+    from retrieval.backend_skills import may_differ
+
+    t0 = time.monotonic()
+    needed: dict[str, str] = {}
+    picks = 0
+    for T in targets:
+        cache = AdaptCache(store)
+        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
+        for r in rows:
+            _, hits, _ = candidates_with_adaptations(store, index, T, r["role"], 1, cache=cache)
+            src = hits[0].func_id
+            picks += 1
+            row = store.query("SELECT target, identifiers FROM functions WHERE func_id = ?", [src])[0]
+            why = may_differ(function_site(store, src).text, cache.profile(row["target"]), cache.profile(T),
+                             list(row["identifiers"] or []))
+            if why:
+                needed.setdefault(src, why)
+        log(f"skills: {T} picks done; {len(needed)} sources to walk so far")
+    size = {r["func_id"]: (r["target"], r["path"], r["n"]) for r in store.query(
+        "SELECT func_id, target, path, end_byte - start_byte AS n FROM functions")}
+    first: dict = {}
+    for f in sorted(needed, key=lambda f: size[f][2]):
+        first.setdefault(size[f][:2], size[f][2])
+    order = sorted(needed, key=lambda f: (first[size[f][:2]], size[f][:2], size[f][2]))
+    t1 = time.monotonic()
+    outs = mine_backends(store, order, BackendMineConfig(time_limit_s=time_limit), log=lambda m: log("mine " + m),
+                         deadline=deadline)
+    by_skip = Counter(o.skipped.split(":")[0].split(" (")[0] for o in outs if o.skipped)
+    return {"functions_picked": picks, "sources_to_walk": len(needed),
+            "reasons": dict(Counter(w.split(":")[0] for w in needed.values())),
+            "lineages": sum(1 for o in outs if o.lineage is not None),
+            "walked_now": sum(1 for o in outs if o.lineage is not None and not o.cached),
+            "reused": sum(1 for o in outs if o.cached), "not_walked": dict(by_skip),
+            "clang_runs": sum(o.clang_runs for o in outs), "picks_s": round(t1 - t0, 1),
+            "walk_s": round(time.monotonic() - t1, 1), "time_limit_per_function_s": time_limit}
+
+
+def lineage_statistics(store, func_ids: list[str]) -> dict:
+    """Steps and skills per lineage and per role; the share of statements that name a
+    target-specific identifier; how much of each function the skeleton keeps."""
+    from retrieval.backend_skills import lineage_for
+
+    lins = [lin for lin in (lineage_for(store, f) for f in func_ids) if lin is not None]
+    if not lins:
+        return {"n_lineages": 0}
+    per_role: dict[str, list] = defaultdict(list)
+    for lin in lins:
+        per_role[lin.op_type].append(lin)
+
+    def summary(ls) -> dict:
+        st = sum(l.config.get("statements", 0) for l in ls)
+        return {"lineages": len(ls), "targets": sorted({l.config.get("target", "") for l in ls}),
+                "steps": round(sum(len(l.steps) for l in ls) / len(ls), 2),
+                "rejections": round(sum(len(l.rejections) for l in ls) / len(ls), 2),
+                "skills": round(sum(len({s.skill_id for s in l.steps}) for l in ls) / len(ls), 2),
+                "statements": round(st / len(ls), 2),
+                "target_specific_share": round(sum(l.config.get("target_specific_statements", 0) for l in ls) / st, 4)
+                if st else None,
+                "skeleton_share": round(sum(l.config.get("skeleton_statements", 0) for l in ls) / st, 4) if st else None}
+
+    out = summary(lins)
+    out = {"n_lineages": out.pop("lineages"), **out,
+           "termination": dict(Counter(l.termination for l in lins)),
+           "clang_runs": sum(l.config.get("clang_runs", 0) for l in lins),
+           "steps_by_operator": dict(Counter(s.operator for l in lins for s in l.steps)),
+           "per_role": {r: summary(ls) for r, ls in sorted(per_role.items())}}
+    return out
+
+
+def skill_store_statistics(store) -> dict:
+    """The backend skills in the store: how many, how many merge steps from several targets."""
+    from skills.kernel_store import KernelStore
+
+    sk = KernelStore(store).skills(kind="backend")
+    return {"skills": len(sk), "evidence": sum(len(s.evidence) for s in sk),
+            "from_two_or_more_targets": sum(1 for s in sk if len(s.scope.get("archs", [])) >= 2),
+            "for_each_attribute_kind": sum(1 for s in sk if s.provenance.get("slot_kinds")),
+            "by_carrier": dict(Counter(s.carrier for s in sk))}
 
 
 def selection_study(store, index, targets: list[str], fork_flow_source: str = FORK_FLOW_SOURCE, log=None) -> dict:
@@ -348,11 +495,20 @@ def summary_table(res: dict) -> str:
         lines.append(f"  {'retrieval':22s} {'R@1':>6s} {'R@5':>6s} {'MRR':>6s}")
         for mode, m in t["retrieval"].items():
             lines.append(f"  {mode:22s} {m['recall@1']:6.3f} {m['recall@5']:6.3f} {m['mrr']:6.3f}")
-        lines.append(f"  {'generation':12s} {'stmt-al':>8s} {'stmt-bag':>8s} {'exact':>6s} {'edit':>6s} {'compile':>8s} {'lint':>5s}")
+        lines.append(f"  {'generation':12s} {'stmt-al':>8s} {'stmt-bag':>8s} {'prec':>6s} {'exact':>6s} {'edit':>6s} "
+                     f"{'compile':>8s} {'lint':>5s}")
         for s, g in t["generation"].items():
             cp = "n/a" if g["compile_pass_rate"] is None else f"{g['compile_pass_rate']:.3f}"
             lines.append(f"  {s:12s} {g['statement_accuracy_aligned']:8.3f} {g['statement_accuracy_bag']:8.3f} "
-                         f"{g['exact_match']:6.3f} {g['edit_similarity']:6.3f} {cp:>8s} {g['lint_foreign_relocations']:5d}")
+                         f"{g.get('statement_precision_bag', 0):6.3f} {g['exact_match']:6.3f} {g['edit_similarity']:6.3f} "
+                         f"{cp:>8s} {g['lint_foreign_relocations']:5d}")
+        if "coverage" in t["generation"].get("skills", {}):
+            lines.append(f"  skills coverage: {json.dumps(t['generation']['skills']['coverage'])}")
+        lin = t.get("lineages")
+        if lin and lin.get("n_lineages"):
+            lines.append(f"  lineages: {lin['n_lineages']}, {lin['steps']} steps and {lin['skills']} skills per lineage, "
+                         f"{lin['target_specific_share']:.0%} of statements target-specific, skeleton keeps "
+                         f"{lin['skeleton_share']:.0%}; terminations {lin['termination']}")
         for name, c in t["checks"].items():
             lines.append(f"  check {name}: {c['value']} (target {c['target']}) {'met' if c['met'] else 'MISSED'}")
     lines.append(f"\ntime: {res['seconds']}")
@@ -377,6 +533,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="result file (default eval/results/backend_llvm<version>.json)")
     ap.add_argument("--json", action="store_true", help="print the summary JSON (without per-function rows)")
+    ap.add_argument("--skills", action="store_true",
+                    help="add skill-guided generation (--strategy skills): walk the picked sources backward under the "
+                         "compile gate first (stored lineages are reused); results go to "
+                         "eval/results/backend_lineages_llvm<version>.json")
+    ap.add_argument("--mine-time-limit", type=float, default=240.0, help="seconds per function walk (with --skills)")
+    ap.add_argument("--mine-budget", type=float, default=None,
+                    help="stop walking new functions after this many seconds (with --skills; the rest fall back to "
+                         "fork-and-adapt and are counted)")
     ap.add_argument("--selection-study", default=None, metavar="TARGETS",
                     help="instead of the benchmark: compare fork-selection signals on these validation targets "
                          "(e.g. Sparc,Lanai; uses the index trained without --targets)")
@@ -414,7 +578,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     try:
         res = run(args.llvm, args.store, targets, args.gate_files, args.model, args.llm_limit, args.jobs,
-                  not args.no_gate, log, fork_flow_source=args.fork_flow_source, func_epochs=args.epochs)
+                  not args.no_gate, log, fork_flow_source=args.fork_flow_source, func_epochs=args.epochs,
+                  skills=args.skills, mine_time_limit=args.mine_time_limit, mine_budget_s=args.mine_budget)
     except BackendInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -422,18 +587,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     fetch = Path(args.llvm) / "fetch.json"
     if fetch.is_file():
         version = str(json.loads(fetch.read_text()).get("version", "15")).split(".")[0]
-    out_path = args.out or Path(__file__).parent / "results" / f"backend_llvm{version}.json"
+    stem = "backend_lineages_llvm" if args.skills else "backend_llvm"
+    out_path = args.out or Path(__file__).parent / "results" / f"{stem}{version}.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     # The result file keeps every function's scores; the generated code (MBs) goes to the store.
     from skills.store import resolve_root
 
-    code_path = resolve_root(args.store) / "bench" / f"backend_llvm{version}_code.json"
+    strats = ("fork_adapt", "fork_flow") + (("skills",) if args.skills else ())
+    code_path = resolve_root(args.store) / "bench" / f"{stem}{version}_code.json"
     code_path.parent.mkdir(parents=True, exist_ok=True)
-    code_path.write_text(json.dumps({T: {e["func_id"]: {s: e[s].get("code") for s in ("fork_adapt", "fork_flow")}
+    code_path.write_text(json.dumps({T: {e["func_id"]: {s: e[s].get("code") for s in strats}
                                          for e in t["functions"]} for T, t in res["targets"].items()}, indent=1))
     for t in res["targets"].values():
         for e in t["functions"]:
-            for s in ("fork_adapt", "fork_flow"):
+            for s in strats:
                 e[s].pop("code", None)
     res["generated_code_file"] = str(code_path)
     out_path.write_text(json.dumps(res, indent=1))

@@ -132,7 +132,8 @@ def tablegen_calls(cmake_text: str) -> list[tuple[str, str, list[str]]]:
     depth = 0
     for m in re.finditer(r"(\w+)\s*\(([^()]*)\)", text, re.S):
         cmd, args = m.group(1).lower(), m.group(2).split()
-        args = [a.strip('"') for a in args]
+        # quotes group words in CMake; inside an argument (-combiners="X") they are not part of the value
+        args = [a.replace('"', '') for a in args]
         if cmd == "if":
             depth += 1
         elif cmd == "endif":

@@ -5,6 +5,12 @@
 Strategies:
 * ``fork-adapt`` (default, no LLM): the best-ranked implementation from another target with
   its target identifiers mapped onto T's (retrieval/backend_adapt.py);
+* ``fork-flow`` (the baseline): Mips's implementation with the target renamed;
+* ``skills``: the best-ranked implementation's lineage (mined by ``skills backend mine``)
+  gives the role's skeleton and its compile-validated skills; each skill is decided and
+  instantiated with T's attributes (retrieval/backend_skills.py). With ``--model`` the prompt
+  (prompts/backend_skills.md) carries the skeleton, the skills and T's attributes, and the
+  mechanical instantiation as a starting point;
 * ``llm``: a few-shot prompt (prompts/backend_generate.md: the top-k implementations from the
   most similar targets, T's relevant attributes, the fork-and-adapt draft) sent through
   prompts/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
@@ -29,7 +35,8 @@ from retrieval.backend_adapt import (
 from retrieval.backend_search import BackendIndex, SearchError
 
 PROMPT_DIR = Path(__file__).parent
-STRATEGIES = ("fork-adapt", "llm")
+STRATEGIES = ("fork-adapt", "fork-flow", "skills", "llm")
+FORK_FLOW_SOURCE = "Mips"  # the fixed backend fork-flow copies
 # Attribute kinds shown in the prompt, by words in the role (else: the kinds the candidates use).
 ROLE_KINDS = [
     (re.compile(r"Reloc|Fixup|ObjectWriter|AsmBackend|CodeEmitter", re.I), ["fixup", "relocation"]),
@@ -265,6 +272,18 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     in_class = bool(host and host["in_class"])
     target_qname = host["qualified_name"] if host else qualified
     draft = fit_definition(best_adapt.text, target_qname, in_class) if host else best_adapt.text
+    fit = (lambda text: fit_definition(text, target_qname, in_class)) if host else (lambda text: text)
+    skill_res = None
+    if req.strategy == "skills":
+        skill_res = skills_for(store, req.target, best.func_id, cache)
+        skills_draft = fit(skill_res.code)
+    ff_code = None
+    if req.strategy == "fork-flow":
+        ff_rows = [x for x in index.role_rows(role, [req.target]) if x["target"] == FORK_FLOW_SOURCE]
+        if not ff_rows:
+            raise BackendInputError(f"fork-flow copies {FORK_FLOW_SOURCE}'s implementation, and {FORK_FLOW_SOURCE} "
+                                    f"has none of {role}")
+        ff_code = fit(fork_flow(cache.text(ff_rows[0]["func_id"]), cache.profile(FORK_FLOW_SOURCE), dst))
 
     kinds_used = sorted({m.kind for m in best_adapt.mappings if m.kind})
     attrs = relevant_attributes(store, dst, role, kinds_used)
@@ -281,6 +300,13 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
                     qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
                     attributes=_format_attributes(attrs, dst), examples="".join(examples), draft=draft.strip(),
                     form="defined inside its class body" if in_class else "defined out of line")
+    if skill_res is not None:
+        prompt = render(load_template("backend_skills.md"), llvm_version=str(version), target=req.target, role=role,
+                        qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
+                        source_target=best.target, skeleton=fit(skill_res.skeleton or skill_res.code).strip(),
+                        skills=format_skills(store, skill_res), attributes=_format_attributes(attrs, dst),
+                        draft=skills_draft.strip(),
+                        form="defined inside its class body" if in_class else "defined out of line")
     result: dict = {
         "target": req.target, "role": role, "strategy": req.strategy, "qualified_name": target_qname,
         "candidates": [h.to_dict() for h in hits],
@@ -289,14 +315,20 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         "host": {k: v for k, v in (host or {}).items() if k != "qualified_name"} or None,
         "attributes": attrs,
         "mappings": [asdict(m) for m in best_adapt.mappings],
-        "prompt": prompt if (req.prompt_only or req.strategy == "llm") else None,
+        "prompt": prompt if (req.prompt_only or req.strategy == "llm" or (req.model and skill_res is not None)) else None,
     }
+    if skill_res is not None:
+        result["skills"] = skill_res.to_dict()
     if req.prompt_only:
         return result
 
     attempts = []
     if req.strategy == "fork-adapt":
         code = draft
+    elif req.strategy == "fork-flow":
+        code = ff_code
+    elif req.strategy == "skills" and not req.model:
+        code = skills_draft
     else:
         from prompts.llm import LEDGER, complete, extract_code
 
@@ -320,7 +352,8 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         else:
             verdict = _gate_check(gate, req.target, host, code)
             n = 0
-            while req.strategy == "llm" and n < req.repair and not (verdict["passed"] and not lint):
+            while req.model and req.strategy in ("llm", "skills") and n < req.repair \
+                    and not (verdict["passed"] and not lint):
                 n += 1
                 diag = "\n".join(f"- line {d['line']}:{d['column']}: {d['message']}" for d in verdict["diagnostics"]) \
                     or "- (no diagnostics inside the function; see the lint below)"
@@ -342,6 +375,56 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         result["attempts"] = attempts
         result["tokens"] = LEDGER.to_dict()
     return result
+
+
+def skills_for(store, target: str, source_func_id: str, cache: AdaptCache):
+    """Skill-guided instantiation of ``source_func_id``'s lineage for ``target``
+    (fork-and-adapt when no lineage was mined for it)."""
+    from mining.backend_mine import function_site
+    from retrieval.backend_skills import instantiate, lineage_for
+
+    row = store.query("SELECT target, identifiers FROM functions WHERE func_id = ?", [source_func_id])[0]
+    lin = lineage_for(store, source_func_id)
+    text = cache.text(source_func_id)  # without a lineage: exactly fork-and-adapt's input
+    if lin is not None:
+        try:
+            text = function_site(store, source_func_id).text  # the lineage starts from the file's bytes
+        except BackendInputError:
+            lin = None
+    return instantiate(store, target, source_func_id, cache.profile(row["target"]), cache.profile(target),
+                       list(row["identifiers"] or []), text, lineage=lin, lookup=False)
+
+
+def format_skills(store, res) -> str:
+    """The skills of a SkillResult for a prompt: one line per skill (per family for expansions)."""
+    if res.fallback:
+        return f"(none: {res.fallback}; the skeleton is the whole source implementation)"
+    names: dict[str, str] = {}
+    try:
+        from skills.kernel_store import KernelStore
+
+        ks = KernelStore(store)
+        for sid in {p["skill_id"] for p in res.plans}:
+            sk = ks.skill(sid)
+            if sk is not None:
+                names[sid] = sk.intent
+    except Exception:  # a read-only store without lineage tables
+        pass
+    lines, seen = [], set()
+    fam = {e["family"]: e for e in res.expansions}
+    for p in res.plans:
+        if p["decision"] == "expand":
+            if ("f", p["family"]) in seen:
+                continue
+            seen.add(("f", p["family"]))
+            e = fam.get(p["family"], {})
+            lines.append(f"- {names.get(p['skill_id'], p['fragment'])} -> {e.get('instances', 0)} instance(s) for "
+                         f"this target (the source had {e.get('source_instances', 0)})")
+        elif p["decision"] == "drop":
+            lines.append(f"- left out: `{p['fragment'][:120]}` ({p['reason']})")
+        else:
+            lines.append(f"- `{p['fragment'][:160]}`")
+    return "\n".join(lines) or "(none: the source implementation is already its skeleton)"
 
 
 def _lint(code: str, dst: TargetProfile) -> list[dict]:

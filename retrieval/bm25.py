@@ -79,3 +79,34 @@ class BM25:
         sc = self.scores(code_tokens(query), allowed)
         best = sorted(sc.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
         return [(self.ids[i], s) for i, s in best]
+
+    # ---- persistence (a query process loads postings instead of re-tokenizing every document)
+    def save(self, path) -> None:
+        """Write ids, parameters and postings as one uncompressed .npz (ids must be strings or ints)."""
+        import numpy as np
+
+        terms = sorted(self.postings)
+        lens = np.array([len(self.postings[t][0]) for t in terms], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        docs = np.concatenate([self.postings[t][0] for t in terms]) if terms else np.zeros(0, np.int64)
+        weights = np.concatenate([self.postings[t][1] for t in terms]) if terms else np.zeros(0, np.float64)
+        np.savez(path, terms=np.array("\n".join(terms)), offsets=offsets, docs=docs.astype(np.int32),
+                 weights=weights.astype(np.float32), ids=np.array([str(i) for i in self.ids]),
+                 params=np.array([self.k1, self.b, self.avgdl, self.n], dtype=np.float64))
+
+    @classmethod
+    def load(cls, path) -> "BM25":
+        import numpy as np
+
+        z = np.load(path)
+        self = cls.__new__(cls)
+        self.k1, self.b, self.avgdl, n = (float(v) for v in z["params"])
+        self.n = int(n)
+        self.ids = [str(i) for i in z["ids"]]
+        self.lengths = []
+        terms = str(z["terms"]).split("\n") if str(z["terms"]) else []
+        offsets, docs, weights = z["offsets"], z["docs"].astype(np.int64), z["weights"].astype(np.float64)
+        self.postings = {t: (docs[offsets[i]:offsets[i + 1]], weights[offsets[i]:offsets[i + 1]])
+                         for i, t in enumerate(terms)}
+        self.idf = {}
+        return self

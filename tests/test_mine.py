@@ -159,7 +159,7 @@ def test_mine_cli_store_is_idempotent_and_merges_across_problems(tmp_path):
     store = tmp_path / "store"
     ops = "drop_launch_bounds,drop_restrict"
     r = _skills("mine", str(KERNELS / "vector_add"), "--executor", "cpu", "--operators", ops, "--seeds", "0",
-                "--no-probe", "--json", store=store)
+                "--no-probe", "--no-index", "--json", store=store)
     assert r.returncode == 0, r.stderr
     first = json.loads(r.stdout)
     row = first["problems"][0]
@@ -167,12 +167,12 @@ def test_mine_cli_store_is_idempotent_and_merges_across_problems(tmp_path):
     assert set(row["carriers_removed"]) == {"restrict", "launch_bounds"}
     # unchanged input, same settings: the stored lineage is reused, no gate work
     r = _skills("mine", str(KERNELS / "vector_add"), "--executor", "cpu", "--operators", ops, "--seeds", "0",
-                "--no-probe", "--json", store=store)
+                "--no-probe", "--no-index", "--json", store=store)
     again = json.loads(r.stdout)["problems"][0]
     assert again["cached"] and again["wall_s"] < 5
     # a second problem with the same optimizations: evidence is merged, not copied
     r = _skills("mine", str(KERNELS / "tiled_matmul"), "--executor", "cpu", "--operators", "drop_restrict", "--seeds", "0",
-                "--no-probe", "--json", store=store)
+                "--no-probe", "--no-index", "--json", store=store)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["problems"][0]["merged_skills"] == 1
     listed = json.loads(_skills("list", "--json", store=store).stdout)
@@ -181,7 +181,7 @@ def test_mine_cli_store_is_idempotent_and_merges_across_problems(tmp_path):
     assert restrict["evidence"] == 2 and set(restrict["problems"]) == {"vector_add", "tiled_matmul"}
     # re-walking (no cache) replaces the lineage's evidence instead of adding a copy
     r = _skills("mine", str(KERNELS / "tiled_matmul"), "--executor", "cpu", "--operators", "drop_restrict", "--seeds", "0",
-                "--no-probe", "--no-cache", "--json", store=store)
+                "--no-probe", "--no-cache", "--no-index", "--json", store=store)
     assert r.returncode == 0
     restrict = next(s for s in json.loads(_skills("list", "--json", store=store).stdout) if s["carrier"] == "restrict")
     assert restrict["evidence"] == 2

@@ -1,0 +1,713 @@
+"""Does a skill apply *here*? Sites in query code, carriers already present, preconditions, conflicts.
+
+A retrieved skill is only useful with a place to apply it. For the carriers the deterministic
+operators remove (and a few more), ``opportunities`` finds the sites where the skill's
+optimized form could be introduced: the shape its *simpler* side has (a pointer parameter
+without ``__restrict__``, a scalar load through a const pointer, ``expf``, a loop without
+``#pragma unroll``, one element per thread...). For any other carrier the site is the query
+window most like the skill's simpler-side excerpts (``similar_site``), which never rules a
+skill out.
+
+``Checker`` (one per query) answers per skill:
+* ``sites``         where it applies, with 1-based line numbers and a one-line reason;
+* ``present``       where the query already has the carrier (mining/carriers.py detectors);
+* ``status``        "applicable" | "already_applied" (carrier present, no site left) |
+                    "no_site" (a detector found nowhere to apply it) | "conflict" | "precondition_violated";
+* ``preconditions`` each checked against the given axes: satisfied | violated | unknown | not_needed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+from mining.carriers import DETECTORS, Source, call_name, declarator_name, enclosing, grid_stride_loops
+from mining.parse import text, walk
+
+PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
+                "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",
+                "powf": "__powf", "sqrtf": "rsqrtf / __fsqrt_rn", "tanhf": "a fast tanh", "sincosf": "__sincosf",
+                "exp10f": "__exp10f"}
+_SCALAR_ELEM = re.compile(r"^(const\s+)?(volatile\s+)?(float|int|unsigned( int)?|uint32_t|int32_t|__half|half|"
+                          r"__nv_bfloat16|double|short|char|unsigned char|uint8_t|int8_t|long|int64_t|uint64_t)$")
+
+
+@dataclass
+class SiteMatch:
+    line: int
+    end_line: int
+    function: str
+    code: str
+    reason: str
+    how: str = "detector"  # detector | similar_code | requires
+
+    def to_dict(self) -> dict:
+        return {"line": self.line, "end_line": self.end_line, "function": self.function, "code": self.code,
+                "reason": self.reason, "how": self.how}
+
+
+@dataclass
+class PreconditionCheck:
+    text: str
+    kind: str
+    axis: str
+    value: int
+    status: str  # the mined status: discovered | guarded_in_code | not_needed
+    check: str  # satisfied | violated | unknown | not_needed
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "kind": self.kind, "axis": self.axis, "value": self.value, "status": self.status,
+                "check": self.check, "detail": self.detail}
+
+
+@dataclass
+class Applicability:
+    status: str
+    sites: list[SiteMatch] = field(default_factory=list)
+    present: list[dict] = field(default_factory=list)
+    preconditions: list[PreconditionCheck] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+# --------------------------------------------------------------------------- query-side helpers
+def _line_text(src: Source, line: int) -> str:
+    lines = src.raw.decode("utf-8", "replace").splitlines()
+    return " ".join(lines[line - 1].split())[:160] if 0 < line <= len(lines) else ""
+
+
+def _node_site(src: Source, node, reason: str, fn: str = "") -> SiteMatch:
+    a = src.line_of(node.start_byte)
+    b = src.line_of(max(node.start_byte, node.end_byte - 1))
+    f = src.function_at(node.start_byte)
+    return SiteMatch(a, b, fn or (f.name if f else ""), src.excerpt(node.start_byte, node.end_byte), reason)
+
+
+def _device_funcs(src: Source):
+    """Kernels and __device__ functions (where device-code optimizations apply)."""
+    for f in src.funcs:
+        fn = src.func_node(f)
+        if fn is None:
+            continue
+        head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
+                                       else f.end_byte)]
+        if f.is_kernel or b"__device__" in head:
+            yield f, fn, head
+
+
+def _param_nodes(fn) -> list:
+    decl = next((d for d in walk(fn) if d.type == "function_declarator"), None)
+    plist = decl.child_by_field_name("parameters") if decl is not None else None
+    return [c for c in (plist.named_children if plist else []) if c.type == "parameter_declaration"]
+
+
+def _pointer_names(src: Source, f, fn) -> tuple[dict[str, bool], dict[str, str]]:
+    """Global pointers of a device function: name -> is-const, name -> element type."""
+    const: dict[str, bool] = {}
+    elem: dict[str, str] = {}
+    for p in f.params:
+        if p.is_pointer:
+            const[p.name] = p.const
+            elem[p.name] = p.base_type
+    shared = set(src.shared_names)
+    for decl in src.nodes("declaration", within=fn):
+        code = " ".join(text(decl).split())
+        if "__shared__" in code:
+            continue
+        for d in decl.named_children:
+            if d.type != "init_declarator":
+                continue
+            inner, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+            if inner is None or value is None or inner.type != "pointer_declarator":
+                continue
+            name = declarator_name(inner)
+            vt = text(value)
+            roots = set(re.findall(r"\b[A-Za-z_]\w*\b", vt))
+            if name and roots & set(const) and not roots & shared:
+                const[name] = code.startswith("const ") or " const " in code.split("=")[0]
+                m = re.match(r"^(?:const\s+)?([\w:]+(?:\s+[\w:]+)?)\s*\*", code)
+                elem[name] = m.group(1) if m else ""
+    return const, elem
+
+
+def _is_write(node) -> bool:
+    p = node.parent
+    while p is not None and p.type == "parenthesized_expression":
+        node, p = p, p.parent
+    if p is None:
+        return False
+    if p.type == "assignment_expression" and p.child_by_field_name("left") is not None and \
+            p.child_by_field_name("left").id == node.id:
+        return True
+    return p.type == "update_expression"
+
+
+def _in_call(node, names: set[str]) -> bool:
+    p = node.parent
+    while p is not None and p.type not in ("expression_statement", "compound_statement"):
+        if p.type == "call_expression" and call_name(p) in names:
+            return True
+        p = p.parent
+    return False
+
+
+def _global_accesses(src: Source):
+    """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global accesses."""
+    for f, fn, _ in _device_funcs(src):
+        const, elem = _pointer_names(src, f, fn)
+        for node in src.nodes("subscript_expression", within=fn):
+            arg = node.child_by_field_name("argument")
+            if arg is None or arg.type != "identifier":
+                continue
+            name = text(arg)
+            if name not in const:
+                continue
+            if node.parent is not None and node.parent.type == "pointer_expression" and text(node.parent)[:1] == "&":
+                continue
+            yield f, node, name, const[name], elem.get(name, ""), _is_write(node)
+
+
+# --------------------------------------------------------------------------- detectors
+Finder = Callable[[Source], list[SiteMatch]]
+FINDERS: dict[str, Finder] = {}
+
+
+def finder(*names: str):
+    def deco(fn: Finder) -> Finder:
+        for n in names:
+            FINDERS[n] = fn
+        return fn
+    return deco
+
+
+@finder("restrict")
+def _restrict_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        plain = [p for p in _param_nodes(fn) if "*" in text(p) and "__restrict" not in text(p)]
+        if plain:
+            names = [declarator_name(p) or text(p) for p in plain]
+            s = _node_site(src, plain[0], "", f.name)
+            s.end_line = src.line_of(plain[-1].end_byte - 1)
+            s.code = ", ".join(" ".join(text(p).split()) for p in plain)[:160]
+            s.reason = f"pointer parameter(s) {', '.join(names)} of {f.name} carry no __restrict__ (no-alias promise)"
+            out.append(s)
+    return out
+
+
+@finder("launch_bounds")
+def _launch_bounds_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    raw = src.code.decode("utf-8", "replace")
+    for f, fn, head in _device_funcs(src):
+        if not f.is_kernel or b"__launch_bounds__" in head:
+            continue
+        m = re.search(r"\b%s\s*<<<\s*([^,>]+),\s*([^,>]+)" % re.escape(f.name), raw)
+        block = " ".join(m.group(2).split()) if m else ""
+        out.append(SiteMatch(f.line, f.body_line, f.name, _line_text(src, f.line),
+                             f"kernel {f.name} has no __launch_bounds__" +
+                             (f" (launched with {block} threads per block)" if block else "")))
+    return out
+
+
+@finder("unroll_pragma")
+def _unroll_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    lines = src.code.decode("utf-8", "replace").splitlines()
+    for f, fn, _ in _device_funcs(src):
+        for loop in src.nodes("for_statement", within=fn):
+            line = src.line_of(loop.start_byte)
+            prev = next((lines[i].strip() for i in range(line - 2, -1, -1) if lines[i].strip()), "")
+            if re.match(r"#\s*pragma\s+unroll", prev):
+                continue
+            header = " ".join(src.raw[loop.start_byte:loop.end_byte].decode("utf-8", "replace").split("\n")[0].split())
+            cond = loop.child_by_field_name("condition")
+            const_trip = cond is not None and re.search(r"<\s*(\d+|[A-Z_][A-Z0-9_]*)\s*$", " ".join(text(cond).split()))
+            s = _node_site(src, loop, f"loop `{header[:80]}` is not unrolled" +
+                           (" (compile-time trip count)" if const_trip else ""), f.name)
+            s.end_line = s.line
+            s.code = header[:160]
+            out.append(s)
+    return out
+
+
+def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
+    out, seen = [], set()
+    for f, node, name, is_const, elem, write in _global_accesses(src):
+        if write or _in_call(node, {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}):
+            continue
+        if carrier == "ldg" and not is_const:
+            continue
+        if carrier == "vector_load" and elem and not _SCALAR_ELEM.match(elem):
+            continue
+        line = src.line_of(node.start_byte)
+        if (line, name) in seen:
+            continue
+        seen.add((line, name))
+        loop = enclosing(node, "for_statement", "while_statement")
+        where = f" in loop `{' '.join(src.raw[loop.start_byte:loop.end_byte].decode('utf-8', 'replace').splitlines()[0].split())[:60]}`" if loop else ""
+        if carrier == "ldg":
+            reason = f"`{text(node)}` reads through const pointer `{name}` on the coherent path{where}"
+        else:
+            reason = f"scalar load `{text(node)}`{where}: neighbouring elements could move in one 16-byte load"
+        s = _node_site(src, node, reason, f.name)
+        s.code = _line_text(src, line)
+        out.append(s)
+    return out
+
+
+@finder("ldg")
+def _ldg_sites(src: Source) -> list[SiteMatch]:
+    return _load_sites(src, "ldg")
+
+
+@finder("vector_load")
+def _vload_sites(src: Source) -> list[SiteMatch]:
+    return _load_sites(src, "vector_load")
+
+
+@finder("vector_store")
+def _vstore_sites(src: Source) -> list[SiteMatch]:
+    out, seen = [], set()
+    for f, node, name, is_const, elem, write in _global_accesses(src):
+        if not write or is_const or (elem and not _SCALAR_ELEM.match(elem)):
+            continue
+        line = src.line_of(node.start_byte)
+        if (line, name) in seen:
+            continue
+        seen.add((line, name))
+        s = _node_site(src, node, f"scalar store to `{text(node)}`: neighbouring elements could be one 16-byte store",
+                       f.name)
+        s.code = _line_text(src, line)
+        out.append(s)
+    return out
+
+
+@finder("fast_math")
+def _fast_math_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        for call in src.nodes("call_expression", within=fn):
+            name = call_name(call)
+            if name in PRECISE_MATH:
+                s = _node_site(src, call, f"precise `{name}` could be the hardware intrinsic {PRECISE_MATH[name]}", f.name)
+                s.code = _line_text(src, s.line)
+                out.append(s)
+        for b in src.nodes("binary_expression", within=fn):
+            op = b.child_by_field_name("operator")
+            if op is not None and text(op) == "/" and re.search(r"\d\.\d*f|\bf\b|float|expf|sum|\bs\b|inv|norm",
+                                                               text(b)) and not re.search(r"^\s*\d+\s*/", text(b)):
+                s = _node_site(src, b, f"float division `{' '.join(text(b).split())[:60]}` could be __fdividef / a "
+                               "reciprocal multiply", f.name)
+                s.code = _line_text(src, s.line)
+                out.append(s)
+    out.sort(key=lambda s: s.line)
+    dedup, seen = [], set()
+    for s in out:
+        if s.line not in seen:
+            seen.add(s.line)
+            dedup.append(s)
+    return dedup
+
+
+_TID = re.compile(r"blockIdx\s*\.\s*x\s*\*\s*blockDim\s*\.\s*x\s*\+\s*threadIdx\s*\.\s*x|"
+                  r"threadIdx\s*\.\s*x\s*\+\s*blockIdx\s*\.\s*x\s*\*\s*blockDim\s*\.\s*x|"
+                  r"blockDim\s*\.\s*x\s*\*\s*blockIdx\s*\.\s*x\s*\+\s*threadIdx\s*\.\s*x")
+
+
+_TWO_D = re.compile(r"\b(blockIdx|threadIdx)\s*\.\s*[yz]\b")
+
+
+@finder("grid_stride")
+def _grid_stride_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    have = {(l.start_byte) for l in grid_stride_loops(src)}
+    for f, fn, _ in _device_funcs(src):
+        if not f.is_kernel:
+            continue
+        if any(f.start_byte <= b < f.end_byte for b in have):
+            continue
+        code = src.func_code(f).decode("utf-8", "replace")
+        m = _TID.search(code)
+        if not m or _TWO_D.search(code):
+            continue  # a 2-D (tile) mapping: grid-stride loops are a 1-D pattern
+        byte = f.start_byte + len(code[:m.start()].encode())
+        line = src.line_of(byte)
+        out.append(SiteMatch(line, line, f.name, _line_text(src, line),
+                             f"{f.name} maps one element to each thread (grid sized to the problem); a grid-stride "
+                             "loop over a fixed grid amortizes per-thread setup"))
+    return out
+
+
+@finder("drop_grid_clamp")
+def _grid_clamp_sites(src: Source) -> list[SiteMatch]:
+    """Host launches whose grid grows with the problem (no cap): the clamp skill's site."""
+    out = []
+    raw = src.code.decode("utf-8", "replace")
+    dims = {m.group(1) for m in re.finditer(r"\bdim3\s+(\w+)", raw)}
+    for m in re.finditer(r"(\w+)\s*<<<\s*([^,>]+),", raw):
+        grid = " ".join(m.group(2).split())
+        if grid in dims or grid.startswith("dim3"):
+            continue  # a 2-D/3-D grid: the clamp + grid-stride pair is a 1-D pattern
+        names = set(re.findall(r"\b[A-Za-z_]\w*\b", grid)) - set(src.defines) - {"unsigned", "int", "long", "size_t"}
+        if not names:
+            continue  # a constant grid (literals and macros only): nothing grows with the problem
+        if re.search(r"\+.*\)\s*/|/|cdiv|ceil", grid) or re.fullmatch(r"\w+", grid):
+            byte = len(raw[:m.start()].encode())
+            line = src.line_of(byte)
+            f = src.function_at(byte)
+            if re.fullmatch(r"\w+", grid) and f is not None and re.search(
+                    r"\bif\s*\(\s*%s\s*>" % re.escape(grid), src.func_code(f).decode("utf-8", "replace")):
+                continue  # already clamped
+            out.append(SiteMatch(line, line, f.name if f else "", _line_text(src, line),
+                                 f"launch of {m.group(1)} sizes the grid from the problem (`{grid[:50]}`); clamp it to "
+                                 "the resident capacity and let a grid-stride loop cover the rest"))
+    return out
+
+
+@finder("shared_padding")
+def _padding_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    for decl, name, dims in src.shared_decls:
+        if len(dims) < 2:
+            continue
+        last = " ".join(text(dims[-1]).split())
+        if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", last):
+            continue
+        s = _node_site(src, decl, f"shared array `{name}` [..][{last}] has no padding column: column accesses hit "
+                       "one bank")
+        s.code = " ".join(text(decl).split())[:160]
+        out.append(s)
+    return out
+
+
+def _thread_coords(src: Source, f) -> tuple[set[str], dict[str, set[str]]]:
+    """(coordinates, dependence): locals set from threadIdx/blockIdx, and for every local the
+    coordinates its value depends on (through other locals, to a fixpoint)."""
+    code = src.func_code(f).decode("utf-8", "replace")
+    decls = [(m.group(1), m.group(2)) for m in re.finditer(r"\b(\w+)\s*=\s*([^;=][^;]*);", code)]
+    coords = {n for n, e in decls if re.search(r"\b(threadIdx|blockIdx)\b", e)}
+    dep: dict[str, set[str]] = {c: {c} for c in coords}
+    changed = True
+    while changed:
+        changed = False
+        for name, expr in decls:
+            got = set(dep.get(name, set()))
+            for v in re.findall(r"\b[A-Za-z_]\w*\b", expr):
+                got |= dep.get(v, set())
+            if got != dep.get(name, set()):
+                dep[name] = got
+                changed = True
+    return coords, dep
+
+
+@finder("shared_tile")
+def _shared_tile_sites(src: Source) -> list[SiteMatch]:
+    """Global loads inside a loop whose index moves with the loop while other threads read the same
+    data (the index leaves out some of the thread's coordinates, as A[row * K + k] in a matmul, or
+    all of them, as a weight vector read by every row): a tile staged in shared memory is reused."""
+    out, seen = [], set()
+    tvars: dict[str, tuple] = {}
+    for f, node, name, is_const, elem, write in _global_accesses(src):
+        if write:
+            continue
+        loop = enclosing(node, "for_statement")
+        if loop is None:
+            continue
+        init = loop.child_by_field_name("initializer")
+        var = ""
+        if init is not None:
+            m = re.search(r"\b(\w+)\s*=", text(init))
+            var = m.group(1) if m else ""
+        idx = text(node.child_by_field_name("indices") or node)
+        if not var or not re.search(r"\b%s\b" % re.escape(var), idx) or "threadIdx" in idx:
+            continue
+        if f.name not in tvars:
+            tvars[f.name] = _thread_coords(src, f)
+        coords, dep = tvars[f.name]
+        used: set[str] = set()
+        for v in re.findall(r"\b[A-Za-z_]\w*\b", idx + " " + name):
+            used |= dep.get(v, set())
+        if not coords or used >= coords:
+            continue  # each thread reads data no other thread reads: nothing to share
+        if f.name in seen:
+            continue
+        seen.add(f.name)
+        s = _node_site(src, node, f"`{text(node)}` is re-read from global memory in loop over {var} by every thread "
+                       "that shares it: stage a tile in shared memory", f.name)
+        s.code = _line_text(src, s.line)
+        out.append(s)
+    return out + _transposed_copy_sites(src)
+
+
+def _transposed_copy_sites(src: Source) -> list[SiteMatch]:
+    """A global store whose index swaps the roles of a global load's index (y[c * R + r] = x[r * C + c]):
+    one of the two is strided; staging a tile in shared memory makes both coalesced."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        for a in src.nodes("assignment_expression", within=fn):
+            left, right = a.child_by_field_name("left"), a.child_by_field_name("right")
+            if left is None or right is None or left.type != "subscript_expression":
+                continue
+            li = " ".join(text(left.child_by_field_name("indices") or left).split())
+            lm = re.search(r"\b(\w+)\s*\*\s*\w+\s*\+\s*(\w+)\b", li)
+            if not lm:
+                continue
+            for sub in walk(right):
+                if sub.type != "subscript_expression":
+                    continue
+                ri = " ".join(text(sub.child_by_field_name("indices") or sub).split())
+                rm = re.search(r"\b(\w+)\s*\*\s*\w+\s*\+\s*(\w+)\b", ri)
+                if rm and rm.group(1) == lm.group(2) and rm.group(2) == lm.group(1):
+                    s = _node_site(src, a, f"`{' '.join(text(a).split())[:70]}` reads rows and writes columns: one side "
+                                   "is strided; a shared tile makes both coalesced", f.name)
+                    s.code = _line_text(src, s.line)
+                    out.append(s)
+                    break
+    return out
+
+
+@finder("coalesced_transpose")
+def _transpose_sites(src: Source) -> list[SiteMatch]:
+    return _transposed_copy_sites(src)
+
+
+@finder("warp_shuffle_reduce", "block_reduce_shared")
+def _reduce_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        code = src.func_code(f).decode("utf-8", "replace")
+        for loop in src.nodes("for_statement", within=fn):
+            body = text(loop)
+            upd = loop.child_by_field_name("update")
+            halving = upd is not None and re.search(r">>=\s*1|/=\s*2", text(upd))
+            if halving and "__syncthreads" in body:
+                s = _node_site(src, loop, "shared-memory tree reduction with a barrier per level", f.name)
+                s.end_line = s.line
+                s.code = _line_text(src, s.line)
+                out.append(s)
+            elif re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\()", body) and "atomicAdd" not in body and \
+                    re.search(r"\bfor\s*\(\s*int\s+\w+\s*=\s*(0|1|threadIdx)", body[:80]):
+                s = _node_site(src, loop, "serial accumulation loop: partial results could be combined across a warp in "
+                               "registers", f.name)
+                s.end_line = s.line
+                s.code = _line_text(src, s.line)
+                out.append(s)
+        for m in re.finditer(r"atomicAdd\s*\(", code):
+            byte = f.start_byte + len(code[:m.start()].encode())
+            line = src.line_of(byte)
+            out.append(SiteMatch(line, line, f.name, _line_text(src, line),
+                                 "per-element atomic: reduce within the warp/block first"))
+    return out
+
+
+@finder("register_tile")
+def _register_tile_sites(src: Source) -> list[SiteMatch]:
+    """A thread accumulating products of two global operands over a loop (one output per thread):
+    computing a small block of outputs per thread reuses every loaded operand from registers."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        if any(n.type == "array_declarator" for d in src.nodes("declaration", within=fn) for n in walk(d)) and \
+                re.search(rb"\b\w+\s*\[[^]]+\]\s*\[[^]]+\]\s*\+=", src.func_code(f)):
+            continue  # already a 2-D register accumulator
+        const, _ = _pointer_names(src, f, fn)
+        for loop in src.nodes("for_statement", within=fn):
+            body = loop.child_by_field_name("body")
+            if body is None:
+                continue
+            for a in walk(body):
+                if a.type != "assignment_expression" or text(a.child_by_field_name("operator") or a.children[1]) != "+=":
+                    continue
+                right = a.child_by_field_name("right")
+                reads = [n for n in walk(right) if n.type == "subscript_expression" and
+                         (n.child_by_field_name("argument") is not None and text(n.child_by_field_name("argument")) in const)]
+                if len(reads) >= 2 or (len(reads) == 1 and "*" in text(right)):
+                    s = _node_site(src, a, f"one output per thread: `{' '.join(text(a).split())[:60]}` loads its operands "
+                                   "for a single accumulation; a register tile reuses each load for several outputs", f.name)
+                    s.code = _line_text(src, s.line)
+                    out.append(s)
+                    break
+            if out and out[-1].function == f.name:
+                break
+    return out
+
+
+@finder("warp_scan", "block_scan")
+def _scan_sites(src: Source) -> list[SiteMatch]:
+    """A serial running sum written back element by element (a prefix scan done one at a time)."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        for loop in src.nodes("for_statement", within=fn):
+            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+            m = re.search(r"\b(\w+)\s*\+=", body)
+            if m and re.search(r"\w+\s*\[[^]]+\]\s*=\s*%s\b" % re.escape(m.group(1)), body):
+                s = _node_site(src, loop, f"serial running sum `{m.group(1)}` written per element: a prefix scan "
+                               "done one element at a time; scan across a warp with shuffles", f.name)
+                s.end_line = s.line
+                s.code = _line_text(src, s.line)
+                out.append(s)
+    return out
+
+
+@finder("atomic_per_block", "privatized_atomics")
+def _atomic_sites(src: Source) -> list[SiteMatch]:
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        for call in src.nodes("call_expression", within=fn):
+            if call_name(call).startswith("atomic"):
+                args = call.child_by_field_name("arguments")
+                first = text(args.named_children[0]) if args is not None and args.named_children else ""
+                if any(re.search(r"\b%s\b" % re.escape(n), first) for n in src.shared_names):
+                    continue
+                s = _node_site(src, call, f"global `{call_name(call)}` per element/thread: aggregate per block first",
+                               f.name)
+                s.code = _line_text(src, s.line)
+                out.append(s)
+    return out
+
+
+# --------------------------------------------------------------------------- generic fallback
+_TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
+
+
+def similar_site(src: Source, excerpts: Iterable[str], window: int = 4) -> Optional[SiteMatch]:
+    """The query window most like the skill's simpler-side excerpts (token-set overlap)."""
+    lines = src.code.decode("utf-8", "replace").splitlines()
+    refs = []
+    for e in excerpts:
+        toks = set(_TOK.findall(re.sub(r"//[^\n]*", "", e or "")))
+        if toks:
+            refs.append(toks)
+    if not refs or not lines:
+        return None
+    best = (0.0, 0)
+    for s in range(0, max(1, len(lines) - window + 1)):
+        toks = set(_TOK.findall(" ".join(lines[s:s + window])))
+        if not toks:
+            continue
+        score = max(len(toks & r) / (len(toks | r) or 1) for r in refs)
+        if score > best[0]:
+            best = (score, s)
+    if best[0] <= 0:
+        return None
+    s = best[1]
+    end = min(len(lines), s + window)
+    f = src.function_at(src._line_starts[s] if s < len(src._line_starts) else 0)
+    code = " ".join(" ".join(lines[s:end]).split())[:160]
+    return SiteMatch(s + 1, end, f.name if f else "", code,
+                     f"code most like where this skill was applied (token overlap {best[0]:.2f})", how="similar_code")
+
+
+# --------------------------------------------------------------------------- preconditions
+def check_precondition(p: dict, axes: Optional[dict[str, int]]) -> PreconditionCheck:
+    kind, axis, value = p.get("kind", ""), p.get("axis", ""), int(p.get("value") or 0)
+    status = p.get("status", "discovered")
+    text_ = p.get("text", "")
+    if kind == "none_found" or status == "not_needed":
+        return PreconditionCheck(text_, kind, axis, value, status, "not_needed")
+    if not axes or not axis or axis not in axes:
+        why = "alignment of a pointer is not an axis" if kind == "alignment" and not axis else \
+            (f"axis {axis} not given" if axes else "no --axes given")
+        return PreconditionCheck(text_, kind, axis, value, status, "unknown", why)
+    v = int(axes[axis])
+    if kind in ("divisible", "alignment"):
+        ok = value > 0 and v % value == 0
+    elif kind == "minimum":
+        ok = v >= value
+    elif kind == "power_of_two":
+        ok = v > 0 and v & (v - 1) == 0
+    elif kind == "guarded":
+        ok = True
+    else:
+        return PreconditionCheck(text_, kind, axis, value, status, "unknown", f"unknown kind {kind}")
+    return PreconditionCheck(text_, kind, axis, value, status, "satisfied" if ok else "violated", f"{axis}={v}")
+
+
+# --------------------------------------------------------------------------- per query
+class Checker:
+    """Applicability of skills to one query source (sites and carriers memoized per carrier)."""
+
+    def __init__(self, source: str, axes: Optional[dict[str, int]] = None):
+        self.src = Source(source)
+        self.axes = axes or {}
+        self._sites: dict[str, list[SiteMatch]] = {}
+        self._present: dict[str, list[dict]] = {}
+
+    def present(self, carrier: str) -> list[dict]:
+        if carrier not in self._present:
+            fn = DETECTORS.get(carrier)
+            sites = []
+            if fn is not None:
+                try:
+                    sites = sorted(set(fn(self.src)), key=lambda s: (s.start_byte, s.end_byte))
+                except Exception:  # a detector bug must not fail a query
+                    sites = []
+            self._present[carrier] = [{"line": s.line, "function": s.function, "code": s.excerpt} for s in sites]
+        return self._present[carrier]
+
+    def opportunities(self, key: str) -> Optional[list[SiteMatch]]:
+        """Sites from a detector (None: no detector for this carrier/operator)."""
+        if key not in FINDERS:
+            return None
+        if key not in self._sites:
+            try:
+                self._sites[key] = FINDERS[key](self.src)
+            except Exception:
+                self._sites[key] = []
+        return self._sites[key]
+
+    def check(self, skill: dict, taken: Iterable[str] = (), axes: Optional[dict[str, int]] = None) -> Applicability:
+        carrier = skill.get("carrier", "")
+        present = self.present(carrier)
+        pres_lines = {p["line"] for p in present}
+        sites = self.opportunities(skill.get("operator", ""))
+        if sites is None:
+            sites = self.opportunities(carrier)
+        detector = sites is not None
+        if sites is None:
+            excerpts = [skill.get("before", "")] + [e.get("before", "") for e in skill.get("evidence") or []][:8]
+            m = similar_site(self.src, excerpts)
+            sites = [m] if m is not None else []
+            if present and sites and any(sites[0].line <= ln <= sites[0].end_line for ln in pres_lines):
+                sites = []
+        sites = [s for s in sites if not (s.line in pres_lines and s.how == "detector" and carrier != "restrict")]
+        pre = [check_precondition(p, self.axes if axes is None else axes) for p in skill.get("preconditions") or []]
+        flags: list[str] = []
+        status, detail = "applicable", ""
+        if not sites:
+            if present:
+                status = "already_applied"
+                detail = f"the code already has {carrier} at line(s) " + ", ".join(str(p["line"]) for p in present[:6])
+            elif detector:
+                status = "no_site"
+                detail = f"no place in this code where {carrier} could be introduced"
+        elif present:
+            flags.append("partly_applied")
+        if status == "no_site" and skill.get("requires"):
+            # builds on something the code lacks but could get here (padding needs a shared tile):
+            # it applies where the required carrier would be introduced
+            req_sites = [self.opportunities(r) for r in skill["requires"]]
+            if all(rs for rs in req_sites):
+                status, detail = "applicable", ""
+                flags.append("after:" + ",".join(skill["requires"]))
+                sites = [SiteMatch(r.line, r.end_line, r.function, r.code,
+                                   f"after {', '.join(skill['requires'])} is introduced here ({r.reason})", how="requires")
+                         for r in req_sites[0][:3]]
+        have = set(taken)
+        conflicts = [c for c in skill.get("conflicts") or [] if c in have or self.present(c)]
+        if status == "applicable" and conflicts:
+            status = "conflict"
+            detail = "conflicts with " + ", ".join(sorted(set(conflicts))) + " (already in the code or a higher-ranked hit)"
+        violated = [c for c in pre if c.check == "violated"]
+        if status == "applicable" and violated:
+            hard = [c for c in violated if c.status == "discovered"]
+            if hard:
+                status = "precondition_violated"
+                detail = "; ".join(f"{c.text} fails for {c.detail}" for c in hard)
+            else:
+                flags.append("needs_guard")
+        missing = [r for r in skill.get("requires") or [] if r not in have and not self.present(r)]
+        if missing and not any(f.startswith("after:") for f in flags):
+            flags.append("requires:" + ",".join(missing))
+        return Applicability(status, sites, present, pre, flags, detail)

