@@ -146,8 +146,11 @@ def graph_vectors(npz_path: Path, docs: Sequence[SkillDoc]):
     """Document graph vectors with the numpy encoder (the one queries use)."""
     from retrieval.gnn_numpy import NumpyGraphEncoder
 
+    import numpy as np
+
     enc = NumpyGraphEncoder(npz_path)
-    return enc.embed([code_graph(d.code) for d in docs])
+    out = [enc.embed([code_graph(d.code) for d in docs[s: s + 256]]) for s in range(0, len(docs), 256)]
+    return np.concatenate(out) if out else np.zeros((0, enc.out_dim), np.float32)
 
 
 def _retrain_decision(prev_train: Optional[dict], docs: Sequence[SkillDoc], force: bool) -> tuple[bool, str]:
@@ -212,7 +215,9 @@ def write_snapshot(root: os.PathLike | str, skills: Sequence[dict], docs: Sequen
         offsets.append(fh.tell())
     table = {"skill_id": [s["skill_id"] for s in skills], "key": [s.get("key", "") for s in skills],
              "name": [s.get("name", "") for s in skills], "carrier": [s.get("carrier", "") for s in skills],
-             "operator": [s.get("operator", "") for s in skills], "offsets": offsets}
+             "operator": [s.get("operator", "") for s in skills],
+             "n_problems": [len({e.get("problem") for e in s.get("evidence") or [] if e.get("problem")}) for s in skills],
+             "offsets": offsets}
     (tmp / "skills.json").write_text(json.dumps(table, separators=(",", ":")))
     (tmp / "docs.json").write_text(json.dumps({"doc_id": [d.doc_id for d in docs], "role": [d.role for d in docs],
                                                "problem": [d.problem for d in docs]}, separators=(",", ":")))

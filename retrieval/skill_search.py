@@ -31,7 +31,10 @@ from typing import Any, Optional
 
 MODES = ("bm25", "text", "graph", "fused")
 RRF_K = 60
-FUSION_WEIGHTS = {"bm25": 1.0, "text": 1.0, "graph": 1.0}
+# RRF weights. "prior" is the evidence prior: skills ranked by how many kernels' walks produced them
+# (an optimization found in most experts is more likely to apply to a new kernel than one found
+# once). It is query-independent, so it only reorders what the three similarity modalities agree on.
+FUSION_WEIGHTS = {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 1.0}
 SCAN_LIMIT = 400  # skills examined (in rank order) for k applicable hits
 ANSWER_VERSION = 1
 
@@ -275,8 +278,9 @@ class Searcher:
         ranks = {m: self.rank(scores[m]) for m in ("bm25", "text", "graph")}
         n = self.index.n_skills
         fused = np.zeros(n)
-        for m, order in ranks.items():
-            if not np.isfinite(scores[m]).any() or w.get(m, 0) == 0:
+        prior = np.asarray(self.index.table.get("n_problems") or [0] * n, dtype=np.float64)
+        for m, order in list(ranks.items()) + [("prior", self.rank(prior))]:
+            if (m != "prior" and not np.isfinite(scores[m]).any()) or w.get(m, 0) == 0:
                 continue
             pos = np.empty(n, dtype=np.int64)
             pos[order] = np.arange(1, n + 1)
