@@ -55,6 +55,10 @@ CARRIER_SKILLS: dict[str, tuple[str, str]] = {
 # operators whose skill is not the carrier's main one
 OPERATOR_SKILLS: dict[str, tuple[str, str]] = {
     "drop_grid_clamp": ("Clamp the grid to the resident capacity", "Launch only as many blocks as the GPU keeps resident (SMs x blocks per SM) and let a grid-stride loop cover the rest: no tail wave, per-block setup amortized."),
+    "block_stride_to_chunks": ("Block-stride loop for coalesced sweeps", "Let the threads of a block walk a range with stride blockDim.x, so that in every iteration a warp touches consecutive addresses (coalesced), instead of each thread sweeping its own contiguous chunk."),
+    "lookback_to_chained": ("Decoupled look-back instead of a chained scan", "Let a tile sum the aggregates its predecessors publish as soon as they know them, a warp-wide window at a time, up to the first published inclusive prefix, instead of waiting for its immediate predecessor's inclusive prefix: tiles stop serializing on each other's completion."),
+    "block_scan_to_thread_totals": ("Block scan over warp totals", "Let the last lane publish its warp's inclusive scan value (the warp total) and fold one value per warp in the block step, instead of publishing and folding every thread's total."),
+    "register_tile_to_dot": ("Outer-product register tile (fragment reuse)", "Accumulate a small block of outputs per thread as an outer product of fragments loaded once per reduction step, instead of running one dot product per output that reloads both operands."),
 }
 
 # requires / conflicts between carriers, in the optimizing direction

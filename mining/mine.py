@@ -32,7 +32,7 @@ from mining.gate import BadInput, GateConfig, run_gate
 from mining.gate.executors import resolve_executor
 from mining.lift import StepContext, lift_step
 from mining.operators import all_operators
-from mining.probe import (guard_conditions, force_guard, hypotheses, induce, outcomes_from_gate, probe_problem_dir,
+from mining.probe import (force_guard, site_guards, hypotheses, induce, outcomes_from_gate, probe_problem_dir,
                           probe_workloads)
 from mining.walk import Candidate, Verdict, WalkEvent, WalkResult, backward_walk
 from skills.records import Lineage, Skill, Step, lineage_identity, sha256
@@ -47,6 +47,17 @@ PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to
             "scan_shuffle_to_shared", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",
             "privatized_to_global_atomics", "shrink_register_tile", "shared_tile_to_global", "drop_grid_clamp",
             "grid_stride_to_single")
+# single-level / recomputed / two-pass forms, after the operators above; a block-stride loop is
+# split into per-thread chunks only where one element per thread was refused, and before the
+# softmax max gets a pass of its own (a max over a subset of the row still normalizes correctly:
+# one element per thread in that pass would pass the gate while computing another max)
+PRIORITY += ("block_reduce_to_serial", "register_array_to_recompute", "block_stride_to_chunks",
+             "online_softmax_to_two_pass", "chan_stats_to_two_pass")
+# outer-product register tiles, transposed operand tiles, decoupled look-back, block scan (helper A2)
+PRIORITY += ("register_tile_to_dot", "untranspose_tile", "lookback_to_chained", "block_scan_to_thread_totals")
+# last: splitting a flash-style sweep into a max pass and an accumulation pass duplicates the
+# sweep, so every other simplification of it comes first (helper A1)
+PRIORITY += ("online_rescale_to_two_pass",)
 
 
 @dataclass(frozen=True)
@@ -373,11 +384,12 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         probes, state_outcomes = _probe(problem, kernel_path, gate_cfg, walk.states, config.jobs, pool)
         forced_sources, forced_keys = [], []
         for k, (cand, _) in enumerate(walk.accepted, start=1):
-            guards = guard_conditions(walk.states[k - 1], cand.site_start, cand.site_end)
+            guards = site_guards(walk.states[k - 1], cand.site_start, cand.site_end, cand.carrier)
             if guards:
                 gs, ge, text = guards[0]
                 forced_sources.append(force_guard(walk.states[k - 1], gs, ge))
-                forced_keys.append((k, " ".join(text.split())))
+                # macros expanded so `M % BM == 0` reads as a number the precondition can hold
+                forced_keys.append((k, " ".join(Source(walk.states[k - 1]).expand(text).split())))
         if forced_sources:
             _, forced_out = _probe(problem, kernel_path, gate_cfg, [walk.states[0]] + forced_sources, config.jobs, pool)
             for (k, text), outs in zip(forced_keys, forced_out[1:]):

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tree_sitter import Node
+
 from corpora.problem import Problem, ProblemError, _workload_from_line
 from mining.carriers import Source
 from mining.gate.cache import content_key
@@ -206,21 +208,192 @@ def induce(optimized: list[ProbeOutcome], simpler: list[ProbeOutcome], space: li
     return min(consistent, key=lambda h: (order[h.kind], h.value))
 
 
+_DIVISIBILITY = re.compile(r"%|&\s*\(?\s*\d|&\s*\w+\s*\)\s*==|uintptr_t|size_t\)")
+
+
 def guard_conditions(source: str, start: int, end: int) -> list[tuple[int, int, str]]:
-    """`if` conditions enclosing a site that test divisibility or alignment: (start, end, text)
-    byte ranges of the parenthesized condition, innermost first."""
+    """Divisibility / alignment guards that decide whether a site runs, innermost first:
+    (start, end, text) byte ranges to force. First the `if` conditions enclosing the site in its
+    own function; then guards in the *launching* code (`launch_guards`), where experts usually
+    put them: the host picks the fast kernel or template instantiation by testing the sizes."""
+    return _enclosing_guards(source, start, end) + launch_guards(source, start, end)
+
+
+def _enclosing_guards(source: str, start: int, end: int) -> list[tuple[int, int, str]]:
     src = Source(source)
     node = src.tree.root_node.descendant_for_byte_range(start, max(start, end - 1))
-    out = []
+    child, out = node, []
     while node is not None:
-        if node.type == "if_statement":
+        # only a guard whose true branch holds the site protects it (not one it sits in the else of)
+        if node.type == "if_statement" and _is_in(child, node.child_by_field_name("consequence")):
             cond = node.child_by_field_name("condition")
             if cond is not None:
                 text = src.raw[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
-                if re.search(r"%|&\s*\(?\s*\d|&\s*\w+\s*\)\s*==|uintptr_t|size_t\)", text):
+                if _DIVISIBILITY.search(text):
                     out.append((cond.start_byte, cond.end_byte, text))
-        node = node.parent
+        child, node = node, node.parent
     return out
+
+
+# Carriers whose correctness depends on the sizes a launch guard tests (access width, tile
+# coverage). Launch guards select a whole kernel or template instantiation: for these the guard
+# is what makes the site valid; for the rest (unroll, restrict, ...) it merely happens to hold.
+SIZE_SENSITIVE = frozenset({"vector_load", "vector_store", "async_copy", "shared_tile", "register_tile",
+                            "tensor_core_wmma", "multi_stage_pipeline", "double_buffer", "halo_tile"})
+
+
+def site_guards(source: str, start: int, end: int, carrier: str) -> list[tuple[int, int, str]]:
+    """The guards to force when probing a step: the site's own enclosing `if` guards; else, for a
+    size-sensitive carrier, the launch guards that select its kernel."""
+    inner = _enclosing_guards(source, start, end)
+    if inner or carrier not in SIZE_SENSITIVE:
+        return inner
+    return launch_guards(source, start, end)
+
+
+def launch_guards(source: str, start: int, end: int) -> list[tuple[int, int, str]]:
+    """Guards outside the site's function that select it. Two shapes (both in the corpus):
+
+    * the whole kernel is the fast path: every launch of it sits under `if (cond)` (or under
+      `if (vec ...)` with `const bool vec = cond;`), e.g. `if (vec) k_vec4<<<..>>>(..)`;
+    * the site is under `if (P)` / `if constexpr (P)` for a template flag P of its function,
+      and the launch that passes P = true is guarded: `if ((W & 3) == 0) k<true><<<..>>>(..)`.
+
+    Only conditions that test divisibility or alignment count. A bool variable is resolved to
+    its initializer, which is what gets forced, so every use of the flag (grid sizes too)
+    stays consistent with the forced path."""
+    src = Source(source)
+    root = src.tree.root_node
+    site = root.descendant_for_byte_range(start, max(start, end - 1))
+    func = enclosing_node(site, "function_definition")
+    if func is None:
+        return []
+    fname = _function_name(src, func)
+    if not fname:
+        return []
+    tparams = _template_params(src, func)
+    # template flags the site depends on, with the value that makes its branch run
+    flags: dict[str, str] = {}
+    node = site
+    while node is not None and node != func:
+        parent = node.parent
+        if parent is not None and parent.type in ("if_statement", "conditional_expression"):
+            cond = parent.child_by_field_name("condition")
+            in_else = parent.type == "if_statement" and _is_in(node, parent.child_by_field_name("alternative"))
+            if parent.type == "conditional_expression":
+                in_else = _is_in(node, parent.child_by_field_name("alternative"))
+            if cond is not None and not _is_in(node, cond):
+                ctext = _text(src, cond).strip("() ")
+                m = re.fullmatch(r"(!?)\s*([A-Za-z_]\w*)", ctext)
+                if m and m.group(2) in tparams:
+                    positive = (m.group(1) == "") != in_else
+                    flags.setdefault(m.group(2), "true" if positive else "false")
+        node = parent
+    launches = [c for c in src.nodes("call_expression") if _callee_name(src, c) == fname and not _is_in(c, func)]
+    if not launches:
+        return []
+    out: list[tuple[int, int, str]] = []
+
+    def add(guard: Optional[tuple[int, int, str]]) -> None:
+        if guard is not None and guard not in out:
+            out.append(guard)
+
+    if flags:
+        for call in launches:
+            args = _template_args(src, call)
+            if all(i < len(args) and args[i] == want for name, want in flags.items()
+                   for i in [tparams.index(name)]):
+                add(_guard_of_call(src, call))
+    else:
+        guards = [_guard_of_call(src, c) for c in launches]
+        if all(guards):  # launched only under guards: the kernel as a whole is the fast path
+            for g in guards:
+                add(g)
+    return out
+
+
+def enclosing_node(node: Optional[Node], *types: str) -> Optional[Node]:
+    while node is not None and node.type not in types:
+        node = node.parent
+    return node
+
+
+def _is_in(node: Node, container: Optional[Node]) -> bool:
+    return container is not None and container.start_byte <= node.start_byte and node.end_byte <= container.end_byte
+
+
+def _text(src: Source, node: Node) -> str:
+    return src.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+
+def _function_name(src: Source, func: Node) -> str:
+    decl = func.child_by_field_name("declarator")
+    while decl is not None and decl.type != "function_declarator":
+        decl = decl.child_by_field_name("declarator")
+    name = decl.child_by_field_name("declarator") if decl is not None else None
+    return _text(src, name) if name is not None else ""
+
+
+def _template_params(src: Source, func: Node) -> list[str]:
+    tmpl = func.parent if func.parent is not None and func.parent.type == "template_declaration" else None
+    if tmpl is None:
+        return []
+    plist = tmpl.child_by_field_name("parameters")
+    names = []
+    for p in plist.named_children if plist is not None else []:
+        ident = [c for c in p.named_children if c.type in ("identifier", "type_identifier")]
+        names.append(_text(src, ident[-1]) if ident else "")
+    return names
+
+
+def _callee_name(src: Source, call: Node) -> str:
+    fn = call.child_by_field_name("function")
+    if fn is None:
+        return ""
+    if fn.type == "template_function":
+        fn = fn.child_by_field_name("name")
+    return _text(src, fn) if fn is not None and fn.type == "identifier" else ""
+
+
+def _template_args(src: Source, call: Node) -> list[str]:
+    fn = call.child_by_field_name("function")
+    if fn is None or fn.type != "template_function":
+        return []
+    args = fn.child_by_field_name("arguments")
+    return [" ".join(_text(src, a).split()) for a in args.named_children] if args is not None else []
+
+
+def _guard_of_call(src: Source, call: Node) -> Optional[tuple[int, int, str]]:
+    """The innermost divisibility guard whose true branch holds this call, within its function."""
+    node = call
+    while node is not None and node.type != "function_definition":
+        parent = node.parent
+        if parent is not None and parent.type == "if_statement" and _is_in(node, parent.child_by_field_name("consequence")):
+            cond = parent.child_by_field_name("condition")
+            text = _text(src, cond)
+            if _DIVISIBILITY.search(text):
+                return cond.start_byte, cond.end_byte, src.raw[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
+            for ident in re.findall(r"[A-Za-z_]\w*", text):
+                init = _bool_initializer(src, ident, parent)
+                if init is not None:
+                    return init
+        node = parent
+    return None
+
+
+def _bool_initializer(src: Source, name: str, before: Node) -> Optional[tuple[int, int, str]]:
+    """`[const] bool NAME = <divisibility test>;` declared in the same function before `before`."""
+    func = enclosing_node(before, "function_definition")
+    for decl in src.nodes("init_declarator", within=func):
+        if decl.start_byte >= before.start_byte:
+            break
+        target, value = decl.child_by_field_name("declarator"), decl.child_by_field_name("value")
+        if target is None or value is None or _text(src, target) != name:
+            continue
+        if not re.search(r"\bbool\b", _text(src, decl.parent)) or not _DIVISIBILITY.search(_text(src, value)):
+            return None
+        return value.start_byte, value.end_byte, src.raw[value.start_byte:value.end_byte].decode("utf-8", "replace")
+    return None
 
 
 def force_guard(source: str, cond_start: int, cond_end: int) -> str:
@@ -232,7 +405,7 @@ def code_guard_text(cond: str) -> list[tuple[str, str, int]]:
     """Divisibility tests written in a guard: [(kind, axis, value)] from `N % 4 == 0`,
     `(N & 3) == 0`."""
     found = []
-    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*%\s*(\d+)\s*==\s*0", cond):
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*%\s*\(?\s*(\d+)\s*\)?\s*==\s*0", cond):
         found.append(("divisible", m.group(1), int(m.group(2))))
     for m in re.finditer(r"\(\s*([A-Za-z_]\w*)\s*&\s*(\d+)\s*\)\s*==\s*0", cond):
         found.append(("divisible", m.group(1), int(m.group(2)) + 1))

@@ -233,3 +233,35 @@ def test_llm_proposed_step_is_gated_and_counted(tmp_path):
     assert llm_step.carrier == "restrict" and llm_step.operator == "llm"
     assert lin.llm_tokens > 0 and lin.config["llm_failures"]  # later replies no longer apply, and say why
     assert any(s.operator == "llm" and s.carrier == "restrict" for s in out.skills)
+
+
+def test_launch_guards_found_in_host_code():
+    """Experts guard fast paths where they launch them: a bool flag (bias_gelu), a template flag
+    picked under a size test (conv2d_3x3), a negated flag (sgemm's unchecked path). The guard is
+    found for a size-sensitive site and not for a site in the guard's else branch."""
+    from mining.probe import launch_guards, site_guards
+
+    kernels = ROOT / "corpora" / "kernels"
+    src = (kernels / "bias_gelu" / "kernel.cu").read_text()
+    site = src.index("reinterpret_cast<const float4*>")
+    g = site_guards(src, site, site + 10, "vector_load")
+    assert [t for _, _, t in g] == ["(N & 3) == 0"]  # the `vec` initializer, so `cols` follows it
+    forced = force_guard(src, g[0][0], g[0][1])
+    assert "const bool vec = (1);" in forced
+    assert site_guards(src, site, site + 10, "restrict") == []  # not what the guard protects
+
+    src = (kernels / "conv2d_3x3" / "kernel.cu").read_text()
+    site = src.index("__ldg(reinterpret_cast<const float4*>")  # global rows: under `if (VEC)`
+    assert [t for _, _, t in launch_guards(src, site, site + 10)] == ["((W & 3) == 0)"]
+
+    shared = src.index("reinterpret_cast<const float4*>")  # a shared-tile read in a helper: unguarded
+    assert launch_guards(src, shared, shared + 10) == []
+
+    src = (kernels / "sgemm" / "kernel.cu").read_text()
+    site = src.index("reinterpret_cast<const float4*>")  # under `if (!CHECK)`: the unchecked launch
+    assert [t for _, _, t in launch_guards(src, site, site + 10)] == ["(M % BM == 0 && N % BN == 0 && K % BK == 0)"]
+    assert code_guard_text("(M % (128) == 0 && N % (128) == 0)") == [("divisible", "M", 128), ("divisible", "N", 128)]
+
+    src = (GUARDED / "kernel.cu").read_text()
+    tail = src.index("y[j] = 2.f * x[j]")  # in the else branch of `if (n % 4 == 0)`
+    assert guard_conditions(src, tail, tail + 5) == []

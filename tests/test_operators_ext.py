@@ -87,7 +87,7 @@ def test_registry_appends_the_new_operators():
     assert names[:10] == ["drop_unroll_pragma", "drop_restrict", "ldg_to_plain_load", "drop_launch_bounds",
                           "fast_math_to_precise", "drop_shared_padding", "vector_load_to_scalar",
                           "vector_store_to_scalar", "grid_stride_to_single", "drop_grid_clamp"]
-    assert names[10:] == NEW
+    assert names[10:10 + len(NEW)] == NEW  # later operators append after these
     assert {get_operator(n).carrier for n in NEW} == {
         "warp_shuffle_reduce", "warp_scan", "shared_tile", "register_tile", "double_buffer", "register_cache",
         "privatized_atomics", "block_reduce_shared", "atomic_per_block", "async_copy", "multi_stage_pipeline"}

@@ -28,12 +28,27 @@ from mining.operators.warp_atomic_to_thread_atomics import WarpAtomicToThreadAto
 from mining.operators.async_copy_to_sync import AsyncCopyToSync
 from mining.operators.drop_pipeline_sync import DropPipelineSync
 from mining.operators.sliding_window_to_reload import SlidingWindowToReload
+# carrier-recall operators (helper A1)
+from mining.operators.block_reduce_to_serial import BlockReduceToSerial
+from mining.operators.register_array_to_recompute import RegisterArrayToRecompute
+from mining.operators.online_softmax_to_two_pass import OnlineSoftmaxToTwoPass
+from mining.operators.block_stride_to_chunks import BlockStrideToChunks
+from mining.operators.online_rescale_to_two_pass import OnlineRescaleToTwoPass
+from mining.operators.chan_stats_to_two_pass import ChanStatsToTwoPass
 
 _CLASSES = (DropUnrollPragma, DropRestrict, LdgToPlainLoad, DropLaunchBounds, FastMathToPrecise, DropSharedPadding,
             VectorLoadToScalar, VectorStoreToScalar, GridStrideToSingle, DropGridClamp,
             ShuffleToShared, ScanShuffleToShared, SharedTileToGlobal, ShrinkRegisterTile, DoubleToSingleBuffer,
             RegisterCacheToReload, PrivatizedToGlobalAtomics, BlockReduceToWarpAtomics, WarpAtomicToThreadAtomics,
             AsyncCopyToSync, DropPipelineSync, SlidingWindowToReload)
+_CLASSES += (BlockReduceToSerial, RegisterArrayToRecompute, OnlineSoftmaxToTwoPass, BlockStrideToChunks,
+             OnlineRescaleToTwoPass, ChanStatsToTwoPass)
+# carrier-recall operators (helper A2)
+from mining.operators.register_tile_to_dot import RegisterTileToDot  # noqa: E402
+from mining.operators.untranspose_tile import UntransposeTile  # noqa: E402
+from mining.operators.lookback_to_chained import LookbackToChained  # noqa: E402
+from mining.operators.block_scan_to_thread_totals import BlockScanToThreadTotals  # noqa: E402
+_CLASSES += (RegisterTileToDot, UntransposeTile, LookbackToChained, BlockScanToThreadTotals)
 
 
 def all_operators() -> list[Operator]:

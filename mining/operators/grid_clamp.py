@@ -1,14 +1,63 @@
 """drop_grid_clamp: the launch half of removing a grid-stride loop. A host-side clamp of a grid
-size, `if (blocks > CAP) blocks = CAP;`, where `blocks` later configures a launch (`<<<...>>>`),
-is deleted so the grid covers the whole range (one element per thread after
-grid_stride_to_single). Removing it alone never breaks a grid-stride kernel (more blocks, same
-loop); the pair (loop removed, clamp removed) is what the gate judges for the one-element form.
+size, `if (blocks > CAP) blocks = CAP;`, where `blocks` later configures a launch's grid (the first
+`<<<...>>>` argument, directly or through a `dim3`), is deleted so the grid covers the whole range
+(one element per thread after grid_stride_to_single). Removing it alone never breaks a grid-stride
+kernel (more blocks, same loop); the pair (loop removed, clamp removed) is what the gate judges for
+the one-element form. A clamp of a block size (the second launch argument) is a hardware limit
+(1024 threads per block), not a tuning choice, and is never a site: the CPU executor would accept
+a larger block where a GPU refuses the launch.
 """
 from __future__ import annotations
 
 import re
 
 from mining.operators.base import Edit, Operator
+
+_LAUNCH = re.compile(rb"<<<(.*?)>>>", re.S)
+
+
+def _split_args(config: bytes) -> list[bytes]:
+    """Top-level comma-separated arguments of a launch configuration."""
+    out, depth, cur = [], 0, bytearray()
+    for ch in config:
+        c = bytes([ch])
+        if c in b"([{":
+            depth += 1
+        elif c in b")]}":
+            depth -= 1
+        if c == b"," and depth == 0:
+            out.append(bytes(cur).strip())
+            cur = bytearray()
+        else:
+            cur += c
+    out.append(bytes(cur).strip())
+    return out
+
+
+def _mentions(expr: bytes, var: bytes) -> bool:
+    return re.search(rb"\b" + re.escape(var) + rb"\b", expr) is not None
+
+
+def launch_roles(code: bytes, var: bytes) -> tuple[bool, bool]:
+    """(configures a grid, configures a block) for `var` in the launches of `code`, following
+    `dim3 name(...)` / `dim3 name = ...` declarations that mention it."""
+    dims = {}
+    for m in re.finditer(rb"\bdim3\s+(\w+)\s*(\(([^;]*)\)|=\s*([^;]*)|\{([^;]*)\})\s*;", code):
+        dims[m.group(1)] = m.group(2)
+    # several dim3 declared in one statement: dim3 grid(a), block(b);
+    for m in re.finditer(rb"\bdim3\s+([^;]*);", code):
+        for d in re.finditer(rb"(\w+)\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)", m.group(1)):
+            dims.setdefault(d.group(1), d.group(2))
+    grid = block = False
+    for m in _LAUNCH.finditer(code):
+        args = _split_args(m.group(1))
+        for pos, a in enumerate(args[:2]):
+            hit = _mentions(a, var) or any(_mentions(a, name) and _mentions(init, var) for name, init in dims.items())
+            if hit and pos == 0:
+                grid = True
+            elif hit and pos == 1:
+                block = True
+    return grid, block
 
 
 class DropGridClamp(Operator):
@@ -25,9 +74,8 @@ class DropGridClamp(Operator):
                 cap = m.group(2).strip()
                 if re.fullmatch(rb"\d+", cap) and int(cap) >= 65535:
                     continue  # a hardware limit (grid y / z), not a tuning choice
-                var = re.escape(m.group(1))
-                if re.search(rb"<<<\s*[^;]*\b" + var + rb"\b[^;]*>>>", code[m.end():]) or \
-                        re.search(rb"\bdim3\s+\w+\s*\([^;]*\b" + var + rb"\b", code[m.end():]):
+                grid, block = launch_roles(code[m.end():], m.group(1))
+                if grid and not block:
                     # the whole line (a trailing comment explains the clamp and goes with it)
                     start = f.start_byte + m.start()
                     end = f.start_byte + m.end()

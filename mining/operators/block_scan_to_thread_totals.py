@@ -1,0 +1,244 @@
+"""block_scan_to_thread_totals: the block-level step of a two-level scan sums every thread's total
+instead of one total per warp.
+
+    int incl = total;
+    for (int off = 1; off < 32; off <<= 1) { <t = incl of lane - off>; if (lane >= off) incl += t; }
+    if (lane == 31) warp_total[warp] = incl;          ->   ks_thread_total[warp * 32 + lane] = total;
+    __syncthreads();
+    for (int w = 0; w < THREADS / 32; ++w) {          ->   for (int ks_u = 0; ks_u < (THREADS / 32) * 32; ++ks_u) {
+        const int v = warp_total[w];                 ->       const int v = ks_thread_total[ks_u];
+        warp_prefix += w < warp ? v : 0;             ->       warp_prefix += (ks_u / 32) < warp ? v : 0;
+        aggregate += v;                                       aggregate += v;
+    }
+
+The two-level scan lets lane 31 publish its warp's inclusive scan value - the warp total - and
+every thread then folds one value per warp. Without it, every thread publishes its own total and
+folds all of them: 32x the shared-memory reads, and the block step no longer builds on the warp
+scan. Why it is the same value: lane 31's inclusive warp scan of `total` is the sum of the warp's
+32 totals, and the reader loop is linear in the value it reads (each statement adds the value, or
+adds it under a condition of the warp index only), so summing the 32 thread totals of warp w under
+the condition for w adds exactly what adding the warp total did.
+
+Checked: the published value is the variable of a warp inclusive scan (`int incl = X;` followed
+by one loop with doubling offsets below 32 whose only update is `if (lane >= off) incl += t;`,
+`t` coming from `__shfl_up_sync(.., incl, off)` or from the lane `off` below through a
+shared exchange slot), `X` does not change before the publication, lane and warp are `tid & 31`
+and `tid >> 5` (or `% 32`, `/ 32`) of the same thread index, the warp-total array is written only
+there and read only as `v = W[w]` in loops `for (w = 0; w < N; ++w)` whose other statements are
+`A += v;` or `A += cond(w) ? v : 0;`.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from tree_sitter import Node
+
+from mining.carriers import Source, _block_scan
+from mining.operators.base import Edit, Operator
+from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.rewrite_util import splice_range, structural, type_text
+from mining.parse import text, walk
+
+_LAST_LANE = re.compile(r"\(\s*(\w+)\s*==\s*(?:31|WARP_SIZE\s*-\s*1|warpSize\s*-\s*1)\s*\)")
+_DOUBLING = re.compile(r"(\w+)\s*(?:<<=\s*1|\*=\s*2)")
+
+
+def _code(src: Source, node: Node) -> str:
+    return " ".join(src.code[node.start_byte:node.end_byte].decode("utf-8", "replace").split())
+
+
+def _stmts(block: Node) -> list[Node]:
+    return [c for c in block.named_children if c.type != "comment"]
+
+
+def _same(a: Optional[Node], b: Optional[Node]) -> bool:
+    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte
+
+
+def _thread_parts(idx: FunctionIndex, lane: str, warp: str, at: int) -> bool:
+    """`lane` and `warp` are the low 5 bits and the rest of one thread index (never reassigned)."""
+    lv, wv = idx.visible(lane, at), idx.visible(warp, at)
+    if lv is None or wv is None or lv.value is None or wv.value is None or lv.assigned or wv.assigned:
+        return False
+    lm = re.fullmatch(r"\(?\s*(\w+(?:\.x)?)\s*(?:&\s*31|%\s*32)\s*\)?", " ".join(text(lv.value).split()))
+    wm = re.fullmatch(r"\(?\s*(\w+(?:\.x)?)\s*(?:>>\s*5|/\s*32)\s*\)?", " ".join(text(wv.value).split()))
+    return bool(lm and wm and lm.group(1) == wm.group(1))
+
+
+class BlockScanToThreadTotals(Operator):
+    name = "block_scan_to_thread_totals"
+    carrier = "block_scan"
+    description = "fold every thread's total in the block step of a scan instead of one warp total per warp"
+
+    def edits(self, src: Source):
+        flagged = {s.start_byte for s in _block_scan(src)}
+        if not flagged:
+            return
+        src = structural(src)
+        for ifs in src.nodes("if_statement"):
+            if ifs.start_byte in flagged:
+                f = src.function_at(ifs.start_byte)
+                fn = src.func_node(f) if f is not None else None
+                if fn is not None:
+                    e = self.rewrite(src, fn, ifs)
+                    if e is not None:
+                        yield e
+
+    def rewrite(self, src: Source, fn: Node, ifs: Node) -> Optional[Edit]:
+        idx = FunctionIndex(src, fn)
+        cond = ifs.child_by_field_name("condition")
+        m = _LAST_LANE.fullmatch(_code(src, cond)) if cond is not None else None
+        if m is None or ifs.child_by_field_name("alternative") is not None:
+            return None
+        lane = m.group(1)
+        body = ifs.child_by_field_name("consequence")
+        if body.type == "compound_statement":
+            inner = _stmts(body)
+            if len(inner) != 1:
+                return None
+            body = inner[0]
+        pm = re.fullmatch(r"(\w+)\s*\[\s*(\w+)\s*\]\s*=\s*(\w+)\s*;", _code(src, body))
+        if body.type != "expression_statement" or pm is None:
+            return None
+        arr, warp, incl = pm.groups()
+        if not _thread_parts(idx, lane, warp, ifs.start_byte):
+            return None
+        # the warp-total array: a 1-D __shared__ array of this function
+        decl = next(((d, n, dims) for d, n, dims in src.shared_decls if n == arr and
+                     fn.start_byte <= d.start_byte < fn.end_byte), None)
+        if decl is None or len(decl[2]) != 1:
+            return None
+        d_node, _, dims = decl
+        n_text = _code(src, dims[0])
+        elem = type_text(src, d_node)
+        if not elem:
+            return None
+        elem = re.sub(r"\b(__shared__|volatile|static)\b", "", elem).strip()
+        # the published value: a warp inclusive scan of X
+        iv = idx.visible(incl, ifs.start_byte)
+        if iv is None or iv.value is None or iv.kind != "local":
+            return None
+        block = ifs.parent
+        if block is None or block.type != "compound_statement" or not _same(iv.decl.parent, block):
+            return None
+        sibs = _stmts(block)
+        k_decl = next(i for i, c in enumerate(sibs) if _same(c, iv.decl))
+        k_if = next(i for i, c in enumerate(sibs) if _same(c, ifs))
+        between = sibs[k_decl + 1:k_if]
+        if len(between) != 1 or between[0].type != "for_statement":
+            return None
+        scan = between[0]
+        if not self._warp_scan(src, idx, scan, incl, lane):
+            return None
+        if any(iv.decl.start_byte <= a.start_byte < ifs.start_byte and
+               not (scan.start_byte <= a.start_byte < scan.end_byte) for a in iv.assigned):
+            return None
+        total = iv.value
+        for n in walk(total):
+            if n.type == "identifier":
+                v = idx.visible(text(n), n.start_byte)
+                if v is not None and any(iv.decl.start_byte <= a.start_byte < ifs.end_byte for a in v.assigned):
+                    return None
+            if n.type in ("call_expression", "assignment_expression", "update_expression"):
+                return None
+        # every other use of the array: `v = W[w]` at the top of a counted loop over the warps
+        uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == arr and
+                not (d_node.start_byte <= n.start_byte < d_node.end_byte)]
+        new = "ks_thread_total"
+        if re.search(rb"\b%s\b" % new.encode(), src.code):
+            return None
+        subs: list[tuple[int, int, str]] = []
+        size = f"({n_text}) * 32" if not re.fullmatch(r"\w+", n_text) else f"{n_text} * 32"
+        subs.append((d_node.start_byte, d_node.end_byte, _code(src, d_node).replace(
+            _code(src, dims[0]), size, 1).replace(arr, new, 1)))
+        subs.append((ifs.start_byte, ifs.end_byte, f"{new}[{warp} * 32 + {lane}] = {_code(src, total)};"))
+        for u in uses:
+            if body.start_byte <= u.start_byte < body.end_byte:
+                continue
+            e = self._reader(src, idx, u, arr, n_text, new)
+            if e is None:
+                return None
+            subs.extend(e)
+        subs = sorted(set(subs))
+        for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
+            if s2 < e1:
+                return None
+        lo, hi = subs[0][0], max(e for _, e, _ in subs)
+        return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+    def _warp_scan(self, src: Source, idx: FunctionIndex, loop: Node, incl: str, lane: str) -> bool:
+        init = _code(src, loop.child_by_field_name("initializer") or loop)
+        cond = _code(src, loop.child_by_field_name("condition") or loop)
+        upd = _code(src, loop.child_by_field_name("update") or loop)
+        im = re.fullmatch(r"int\s+(\w+)\s*=\s*1\s*;?", init)
+        if not im:
+            return False
+        off = im.group(1)
+        if not re.fullmatch(r"%s\s*<\s*(32|WARP_SIZE|warpSize)" % off, cond) or not _DOUBLING.fullmatch(upd) or \
+                _DOUBLING.fullmatch(upd).group(1) != off:
+            return False
+        body = _code(src, loop.child_by_field_name("body"))
+        # the only update of the scan variable
+        writes = re.findall(r"\b%s\s*([-+*/|&^]?=)(?!=)" % re.escape(incl), body)
+        if writes != ["+="]:
+            return False
+        am = re.search(r"if\s*\(\s*%s\s*>=\s*%s\s*\)\s*\{?\s*%s\s*\+=\s*(\w+)\s*;" % (lane, off, re.escape(incl)), body)
+        if am is None:
+            return False
+        t = re.escape(am.group(1))
+        shfl = re.search(r"\b%s\s*=\s*__shfl_up_sync\s*\(\s*[^,]+,\s*%s\s*,\s*%s\s*(,\s*32\s*)?\)" %
+                         (t, re.escape(incl), off), body)
+        xm = re.search(r"(\w+)\s*\[\s*(\w+)\s*\]\s*=\s*%s\s*;\s*__syncwarp\s*\([^)]*\)\s*;\s*(?:const\s+)?\w+\s+%s\s*=\s*"
+                       r"\1\s*\[\s*\(\s*\2\s*&\s*31\s*\)\s*>=\s*%s\s*\?\s*\2\s*-\s*%s\s*:\s*\2\s*\]\s*;"
+                       % (re.escape(incl), t, off, off), body)
+        return bool(shfl or xm)
+
+    def _reader(self, src: Source, idx: FunctionIndex, use: Node, arr: str, n_text: str, new: str):
+        outer, ind = subscript_chain(use)
+        if len(ind) != 1 or ind[0] is None or ind[0].type != "identifier":
+            return None
+        w = text(ind[0])
+        decl = outer.parent
+        while decl is not None and decl.type not in ("declaration",):
+            if decl.type not in ("init_declarator",):
+                return None
+            decl = decl.parent
+        if decl is None:
+            return None
+        dd = [d for d in decl.named_children if d.type == "init_declarator"]
+        if len(dd) != 1 or not _same(dd[0].child_by_field_name("value"), outer):
+            return None
+        v = text(dd[0].child_by_field_name("declarator"))
+        body = decl.parent
+        loop = body.parent if body is not None else None
+        if body is None or body.type != "compound_statement" or loop is None or loop.type != "for_statement":
+            return None
+        init = _code(src, loop.child_by_field_name("initializer"))
+        cond = _code(src, loop.child_by_field_name("condition"))
+        upd = _code(src, loop.child_by_field_name("update"))
+        if not re.fullmatch(r"int\s+%s\s*=\s*0\s*;?" % w, init) or cond != f"{w} < {n_text}" or \
+                not re.fullmatch(r"\+\+\s*%s|%s\s*\+\+" % (w, w), upd):
+            return None
+        stmts = _stmts(body)
+        if not _same(stmts[0], decl):
+            return None
+        subs = [(outer.start_byte, outer.end_byte, f"{new}[ks_u]")]
+        for s in stmts[1:]:
+            c = _code(src, s)
+            am = re.fullmatch(r"(\w+)\s*\+=\s*(.+);", c)
+            if s.type != "expression_statement" or am is None:
+                return None
+            rhs = am.group(2).strip()
+            cm = re.fullmatch(r"(.+?)\s*\?\s*%s\s*:\s*0\s*" % re.escape(v), rhs)
+            if rhs != v and (cm is None or re.search(r"\b%s\b" % re.escape(v), cm.group(1))):
+                return None  # not linear in the value read
+            if am.group(1) in (v, w):
+                return None
+            for n in walk(s):
+                if n.type == "identifier" and text(n) == w:
+                    subs.append((n.start_byte, n.end_byte, "(ks_u / 32)"))
+        header = loop.child_by_field_name("body").start_byte
+        size = f"({n_text}) * 32" if not re.fullmatch(r"\w+", n_text) else f"{n_text} * 32"
+        subs.append((loop.start_byte, header, f"for (int ks_u = 0; ks_u < {size}; ++ks_u) "))
+        return subs

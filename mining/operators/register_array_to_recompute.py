@@ -1,0 +1,424 @@
+"""register_array_to_recompute: a per-thread array that caches global data in registers across
+several loops over the same range (`for (int k = 0; k < V; ++k)`) is replaced by one value per
+iteration that each loop recomputes (reloads) for itself.
+
+    float4 v[V];                                            for (int k = 0; k < V; ++k) {
+    for (k...) v[k] = LOAD(k);                                  float4 ks_v_k;
+    for (k...) m = fmaxf(m, v[k].x);                  ->        { ks_v_k = LOAD(k); }
+    for (k...) { v[k].x = expf(v[k].x - m); s += ...; }          m = fmaxf(m, ks_v_k.x); }
+    for (k...) y[...] = v[k].x * inv;                       for (k...) { float4 ks_v_k; { ks_v_k = LOAD(k); }
+                                                                         ks_v_k.x = expf(ks_v_k.x - m); s += ...; }
+                                                            for (k...) { float4 ks_v_k; { ks_v_k = LOAD(k); }
+                                                                         { ks_v_k.x = expf(ks_v_k.x - m); }
+                                                                         y[...] = ks_v_k.x * inv; }
+
+Each loop starts its iteration k by replaying, in order, the part of every earlier loop's body
+that computes element k (a backward slice: the statements that write the element, the local
+declarations and `if`s they depend on; stores, accumulations into outer variables and other side
+effects are left out), then runs its own body on the local. A fill loop that does nothing else
+is deleted. The register_cache reversed: data is re-read from memory in every pass instead of
+staying in registers between the passes (one DRAM/L2 read per pass).
+
+Why it is sound: element k of the array at the start of loop i's iteration k is what the slices
+of loops 0..i-1 compute for k, in that order, provided (checked): every access is `A[k]` with k
+the enclosing loop's variable and every loop has the same header (iteration k of one loop
+matches iteration k of the others); the loops are not nested in each other nor in a loop that
+does not also enclose the array's declaration (the array is not carried across an outer loop);
+a loop that rewrites the array after the fill runs whenever the later loops run (they are
+siblings with no exit between them); no loop breaks, continues or returns; the slices assign
+nothing but the element and their own locals, read no array and no memory this function writes,
+and every outer variable they read keeps its value from the replayed loop to the last reader.
+The fill's slice must read global memory (a register cache of global data).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from tree_sitter import Node
+
+from mining.carriers import Source, call_name, pointer_roots
+from mining.operators.base import Edit, Operator
+from mining.operators.fill_forwarding import (FunctionIndex, _contains, _is_write, _line_span, _reads_global, _same,
+                                              _tokens, loops_around, subscript_chain)
+from mining.operators.rewrite_util import after_open_brace, body_indent, line_indent, pragma_before, splice_range, structural
+from mining.parse import text, walk
+
+_IMPURE_CALL = re.compile(r"(atomic\w*|__sync\w*|__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|__threadfence\w*|"
+                          r"printf|malloc|free|memcpy|memset|__st\w+|__pipeline\w*)$")
+_LOOPS = ("for_statement", "while_statement", "do_statement", "switch_statement")
+_EXITS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
+
+
+@dataclass
+class _Loop:
+    node: Node
+    var: str
+    body: Node
+
+
+def _header_key(loop: Node, var: str) -> Optional[str]:
+    parts = []
+    for fld in ("initializer", "condition", "update"):
+        n = loop.child_by_field_name(fld)
+        if n is None:
+            return None
+        parts.append(" ".join(t if t != var else "@" for t, _, _ in _tokens(text(n))))
+    return " ; ".join(parts)
+
+
+def _loop_var(loop: Node) -> Optional[str]:
+    init = loop.child_by_field_name("initializer")
+    if init is None or init.type != "declaration":
+        return None
+    ds = [d for d in init.named_children if d.type == "init_declarator"]
+    if len(ds) != 1:
+        return None
+    d = ds[0].child_by_field_name("declarator")
+    return text(d) if d is not None and d.type == "identifier" else None
+
+
+def _statements(node: Node) -> list[Node]:
+    if node.type == "compound_statement":
+        return [c for c in node.named_children if c.type != "comment"]
+    return [node]
+
+
+def _idents(node: Node) -> set[str]:
+    out = set()
+    toks = _tokens(text(node))
+    for i, (t, _, _) in enumerate(toks):
+        if re.fullmatch(r"[A-Za-z_]\w*", t) and (i == 0 or toks[i - 1][0] not in (".", "->", "::")):
+            out.add(t)
+    return out
+
+
+def _write_target(n: Node) -> Optional[Node]:
+    if n.type == "assignment_expression":
+        return n.child_by_field_name("left")
+    if n.type == "update_expression":
+        return n.child_by_field_name("argument")
+    return None
+
+
+def _base(node: Node) -> Node:
+    while node.type in ("subscript_expression", "field_expression", "parenthesized_expression"):
+        node = node.named_children[0] if node.type == "parenthesized_expression" else node.child_by_field_name("argument")
+    return node
+
+
+class _Slicer:
+    """Backward slice of one loop body for the array element: kept statements, rendered."""
+
+    def __init__(self, src: Source, array: str, var: str):
+        self.src, self.array, self.var = src, array, var
+        self.fail = ""
+        self.kept: list[Node] = []  # every kept statement (for the purity checks)
+        self.locals: set[str] = set()
+
+    def writes_element(self, node: Node) -> bool:
+        return any(_write_target(n) is not None and text(_base(_write_target(n))) == self.array for n in walk(node))
+
+    def run(self, stmts: list[Node], needed: set[str]) -> Optional[list[tuple[str, Node, list]]]:
+        """[(kind, node, children)] in source order; `needed` grows with what kept statements read."""
+        out = []
+        for st in reversed(stmts):
+            if self.fail:
+                return None
+            if st.type == "expression_statement":
+                if not st.named_children:
+                    continue
+                targets = [t for t in (_write_target(n) for n in walk(st)) if t is not None]
+                names = {text(_base(t)) for t in targets}
+                if names & (needed | {self.array}):
+                    if st.named_children[0].type not in ("assignment_expression", "update_expression"):
+                        self.fail = "the element is written inside a larger expression"
+                        return None
+                    self.kept.append(st)
+                    needed |= _idents(st)
+                    out.insert(0, ("stmt", st, []))
+            elif st.type == "declaration":
+                declared = set()
+                for d in st.named_children:
+                    if d.type in ("init_declarator", "identifier"):
+                        nm = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+                        if nm is not None and nm.type == "identifier":
+                            declared.add(text(nm))
+                        else:
+                            declared.add("?")
+                self.locals |= declared
+                if declared & needed:
+                    if "?" in declared:
+                        self.fail = "a needed declaration that is not a plain scalar"
+                        return None
+                    self.kept.append(st)
+                    needed |= _idents(st)
+                    out.insert(0, ("stmt", st, []))
+            elif st.type == "if_statement":
+                cons = st.child_by_field_name("consequence")
+                alt = st.child_by_field_name("alternative")
+                alt_body = None
+                if alt is not None:
+                    alt_body = next((c for c in alt.named_children if c.type != "comment"), None)
+                n1, n2 = set(needed), set(needed)
+                k1 = self.run(_statements(cons), n1)
+                k2 = self.run(_statements(alt_body), n2) if alt_body is not None else []
+                if k1 is None or k2 is None:
+                    return None
+                if k1 or k2:
+                    needed |= n1 | n2 | _idents(st.child_by_field_name("condition"))
+                    self.kept.append(st.child_by_field_name("condition"))
+                    out.insert(0, ("if", st, [k1, k2]))
+            elif st.type == "compound_statement":
+                k = self.run(_statements(st), needed)
+                if k is None:
+                    return None
+                if k:
+                    out.insert(0, ("block", st, [k]))
+            elif st.type == "comment" or st.type.startswith("preproc"):
+                continue
+            else:
+                if _idents(st) & (needed | {self.array}):
+                    self.fail = f"a {st.type} takes part in computing the element"
+                    return None
+        return out
+
+    def render(self, items, indent: str, rename: dict[str, str]) -> list[str]:
+        lines = []
+        for kind, node, children in items:
+            if kind == "stmt":
+                lines.append(indent + _renamed(self.src, node, rename))
+            elif kind == "block":
+                lines.append(indent + "{")
+                lines += self.render(children[0], indent + "    ", rename)
+                lines.append(indent + "}")
+            else:
+                cond = _renamed(self.src, node.child_by_field_name("condition"), rename)
+                lines.append(f"{indent}if {cond} {{")
+                lines += self.render(children[0], indent + "    ", rename)
+                if children[1]:
+                    lines.append(indent + "} else {")
+                    lines += self.render(children[1], indent + "    ", rename)
+                lines.append(indent + "}")
+        return lines
+
+
+def _renamed(src: Source, node: Node, rename: dict[str, str]) -> str:
+    """Comment-free text of a node with `A[k]` (key "A[k]") and identifiers renamed."""
+    code = src.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
+    code = " ".join(code.split())
+    for key, new in rename.items():
+        if "[" in key:
+            a, k = key[:-1].split("[")
+            code = re.sub(r"\b%s\s*\[\s*%s\s*\]" % (re.escape(a), re.escape(k)), new, code)
+    ids = {k: v for k, v in rename.items() if "[" not in k}
+    if ids:
+        toks = _tokens(code)
+        out, pos = [], 0
+        for i, (t, a, b) in enumerate(toks):
+            if t in ids and (i == 0 or toks[i - 1][0] not in (".", "->", "::")):
+                out.append(code[pos:a])
+                out.append(ids[t])
+                pos = b
+        out.append(code[pos:])
+        code = "".join(out)
+    return code
+
+
+class RegisterArrayToRecompute(Operator):
+    name = "register_array_to_recompute"
+    carrier = "register_cache"
+    description = "recompute a register-cached array element in every loop instead of keeping the array"
+
+    def edits(self, src: Source):
+        st = structural(src)
+        for f in st.funcs:
+            fn = st.func_node(f)
+            if fn is None:
+                continue
+            for decl in st.nodes("declaration", within=fn):
+                if re.search(rb"\b(__shared__|extern|static)\b", st.code[decl.start_byte:decl.end_byte]):
+                    continue
+                ds = [d for d in decl.named_children if d.type.endswith("declarator") or d.type == "identifier"]
+                if len(ds) != 1 or ds[0].type != "array_declarator":
+                    continue
+                inner = ds[0].child_by_field_name("declarator")
+                if inner is None or inner.type != "identifier":
+                    continue
+                e = self.rewrite(st, f, fn, decl, text(inner))
+                if e is not None:
+                    yield e
+
+    def rewrite(self, src: Source, f, fn: Node, decl: Node, name: str) -> Optional[Edit]:
+        idx = FunctionIndex(src, fn)
+        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        if var is None:
+            return None
+        uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
+                not _contains(var.declarator, n) and idx.visible(name, n.start_byte) is var]
+        loops: list[_Loop] = []
+        element_nodes = []
+        for u in uses:
+            outer, indices = subscript_chain(u)
+            if len(indices) != 1 or indices[0] is None or indices[0].type != "identifier":
+                return None
+            w = _is_write(outer)
+            if w is not None and w.type == "pointer_expression":
+                return None  # address taken
+            loop = next((p for p in loops_around(u) if p.type == "for_statement"), None)
+            if loop is None or loops_around(u)[0].type != "for_statement" or not _same(loops_around(u)[0], loop):
+                return None
+            lv = _loop_var(loop)
+            if lv is None or lv != text(indices[0]):
+                return None
+            if not any(_same(L.node, loop) for L in loops):
+                loops.append(_Loop(loop, lv, loop.child_by_field_name("body")))
+            element_nodes.append(outer)
+        loops.sort(key=lambda L: L.node.start_byte)
+        if len(loops) < 2:
+            return None
+        key = _header_key(loops[0].node, loops[0].var)
+        decl_loops = loops_around(decl)
+        for L in loops:
+            if key is None or _header_key(L.node, L.var) != key or L.body is None:
+                return None
+            if any(n.type in _EXITS for n in walk(L.body)):
+                return None
+            if any(_contains(M.node, L.node) for M in loops if M is not L):
+                return None
+            if any(not any(_same(a, b) for b in decl_loops) for a in loops_around(L.node)):
+                return None  # carried across an enclosing loop
+        # slices
+        slicers, slices = [], []
+        for L in loops:
+            sl = _Slicer(src, name, L.var)
+            items = sl.run(_statements(L.body), set())
+            if items is None:
+                return None
+            slicers.append(sl)
+            slices.append(items)
+        if not slices[0]:
+            return None
+        writers = [i for i in range(1, len(loops)) if slices[i]]
+        for i in writers:
+            for j in range(i + 1, len(loops)):
+                if not self._always_before(loops[i].node, loops[j].node):
+                    return None
+        # the slices' purity and the stability of what they read
+        roots = pointer_roots(src, f)
+        written_roots = self._written_roots(src, fn, roots)
+        last = loops[-1].node
+        fill_reads_global = False
+        for i, sl in enumerate(slicers):
+            if not slices[i]:
+                continue
+            for node in sl.kept:
+                for n in walk(node):
+                    if n.type == "call_expression" and _IMPURE_CALL.match(call_name(n) or ""):
+                        return None
+                    t = _write_target(n)
+                    if t is not None:
+                        b = text(_base(t))
+                        if b != name and b not in sl.locals:
+                            return None  # the slice would change an outer variable again
+                for ident in _idents(node) - sl.locals - {name, loops[i].var}:
+                    v = idx.visible(ident, node.start_byte)
+                    if v is None:
+                        continue  # a macro, a function, a global
+                    if ident in roots:
+                        if roots[ident] & written_roots:
+                            return None
+                        continue
+                    if v.shape == "array":
+                        return None
+                    if any(loops[i].node.start_byte <= a.start_byte < last.start_byte for a in v.assigned):
+                        return None
+                if i == 0 and node.type != "condition_clause" and _reads_global(src, fn, text(node)):
+                    fill_reads_global = True
+        if not fill_reads_global:
+            return None
+        # the element's type and a fresh local name
+        t = decl.child_by_field_name("type")
+        if t is None:
+            return None
+        typ = " ".join(text(t).split())
+        quals = [text(c) for c in decl.children if c.type == "type_qualifier"]
+        if quals:
+            return None
+        fcode = text(fn)
+        local = f"ks_{name}_k"
+        while re.search(r"\b%s\b" % re.escape(local), fcode):
+            local += "_"
+        # edits
+        subs = []
+        ds, de = _line_span(src, decl.start_byte, decl.end_byte)
+        subs.append((ds, de, ""))
+        for i, L in enumerate(loops):
+            if i == 0 and self._only_slice(L.body, slicers[0]):
+                s0 = pragma_before(src, L.node.start_byte) or L.node.start_byte
+                a, b = _line_span(src, s0, L.node.end_byte)
+                subs.append((a, b, ""))
+                continue
+            ind = body_indent(src, L.body) if L.body.type == "compound_statement" else \
+                line_indent(src, L.node.start_byte) + "    "
+            head = [f"{ind}{typ} {local};"]
+            for p in range(i):
+                if slices[p] and (p == 0 or p in writers):
+                    rename = {f"{name}[{loops[p].var}]": local}
+                    if loops[p].var != L.var:
+                        rename[loops[p].var] = L.var
+                    head.append(ind + "{")
+                    head += slicers[p].render(slices[p], ind + "    ", rename)
+                    head.append(ind + "}")
+            inner = [(n.start_byte, n.end_byte, local) for n in element_nodes if _contains(L.body, n)]
+            if L.body.type == "compound_statement":
+                pos = after_open_brace(src, L.body)
+                body_text = splice_range(src, L.body.start_byte, L.body.end_byte,
+                                         [(pos, pos, "\n" + "\n".join(head))] + inner)
+            else:
+                old = splice_range(src, L.body.start_byte, L.body.end_byte, inner)
+                body_text = "{\n" + "\n".join(head) + "\n" + ind + old + "\n" + line_indent(src, L.node.start_byte) + "}"
+            subs.append((L.body.start_byte, L.body.end_byte, body_text))
+        subs.sort()
+        for (a1, b1, _), (a2, b2, _) in zip(subs, subs[1:]):
+            if a2 < b1:
+                return None
+        lo, hi = subs[0][0], max(e for _, e, _ in subs)
+        return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+    @staticmethod
+    def _only_slice(body: Node, sl: _Slicer) -> bool:
+        """Every statement of the loop body is part of the element's slice (the loop does nothing else)."""
+        kept = {(n.start_byte, n.end_byte) for n in sl.kept}
+        for n in walk(body):
+            if n.type in ("expression_statement", "declaration") and (n.start_byte, n.end_byte) not in kept:
+                return False
+        return True
+
+    @staticmethod
+    def _always_before(a: Node, b: Node) -> bool:
+        """`a` and `b` are statements of one block, `a` first, with nothing between them that leaves it."""
+        if a.parent is None or b.parent is None or not _same(a.parent, b.parent) or a.start_byte >= b.start_byte:
+            return False
+        for c in a.parent.named_children:
+            if a.end_byte <= c.start_byte < b.start_byte and any(n.type in _EXITS for n in walk(c)):
+                return False
+        return True
+
+    @staticmethod
+    def _written_roots(src: Source, fn: Node, roots: dict[str, set[str]]) -> set[str]:
+        written = set()
+        for n in walk(fn):
+            target = _write_target(n)
+            if n.type == "call_expression":
+                fnm = n.child_by_field_name("function")
+                if fnm is not None and re.match(r"(atomic\w+|__st\w+|memcpy|memset)$", text(fnm)):
+                    args = n.child_by_field_name("arguments")
+                    target = args.named_children[0] if args is not None and args.named_children else None
+            if target is None:
+                continue
+            for m in walk(target):
+                if m.type == "identifier" and text(m) in roots:
+                    written |= roots[text(m)]
+        return written

@@ -1,0 +1,160 @@
+"""untranspose_tile: a shared operand tile stored transposed goes back to the global layout.
+
+    __shared__ float As[BK][BM];                       __shared__ float As[BM][BK];
+    As[a_k + 0][a_r] = ra.x;                    ->     As[a_r][a_k + 0] = ra.x;
+    a0 = *reinterpret_cast<const float4*>(&As[k][ty * 4]);
+                                                ->     a0 = make_float4(As[ty * 4][k], As[ty * 4 + 1][k], As[ty * 4 + 2][k], As[ty * 4 + 3][k]);
+
+The transposed (k-major) layout exists so that a thread's fragment along m is contiguous and can
+be read with one vector load; in the natural layout the same fragment is n scalar loads from
+n rows. The rewrite is a pure permutation of where each element lives: the last two dimensions of
+the declaration swap, every plain access `T[..][a][b]` becomes `T[..][b][a]`, a vector read of the
+elements `T[..][a][b .. b+n-1]` becomes n scalar reads assembled with `make_<vec>`, and a vector
+store `*reinterpret_cast<vec*>(&T[..][a][b]) = v;` becomes n scalar stores of `v`'s components.
+Every access has to be one of these forms (the array is never passed, offset or aliased
+otherwise) and index expressions must be free of side effects (a vector access's are repeated).
+A vector access whose elements crossed into the next row in the original would leave the array
+now; the gate's memory checker rejects such a candidate.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from tree_sitter import Node
+
+from mining.carriers import Source, _transposed_tile
+from mining.operators.base import Edit, Operator
+from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.rewrite_util import has_side_effects, splice_range, structural
+from mining.parse import text, walk
+
+_VEC = re.compile(r"reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?((?:u?int|float|double|u?short|u?char|u?long)"
+                  r"([234]))\s*(?:const\s*)?\*\s*>$")
+
+
+def _same(a: Optional[Node], b: Optional[Node]) -> bool:
+    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
+        a.type == b.type
+
+
+def _up(node: Node) -> Node:
+    """The node's parent, skipping parentheses."""
+    p = node.parent
+    while p is not None and p.type == "parenthesized_expression":
+        p = p.parent
+    return p
+
+
+def _is_lhs(node: Node) -> Optional[Node]:
+    p, n = node.parent, node
+    while p is not None and p.type == "parenthesized_expression":
+        n, p = p, p.parent
+    if p is not None and p.type == "assignment_expression" and _same(p.child_by_field_name("left"), n):
+        return p
+    return None
+
+
+class UntransposeTile(Operator):
+    name = "untranspose_tile"
+    carrier = "transposed_tile"
+    description = "store a transposed shared operand tile in the global layout (scalar fragment reads)"
+
+    def edits(self, src: Source):
+        flagged = {s.start_byte for s in _transposed_tile(src)}
+        if not flagged:
+            return
+        src = structural(src)
+        for decl, name, dims in src.shared_decls:
+            if len(dims) < 2 or b"extern" in src.code[decl.start_byte:decl.end_byte]:
+                continue
+            f = src.function_at(decl.start_byte)
+            fn = src.func_node(f) if f is not None else None
+            if fn is None:
+                continue
+            writes = [n for n in walk(fn) if n.type == "subscript_expression" and n.start_byte in flagged and
+                      re.match(r"\s*%s\b" % re.escape(name), text(n))]
+            if not writes:
+                continue
+            e = self.rewrite(src, fn, decl, name, dims)
+            if e is not None:
+                yield e
+
+    def rewrite(self, src: Source, fn: Node, decl: Node, name: str, dims: list[Node]) -> Optional[Edit]:
+        idx = FunctionIndex(src, fn)
+        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        if var is None:
+            return None
+        nd = len(dims)
+        subs: list[tuple[int, int, str]] = []
+        # the declaration: swap the last two extents
+        a, b = dims[-2], dims[-1]
+        subs.append((a.start_byte, a.end_byte, _code(src, b)))
+        subs.append((b.start_byte, b.end_byte, _code(src, a)))
+        uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
+                not (var.declarator.start_byte <= n.start_byte < var.declarator.end_byte) and
+                idx.visible(name, n.start_byte) is var]
+        if not uses:
+            return None
+        for u in uses:
+            outer, indices = subscript_chain(u)
+            if len(indices) != nd or any(i is None for i in indices):
+                return None
+            lead = "".join(f"[{_code(src, i)}]" for i in indices[:-2])
+            r, c = _code(src, indices[-2]), _code(src, indices[-1])
+            p = _up(outer)
+            if p is not None and p.type == "pointer_expression" and text(p.children[0]) == "&":
+                # &T[..][r][c] inside reinterpret_cast<vec*>(...), dereferenced
+                if any(has_side_effects(i, allow_calls=False) for i in indices):
+                    return None
+                args = _up(p)
+                call = args.parent if args is not None and args.type == "argument_list" else None
+                fnode = call.child_by_field_name("function") if call is not None else None
+                m = _VEC.match(re.sub(r"\s+", " ", text(fnode)).replace("< ", "<")) if fnode is not None else None
+                deref = _up(call) if m else None
+                if deref is None or deref.type != "pointer_expression" or text(deref.children[0]) != "*":
+                    return None
+                vec, n = m.group(2), int(m.group(3))
+                elems = [f"{name}{lead}[{_plus(c, q)}][{r}]" for q in range(n)]
+                asg = _is_lhs(deref)
+                if asg is not None:
+                    stmt = asg.parent
+                    if text(asg.child_by_field_name("operator")) != "=" or stmt is None or \
+                            stmt.type != "expression_statement":
+                        return None
+                    val = _code(src, asg.child_by_field_name("right"))
+                    parts = " ".join(f"{e} = ks_v.{'xyzw'[q]};" for q, e in enumerate(elems))
+                    subs.append((stmt.start_byte, stmt.end_byte, f"{{ const {vec} ks_v = ({val}); {parts} }}"))
+                else:
+                    dp = deref.parent
+                    if dp is not None and dp.type in ("update_expression", "pointer_expression"):
+                        return None
+                    subs.append((deref.start_byte, deref.end_byte, f"make_{vec}({', '.join(elems)})"))
+                continue
+            if p is not None and p.type in ("pointer_expression", "call_expression", "argument_list"):
+                return None  # an element's address taken, or the element passed by reference
+            i1, i2 = indices[-2], indices[-1]
+            subs.append((i1.start_byte, i1.end_byte, c))
+            subs.append((i2.start_byte, i2.end_byte, r))
+        subs.sort()
+        for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
+            if s2 < e1:
+                return None
+        lo, hi = subs[0][0], max(e for _, e, _ in subs)
+        return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+def _code(src: Source, node: Node) -> str:
+    return " ".join(src.raw[node.start_byte:node.end_byte].decode("utf-8", "replace").split())
+
+
+def _plus(expr: str, q: int) -> str:
+    if q == 0:
+        return expr
+    top = expr
+    while True:  # operators inside parentheses do not bind against the added `+ q`
+        inner = re.sub(r"\([^()]*\)", "_", top)
+        if inner == top:
+            break
+        top = inner
+    return f"{expr} + {q}" if not re.search(r"[?:<>=&|^]", top) else f"({expr}) + {q}"
