@@ -19,9 +19,12 @@ on this corpus a handful of optimizations (`__restrict__`, `__ldg`, `__launch_bo
 `#pragma unroll`, float4 loads) occur in nearly every expert, so ranking by popularity alone is a
 strong baseline for the full metrics; `specific` shows what the modalities add beyond it.
 
-`fused` is the shipped fusion (RRF of bm25, text, graph and the evidence prior: how many mined
-kernels produced the skill, counted without the held-out one); `fused_no_prior` (the three
-modalities alone) and `prior_only` (the prior alone, query-independent) are reported for comparison.
+`fused` is the shipped fusion: weighted RRF of bm25, text, graph and the evidence prior (how many
+mined kernels produced the skill, counted without the held-out one), with the weights each fold's
+index chose by leave-one-problem-out over the fold's *own* problems (retrieval/skill_fusion.py:
+nested, so the held-out problem never influences its weights; `per_problem[].fusion_weights`).
+`fused_equal` (all four weights 1), `fused_no_prior` (the three modalities alone) and `prior_only`
+(the prior alone, query-independent) are reported for comparison.
 
 Exit status 0 only if fused beats BM25, text-only and graph-only on MRR and fused Recall@5 >= 0.8.
 """
@@ -39,10 +42,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 MODES = ("bm25", "text", "graph", "fused")
-EXTRA = {"fused_no_prior": {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 0.0},  # reported, not checked
+EXTRA = {"fused_equal": {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 1.0},  # reported, not checked
+         "fused_no_prior": {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 0.0},
          "prior_only": {"bm25": 0.0, "text": 0.0, "graph": 0.0, "prior": 1.0}}
 K_EVAL = 10
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def fold_skills(skills: list[dict], held_out: str) -> list[dict]:
@@ -127,6 +131,7 @@ class TextVectorCache:
 
 def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed: int = 0,
         problems: Optional[list[str]] = None, cache_dir: Optional[Path] = None, log=print) -> dict:
+    from retrieval.skill_fusion import is_current, recalibrate
     from retrieval.skill_index import GNN_STEP_BUDGET, build_index_dir
     from retrieval.skill_search import Searcher, SkillIndex
     from skills.kernel_store import KernelStore
@@ -169,9 +174,16 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
             fp = f"{skills_fingerprint(fold)}-{steps or GNN_STEP_BUDGET}-{seed}-v{CACHE_VERSION}"
             fold_root = (cache_dir or tmp / "folds") / f"{p}-{fp}"
             path = current_snapshot(fold_root) if cache_dir else None
+            # the fold calibrates its fusion weights on its own problems only (retrieval/skill_fusion.py)
+            calib = [(q, (corpus / q / "naive.cu").read_text()) for q in sorted(lineages)
+                     if q != p and (corpus / q / "naive.cu").is_file()]
             if path is None:
-                path = build_index_dir(fold, fold_root, cache, seed=seed, step_budget=steps or GNN_STEP_BUDGET)
+                path = build_index_dir(fold, fold_root, cache, seed=seed, step_budget=steps or GNN_STEP_BUDGET,
+                                       calibration=calib)
+            elif not is_current(json.loads((path / "manifest.json").read_text())):
+                recalibrate(path, calib)  # a cached fold calibrated by an older query path
             searcher = Searcher(SkillIndex(path))
+            row["fusion_weights"] = searcher.weights()
             code = (corpus / p / "naive.cu").read_text()
             # "specific": skills fewer than half of the indexed problems produced; the widespread ones
             # (restrict, __ldg, ...) are found by a popularity prior alone, these are not
@@ -190,7 +202,7 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                                              weights=weights, include_filtered=False)
                         ranked = [h["skill_id"] for h in ans["hits"]]
                     else:
-                        sc, _ = searcher.scores(code=code, units=_units(code))
+                        sc, _ = searcher.scores(code=code, units=searcher.units(code))
                         order = searcher.rankings(sc, weights)[mode]
                         ranked = [tab["skill_id"][i] for i in order]
                     rel = relevant
@@ -239,12 +251,6 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                                             "relevant skill: what a popularity prior cannot find"}}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _units(code: str):
-    from retrieval.skill_docs import query_units
-
-    return query_units(code)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -98,6 +98,10 @@ class NumpyMiniLM:
     def name(self) -> str:
         return f"all-MiniLM-L6-v2@{self.max_seq_length}"
 
+    @property
+    def backend(self) -> str:
+        return "numpy"
+
     def _load(self):
         with self._lock:
             if self._w is None:
@@ -113,6 +117,24 @@ class NumpyMiniLM:
                 self._w = prepare(load_safetensors(self.path / "model.safetensors"))
                 self._tok = tok
         return self._w, self._tok
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """WordPiece tokens per text, without the two special tokens (capped at the model's limit)."""
+        cache = self.__dict__.setdefault("_counts", {})  # query lines recur across queries of an edited kernel
+        counts, todo = {}, []
+        for t in dict.fromkeys(texts):
+            c = cache.get(t)
+            if c is None:
+                todo.append(t)
+            else:
+                counts[t] = c
+        if todo:
+            _, tok = self._load()
+            if len(cache) > 100_000:
+                cache.clear()
+            for t, e in zip(todo, tok.encode_batch(todo, add_special_tokens=False)):
+                counts[t] = cache[t] = len(e.ids)
+        return [counts[t] for t in texts]
 
     def _forward(self, ids, mask):
         """ids, mask: int arrays (B, L). Returns pooled, normalized (B, 384)."""
@@ -232,6 +254,12 @@ def export_prepared(dest: os.PathLike | str, src: Optional[os.PathLike | str] = 
                                                   "word_embeddings": str((src / "model.safetensors").resolve())}))
     for f in ("tokenizer.json", "config.json"):
         shutil.copyfile(src / f, dest / f)
+    try:  # the same weights as an ONNX graph for onnxruntime (retrieval/minilm_onnx.py)
+        from retrieval.minilm_onnx import write_onnx
+
+        write_onnx(dest, load_prepared(dest))
+    except ImportError:
+        pass
     return dest
 
 

@@ -8,11 +8,15 @@ Each document has three views, one per retrieval modality:
 * ``code``  (graph):   the *simpler* form only: un-optimized query code looks like it;
 * ``terms`` (BM25):    the text view's words and code tokens.
 
-Query side (``query_units``): the text modality embeds each kernel of the query (at most
-``MAX_TEXT_UNITS``, each truncated at the model's token limit: MiniLM's cost grows with the
-tokens); the graph modality embeds overlapping windows of a few lines, parsed on their own
-exactly as documents are, so a window and an excerpt are compared at the same granularity, and
-the best window names the matched lines.
+Query side (``query_units``): the text modality embeds the kernels of the query (at most
+``MAX_TEXT_UNITS``) cut into consecutive chunks of whole lines of at most ``TEXT_CHUNK_TOKENS``
+MiniLM tokens (comments and blank lines dropped), at most ``QUERY_TEXT_TOKENS`` tokens per query;
+a document scores as its best chunk. Chunks bound the cost of one embedding (MiniLM's cost grows
+with the tokens: ~0.17 ms per token on one core), let a server that re-embeds an edited kernel
+reuse every chunk the edit did not touch, and compare a query with documents at the scale of
+their excerpts (a few lines) rather than of a whole kernel. The graph modality embeds overlapping
+windows of a few lines, parsed on their own exactly as documents are, so a window and an excerpt
+are compared at the same granularity, and the best window names the matched lines.
 
 Everything here is a pure function of its input; skills may be ``Skill`` records or their JSON
 dicts (the query path never imports pydantic).
@@ -22,13 +26,15 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 TEXT_CHARS = 1800  # text view cap (256 MiniLM tokens hold ~1000-1500 characters of code)
 GRAPH_MAX_NODES = 256  # per document / per query window
 WINDOW_LINES = 6
 WINDOW_STRIDE = 3
-MAX_TEXT_UNITS = 4
+MAX_TEXT_UNITS = 4  # kernels read by the text modality
+TEXT_CHUNK_TOKENS = 64  # per text chunk, [CLS]/[SEP] included: ~11 ms on one core
+QUERY_TEXT_TOKENS = 512  # per query: bounds the text modality's cost on very long files
 MAX_GRAPH_UNITS = 64
 
 
@@ -158,10 +164,39 @@ def _windows(lines: list[str], start: int, end: int, size: int, stride: int) -> 
     return out
 
 
-def query_units(source: str, functions: Optional[list] = None, with_graphs: bool = True) -> QueryUnits:
-    """Cut query code into text units (functions / chunks) and graph units (line windows).
+def text_chunks(lines: list[str], start: int, end: int, count_tokens: Callable[[list[str]], list[int]],
+                max_tokens: int = TEXT_CHUNK_TOKENS) -> list[tuple[int, int, str, int]]:
+    """(first line, last line, text, tokens) chunks of lines [start, end] (1-based, inclusive): consecutive
+    code lines, comments and blank lines dropped, each chunk at most ``max_tokens`` tokens with the
+    two special tokens (a longer line is a chunk of its own). ``count_tokens(texts)`` -> tokens per
+    text without special tokens."""
+    kept = []
+    for ln in range(start, end + 1):
+        t = re.sub(r"//[^\n]*", "", lines[ln - 1]).rstrip() if ln - 1 < len(lines) else ""
+        if t.strip():
+            kept.append((ln, t))
+    if not kept:
+        return []
+    counts = count_tokens([t for _, t in kept])
+    out, cur, n = [], [], 2
+    for (ln, t), c in zip(kept, counts):
+        if cur and n + c > max_tokens:
+            out.append((cur[0][0], cur[-1][0], "\n".join(x for _, x in cur), n))
+            cur, n = [], 2
+        cur.append((ln, t))
+        n += c
+    if cur:
+        out.append((cur[0][0], cur[-1][0], "\n".join(x for _, x in cur), n))
+    return out
+
+
+def query_units(source: str, functions: Optional[list] = None, with_graphs: bool = True,
+                count_tokens: Optional[Callable[[list[str]], list[int]]] = None) -> QueryUnits:
+    """Cut query code into text units and graph units (line windows).
 
     ``functions``: FunctionSig list from mining.parse.functions (computed here if None).
+    ``count_tokens``: MiniLM token counts per text; with it the text units are the line chunks of
+    ``text_chunks`` (the query path), without it one unit per kernel.
     """
     lines = source.splitlines()
     n = len(lines)
@@ -181,9 +216,18 @@ def query_units(source: str, functions: Optional[list] = None, with_graphs: bool
     spans.sort(key=lambda t: (not t[3], t[0]))
     qu = QueryUnits(whole=source)
     device = [sp for sp in spans if sp[3]] or spans
-    # text: one unit per kernel (MiniLM truncates at its token limit; the cost grows with tokens)
+    budget = QUERY_TEXT_TOKENS
+    # block comments blanked with their line breaks kept, so chunk line numbers stay the query's
+    code_lines = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), source, flags=re.S).splitlines()
     for (a, b, name, _) in device[:MAX_TEXT_UNITS]:
-        qu.text_units.append(Unit("function", a, b, name, "\n".join(lines[a - 1:b])))
+        if count_tokens is None:  # one unit per kernel (MiniLM truncates at its token limit)
+            qu.text_units.append(Unit("function", a, b, name, "\n".join(lines[a - 1:b])))
+            continue
+        for (s, e, t, n) in text_chunks(code_lines, a, b, count_tokens):
+            if n > budget and qu.text_units:
+                break
+            budget -= n
+            qu.text_units.append(Unit("chunk", s, e, name, t))
     if with_graphs:
         for (a, b, name, _) in spans:
             for (s, e) in _windows(lines, a, b, WINDOW_LINES, WINDOW_STRIDE):

@@ -190,8 +190,13 @@ def _check_numpy_encoder(model, npz: Path, docs: Sequence[SkillDoc]) -> float:
 
 # --------------------------------------------------------------------------- snapshot
 def write_snapshot(root: os.PathLike | str, skills: Sequence[dict], docs: Sequence[SkillDoc], text_mat, graph_mat,
-                   gnn_npz: Optional[Path], manifest: dict, keep: int = 2) -> Path:
-    """Write a query snapshot under ``root``/index/kernel_skills and make it current."""
+                   gnn_npz: Optional[Path], manifest: dict, keep: int = 2,
+                   calibration: Optional[Sequence[tuple[str, str]]] = None, log=None) -> Path:
+    """Write a query snapshot under ``root``/index/kernel_skills and make it current.
+
+    ``calibration``: (problem, query code) pairs; when given, the fusion weights are chosen by
+    leave-one-problem-out on the written (not yet published) snapshot and stored in its manifest
+    (retrieval/skill_fusion.py)."""
     import numpy as np
 
     from retrieval.bm25 import BM25
@@ -229,12 +234,19 @@ def write_snapshot(root: os.PathLike | str, skills: Sequence[dict], docs: Sequen
            "n_docs": len(docs), "text_model": f"all-MiniLM-L6-v2@{TEXT_MAX_TOKENS}", "graph_dim": int(np.asarray(graph_mat).shape[1]) if len(docs) else 0,
            "has_graph": gnn_npz is not None, "skills_fingerprint": skills_fingerprint(skills), **manifest}
     (tmp / "manifest.json").write_text(json.dumps(man, indent=1, sort_keys=True))
+    if calibration and docs:
+        from retrieval.skill_fusion import calibrate
+
+        man["fusion"] = calibrate(tmp, calibration, log=log)
+        (tmp / "manifest.json").write_text(json.dumps(man, indent=1, sort_keys=True))
     os.replace(tmp, base / build)
     cur_tmp = base / ".CURRENT.tmp"
     cur_tmp.write_text(build)
     os.replace(cur_tmp, base / "CURRENT")
-    builds = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
-    for old in builds[:-keep]:
+    # prune by age, never the one just published (two builds in one second sort by their random suffix)
+    builds = sorted((p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != build),
+                    key=lambda p: p.stat().st_mtime)
+    for old in builds[:max(0, len(builds) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return base / build
 
@@ -383,8 +395,15 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         export_prepared(mdir)
         _log(log, f"exported MiniLM for numpy queries to {mdir}", report)
     manifest["minilm_prepared"] = "models/minilm-numpy"  # relative to the store root
-    path = write_snapshot(store.root, all_skills, docs, text_mat, graph_mat, npz, manifest)
-    report.snapshot = {"path": str(path), "n_skills": len(all_skills), "n_docs": len(docs)}
+    from retrieval.skill_fusion import lineage_queries
+    from skills.kernel_store import KernelStore
+
+    queries = lineage_queries(KernelStore(store).lineages(kind="kernel"))
+    path = write_snapshot(store.root, all_skills, docs, text_mat, graph_mat, npz, manifest, calibration=queries,
+                          log=lambda m: _log(log, m, report))
+    fusion = json.loads((path / "manifest.json").read_text()).get("fusion") or {}
+    report.snapshot = {"path": str(path), "n_skills": len(all_skills), "n_docs": len(docs),
+                       "fusion_weights": fusion.get("weights"), "fusion": fusion.get("chosen")}
     report.phases["snapshot"] = round(time.perf_counter() - tp, 2)
     report.seconds = round(time.perf_counter() - t0, 2)
     return report
@@ -396,11 +415,12 @@ def _prev_manifest(root) -> Optional[dict]:
 
 
 def build_index_dir(skills: Sequence[Any], root: os.PathLike | str, text_vectors: Callable[[list[SkillDoc]], Any],
-                    seed: int = GNN_SEED, step_budget: int = GNN_STEP_BUDGET, log=None) -> Path:
+                    seed: int = GNN_SEED, step_budget: int = GNN_STEP_BUDGET, log=None,
+                    calibration: Optional[Sequence[tuple[str, str]]] = None) -> Path:
     """A query snapshot from a list of skills, without a store (the benchmark's per-fold index).
 
     ``text_vectors(docs)`` returns their MiniLM vectors (the benchmark caches them across folds).
-    The graph encoder is trained on these skills only.
+    The graph encoder is trained on these skills only; ``calibration`` as in write_snapshot.
     """
     from retrieval.gnn_numpy import export_weights
 
@@ -414,4 +434,4 @@ def build_index_dir(skills: Sequence[Any], root: os.PathLike | str, text_vectors
     tmat = text_vectors(docs)
     return write_snapshot(root, skills, docs, tmat, gmat, npz,
                           {"store": "", "gnn": {"name": GNN_NAME, "seed": seed, "epochs": info["train"]["epochs"],
-                                                "seconds": info["seconds"]}})
+                                                "seconds": info["seconds"]}}, calibration=calibration, log=log)

@@ -37,6 +37,9 @@ RRF_K = 60
 FUSION_WEIGHTS = {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 1.0}
 SCAN_LIMIT = 400  # skills examined (in rank order) for k applicable hits
 ANSWER_VERSION = 1
+# how queries are cut and scored (skill_docs.query_units); fusion weights calibrated under another
+# version are stale (retrieval/skill_fusion.py). 2: text units are line chunks, not whole kernels
+QUERY_VERSION = 2
 
 
 class QueryError(Exception):
@@ -163,11 +166,19 @@ class _LRU:
 class Searcher:
     """Query answering over one SkillIndex. Thread-safe; caches unit embeddings by content."""
 
-    def __init__(self, index: SkillIndex, embedder=None, cache_size: int = 4096):
+    def __init__(self, index: SkillIndex, embedder=None, cache_size: int = 4096, text_backend: Optional[str] = None):
         self.index = index
         self._embedder = embedder
+        # "onnxruntime" (default): ~5x faster per token than "numpy" (same weights, same vectors); its
+        # session loads from the store's serialized graph in ~0.1 s (+0.25 s to import onnxruntime).
+        # "numpy" needs nothing but numpy: the fallback when onnxruntime cannot be imported.
+        import os
+
+        self.text_backend = text_backend or os.environ.get("SKILLS_TEXT_BACKEND", "onnxruntime")
         self._cache = _LRU(cache_size)  # unit text / window -> vector
         self._qcache = _LRU(32)  # code -> (checker, units, scores): re-queries of the same code
+        # unit -> its similarity to every document, ~64 MB at most (_doc_sims)
+        self._sims = _LRU(max(64, (64 << 20) // max(1, 4 * index.n_docs)))
         self.stats = {"text_cache_hits": 0, "text_cache_misses": 0}
 
     @property
@@ -184,7 +195,12 @@ class Searcher:
 
             # query units may be cut shorter than documents (MiniLM's cost grows with the tokens)
             n_tok = int(os.environ.get("SKILLS_QUERY_MAX_TOKENS", TEXT_MAX_TOKENS))
-            self._embedder = get_numpy_embedder(n_tok, str(prepared) if prepared else None)
+            emb = None
+            if self.text_backend in ("onnxruntime", "onnx"):
+                from retrieval.minilm_onnx import get_onnx_embedder
+
+                emb = get_onnx_embedder(n_tok, str(prepared) if prepared else None)
+            self._embedder = emb or get_numpy_embedder(n_tok, str(prepared) if prepared else None)
         return self._embedder
 
     def embed_texts(self, texts: list[str]):
@@ -215,30 +231,58 @@ class Searcher:
         enc = self.index.gnn()
         if enc is None or not units:
             return None
-        out = []
-        for u in units:
-            key = ("g", hashlib.sha1(u.text.encode()).hexdigest())
-            v = self._cache.get(key)
-            if v is None:
-                from retrieval.skill_docs import unit_graph
+        out: list = [None] * len(units)
+        keys = [("g", hashlib.sha1(u.text.encode()).hexdigest()) for u in units]
+        todo = []
+        for i, key in enumerate(keys):
+            out[i] = self._cache.get(key)
+            if out[i] is None:
+                todo.append(i)
+        if todo:  # one batched forward pass for every window not seen before
+            from retrieval.skill_docs import unit_graph
 
-                v = enc.embed_one(unit_graph(u))
-                self._cache.put(key, v)
-            out.append(v)
+            vecs = enc.embed([unit_graph(units[i]) for i in todo])
+            for j, i in enumerate(todo):
+                out[i] = vecs[j]
+                self._cache.put(keys[i], vecs[j])
         return np.stack(out)
 
+    def _doc_sims(self, kind: str, texts: list[str], vecs, matrix):
+        """(units, docs) cosine similarities. A unit's row is cached by its text: re-scoring an edited
+        kernel multiplies only its new chunks and windows with the document matrix (at 10k skills
+        that matrix is ~40 MB, and reading it dominates the product)."""
+        import numpy as np
+
+        keys = [(kind, hashlib.sha1(t.encode()).hexdigest()) for t in texts]
+        rows = [self._sims.get(k) for k in keys]
+        todo = [j for j, r in enumerate(rows) if r is None]
+        if todo:
+            fresh = np.asarray(vecs)[todo] @ matrix.T
+            for n, j in enumerate(todo):
+                rows[j] = fresh[n]
+                self._sims.put(keys[j], fresh[n])
+        return np.stack(rows)
+
     # ---- scoring
-    def scores(self, code: Optional[str] = None, text: Optional[str] = None, units=None, timing: Optional[dict] = None):
-        """Per-skill scores per modality (+ per-skill best graph window) for a code or text query."""
+    def scores(self, code: Optional[str] = None, text: Optional[str] = None, units=None, timing: Optional[dict] = None,
+               drop_docs=None):
+        """Per-skill scores per modality (+ per-skill best graph window) for a code or text query.
+        ``drop_docs``: boolean mask of documents to ignore (the fusion calibration's held-out problem)."""
         import numpy as np
 
         from retrieval.bm25 import code_tokens
 
         idx = self.index
+
+        def per_skill(doc_scores):
+            if drop_docs is not None:
+                doc_scores = np.where(drop_docs, -np.inf, doc_scores)
+            return idx.per_skill_max(doc_scores)
+
         t = time.perf_counter()
         query_text = code if code is not None else (text or "")
         bm = idx.bm25.score_array(code_tokens(query_text)) if idx.n_docs else np.zeros(0)
-        out = {"bm25": idx.per_skill_max(bm)}
+        out = {"bm25": per_skill(bm)}
         if timing is not None:
             timing["bm25_ms"] = round((time.perf_counter() - t) * 1e3, 2)
         t = time.perf_counter()
@@ -247,8 +291,8 @@ class Searcher:
         if timing is not None:
             timing["text_embed_ms"] = round((time.perf_counter() - t) * 1e3, 2)
         t = time.perf_counter()
-        sims = idx.text @ tv.T if len(tv) else np.zeros((idx.n_docs, 1), np.float32)
-        out["text"] = idx.per_skill_max(sims.max(1).astype(np.float64))
+        sims = self._doc_sims("t", texts, tv, idx.text) if len(tv) else np.zeros((1, idx.n_docs), np.float32)
+        out["text"] = per_skill(sims.max(0).astype(np.float64))
         best_window = None
         if units is not None and units.graph_units:
             t2 = time.perf_counter()
@@ -256,10 +300,10 @@ class Searcher:
             if timing is not None:
                 timing["graph_embed_ms"] = round((time.perf_counter() - t2) * 1e3, 2)
             if gv is not None:
-                gs = idx.graph @ gv.T  # (docs, windows)
-                best_doc = gs.max(1)
-                out["graph"] = idx.per_skill_max(best_doc.astype(np.float64))
-                best_window = (gs.argmax(1), best_doc)  # resolved per hit (skill_window)
+                gs = self._doc_sims("g", [u.text for u in units.graph_units], gv, idx.graph)  # (windows, docs)
+                best_doc = gs.max(0)
+                out["graph"] = per_skill(best_doc.astype(np.float64))
+                best_window = (gs.argmax(0), best_doc)  # resolved per hit (skill_window)
         if "graph" not in out:
             out["graph"] = np.full(idx.n_skills, -np.inf)
         if timing is not None:
@@ -274,18 +318,36 @@ class Searcher:
         s = np.where(np.isfinite(scores), scores, -1e30)
         return np.argsort(-s, kind="stable")  # stable: ties keep index order
 
-    def rankings(self, scores: dict, weights: Optional[dict] = None) -> dict:
-        """mode -> order (numpy array of skill indices, best first); "_fused_scores" -> RRF scores."""
+    def weights(self) -> dict:
+        """The fusion weights: those the index calibrated on its own problems (manifest "fusion",
+        retrieval/skill_fusion.py), else FUSION_WEIGHTS."""
+        cal = (self.index.manifest.get("fusion") or {}).get("weights")
+        return dict(cal) if cal else dict(FUSION_WEIGHTS)
+
+    def prior_order(self, n_problems=None):
+        """Skills by how many problems produced them (most first; ties: index order)."""
         import numpy as np
 
-        w = weights or FUSION_WEIGHTS
-        ranks = {m: self.rank(scores[m]) for m in ("bm25", "text", "graph")}
+        if n_problems is not None:
+            return self.rank(np.asarray(n_problems, dtype=np.float64))
+        if getattr(self.index, "_prior_order", None) is None:
+            n = self.index.n_skills
+            self.index._prior_order = self.rank(np.asarray(self.index.table.get("n_problems") or [0] * n, dtype=np.float64))
+        return self.index._prior_order
+
+    def rankings(self, scores: dict, weights: Optional[dict] = None, prior_order=None, _ranks=None) -> dict:
+        """mode -> order (numpy array of skill indices, best first); "_fused_scores" -> RRF scores.
+        ``_ranks``: the modalities' orders already computed for these scores (calibration reuses them)."""
+        import numpy as np
+
+        w = weights or self.weights()
+        ranks = dict(_ranks) if _ranks is not None else {m: self.rank(scores[m]) for m in ("bm25", "text", "graph")}
         n = self.index.n_skills
         fused = np.zeros(n)
-        if getattr(self.index, "_prior_order", None) is None:
-            prior = np.asarray(self.index.table.get("n_problems") or [0] * n, dtype=np.float64)
-            self.index._prior_order = self.rank(prior)
-        for m, order in list(ranks.items()) + [("prior", self.index._prior_order)]:
+        prior_order = self.prior_order() if prior_order is None else prior_order
+        for m, order in list(ranks.items()) + [("prior", prior_order)]:
+            if m not in ("bm25", "text", "graph", "prior"):
+                continue
             if (m != "prior" and not np.isfinite(scores[m]).any()) or w.get(m, 0) == 0:
                 continue
             pos = np.empty(n, dtype=np.int64)
@@ -294,6 +356,13 @@ class Searcher:
         ranks["fused"] = self.rank(fused)
         ranks["_fused_scores"] = fused
         return ranks
+
+    def units(self, code: str, functions=None):
+        """The query's text chunks and graph windows (retrieval/skill_docs.py query_units)."""
+        from retrieval.skill_docs import query_units
+
+        count = getattr(self.embedder, "count_tokens", None)
+        return query_units(code, functions=functions, with_graphs=self.index.gnn() is not None, count_tokens=count)
 
     def _prepared(self, code: str, path: str):
         """(checker, units, scores, best window) of a code query, cached by content: a re-query of
@@ -306,7 +375,6 @@ class Searcher:
 
         from mining.parse import parse_cuda, syntax_issues
         from retrieval.applicability import Checker
-        from retrieval.skill_docs import query_units
 
         timing: dict = {}
         t = time.perf_counter()
@@ -322,7 +390,7 @@ class Searcher:
             first = locs[0]
             raise QueryError("parse_error", f"{path or 'the query'}:{first['line']}:{first['column']}: syntax error "
                              f"({first['kind']} near {first['snippet']!r}); {len(locs)} problem(s) found", locs)
-        units = query_units(code, functions=checker.src.funcs, with_graphs=self.index.gnn() is not None)
+        units = self.units(code, functions=checker.src.funcs)
         timing["parse_ms"] = round((time.perf_counter() - t) * 1e3, 2)
         scores, best_window = self.scores(code=code, units=units, timing=timing)
         out = (checker, units, scores, best_window, timing, {})  # the dict: rankings per fusion weights
@@ -357,7 +425,12 @@ class Searcher:
         else:
             qinfo["text"] = text
             scores, best_window = self.scores(text=text, timing=timing)
-        wkey = tuple(sorted((weights or FUSION_WEIGHTS).items()))
+        if weights is None and exclude_problems:
+            cal = self.index.manifest.get("fusion") or {}
+            if set(exclude_problems) & set(cal.get("queries") or []):
+                # the calibration saw the excluded problems: leave-one-problem-out callers get equal weights
+                weights = dict(FUSION_WEIGHTS)
+        wkey = tuple(sorted((weights or self.weights()).items()))
         if code is not None:
             cache = prepared[5] if len(prepared) > 5 else None
             ranks = cache.get(wkey) if cache is not None else None
@@ -379,12 +452,35 @@ class Searcher:
             p[ranks[m]] = np.arange(1, n + 1)
             pos[m] = p
         t = time.perf_counter()
-        hits, filtered, taken = [], [], set()
+        drop = None
+        if exclude_problems:
+            ex = set(exclude_problems)
+            drop = lambda i: set(self.index.record(i).get("scope", {}).get("problems", [])) <= ex  # noqa: E731
+        selected, filtered = self.select(order, checker, k, axes, include_filtered, drop)
+        hits = []
+        for i, app in selected:
+            rec = self.index.record(i)
+            score = float(fused_scores[i]) if mode == "fused" else float(scores[mode][i])
+            entry_ranks = {m: int(pos[m][i]) for m in ("bm25", "text", "graph") if
+                           m != "graph" or scores["graph"][i] > -float("inf")}
+            hits.append(self._hit(rec, len(hits) + 1, score, entry_ranks, app, units, best_window, i, scores))
+        timing["filter_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        timing["total_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
+        return {"version": ANSWER_VERSION, "query": qinfo, "mode": mode, "k": k, "hits": hits,
+                "filtered": filtered if include_filtered else [], "index": self.index.info(), "timing_ms": timing}
+
+    def select(self, order, checker, k: int, axes=None, include_filtered: bool = True, drop=None):
+        """Applicability in rank order: ([(skill index, Applicability)] of the first ``k`` applicable
+        skills, [filtered entries]). ``checker`` None: a text query (preconditions only). ``drop(i)``:
+        true for skills to skip silently (leave-one-problem-out)."""
+        filtered, taken, selected = [], set(), []
         tab = self.index.table
         memo: dict = {}  # site verdicts of detector carriers depend on (carrier, operator, requires, conflicts) only
         for n_seen, i in enumerate(order[:SCAN_LIMIT].tolist()):
-            if len(hits) >= k:
+            if len(selected) >= k:
                 break
+            if drop is not None and drop(i):
+                continue
             key = None
             if checker is not None and "requires" in tab:
                 conf = tuple(sorted(set(tab["conflicts"][i]) & taken))
@@ -397,11 +493,6 @@ class Searcher:
                                          "present_at": [p["line"] for p in quick.present][:12]})
                     continue
             rec = self.index.record(i)
-            if exclude_problems and set(rec.get("scope", {}).get("problems", [])) <= exclude_problems:
-                continue
-            score = float(fused_scores[i]) if mode == "fused" else float(scores[mode][i])
-            entry_ranks = {m: int(pos[m][i]) for m in ("bm25", "text", "graph") if
-                           m != "graph" or scores["graph"][i] > -float("inf")}
             if checker is not None:
                 app = checker.check(rec, taken, axes=axes)
             else:
@@ -423,11 +514,8 @@ class Searcher:
                 continue
             taken.add(rec.get("carrier", ""))
             taken.update(rec.get("provides") or [])
-            hits.append(self._hit(rec, len(hits) + 1, score, entry_ranks, app, units, best_window, i, scores))
-        timing["filter_ms"] = round((time.perf_counter() - t) * 1e3, 2)
-        timing["total_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
-        return {"version": ANSWER_VERSION, "query": qinfo, "mode": mode, "k": k, "hits": hits,
-                "filtered": filtered if include_filtered else [], "index": self.index.info(), "timing_ms": timing}
+            selected.append((i, app))
+        return selected, filtered
 
     def _hit(self, rec: dict, rank: int, score: float, ranks: dict, app, units, best_window, i: int, scores) -> dict:
         import math

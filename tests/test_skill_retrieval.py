@@ -264,3 +264,60 @@ def test_cli_bad_input_exit_codes(indexed, tmp_path):
     out = subprocess.run([sys.executable, "-m", "cli", "query", "--text", "vectorize loads", "--store",
                           str(tmp_path / "none")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 2 and "skills mine" in out.stderr
+
+
+def test_fusion_weights_calibrated_leave_one_problem_out(indexed, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    from retrieval.skill_fusion import calibrate, is_current, recalibrate, weight_grid
+    from retrieval.skill_index import current_snapshot
+    from retrieval.skill_search import Searcher, SkillIndex
+
+    root = tmp_path / "copy"
+    shutil.copytree(indexed[0], root)
+    snap = current_snapshot(root)
+    probs = ("attention_fwd", "bias_gelu", "exclusive_scan")
+    queries = [(p, (KERNELS / p / "naive.cu").read_text()) for p in probs]
+    cal = calibrate(snap, queries)
+    assert cal["chosen"] == "grid" and cal["queries"] == list(probs)
+    assert cal["weights"] in weight_grid()
+    assert cal["objective"]["mrr"] >= cal["equal_weights_objective"]["mrr"]  # equal weights are in the grid
+    assert calibrate(snap, queries)["weights"] == cal["weights"]  # deterministic
+    assert calibrate(snap, queries[:2])["chosen"].startswith("equal")  # too few problems: no choice made
+    # held-out documents are masked: a skill never scores above its unmasked score, some score lower
+    s = Searcher(SkillIndex(snap))
+    code = queries[0][1]
+    units = s.units(code)
+    full, _ = s.scores(code=code, units=units)
+    drop = np.array([p == "attention_fwd" for p in s.index.docs["problem"]])
+    assert drop.any() and not drop.all()
+    masked, _ = s.scores(code=code, units=units, drop_docs=drop)
+    for m in ("bm25", "text", "graph"):
+        assert np.all(masked[m] <= full[m])
+    assert any(np.any(masked[m] < full[m]) for m in ("bm25", "text", "graph"))
+    # published: the searcher fuses with the calibrated weights
+    assert not is_current(json.loads((snap / "manifest.json").read_text()))  # the fixture store has no lineages
+    recalibrate(snap, queries)
+    assert is_current(json.loads((snap / "manifest.json").read_text()))
+    s2 = Searcher(SkillIndex(snap))
+    assert s2.weights() == cal["weights"]
+    sc, _ = s2.scores(code=code, units=s2.units(code))
+    order = s2.rankings(sc, cal["weights"])["fused"]
+    hits = s2.query(code=code, k=3)["hits"]
+    top = [s2.index.table["skill_id"][i] for i in order]
+    assert [h["skill_id"] for h in hits] == [t for t in top if t in {h["skill_id"] for h in hits}][:3]
+
+
+def test_edited_kernel_reuses_chunk_embeddings(indexed):
+    s = _searcher(indexed[0])
+    src = (KERNELS / "softmax" / "naive.cu").read_text()
+    assert s.embedder.backend == "onnxruntime"  # the default encoder: same vectors as numpy, faster
+    first = s.query(code=src, k=3)
+    n = len(s.units(src).text_units)
+    assert n > 1
+    m0 = s.stats["text_cache_misses"]
+    edited = s.query(code=src.replace("expf(", "__expf(", 1), k=3)
+    assert 1 <= s.stats["text_cache_misses"] - m0 < n  # only the edited line's chunk is embedded again
+    assert edited["query"]["cached"] is False and first["hits"]

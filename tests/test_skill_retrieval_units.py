@@ -134,3 +134,77 @@ def test_graph_encoder_training_is_seeded_and_deterministic():
     assert all(np.array_equal(sa[k].numpy(), sb[k].numpy()) for k in sa)
     assert info_a["losses"] == info_b["losses"] and info_a["train"]["seed"] == 3
     assert not all(np.array_equal(sa[k].numpy(), sc[k].numpy()) for k in sa)
+
+
+def test_onnx_minilm_matches_sentence_transformers(tmp_path):
+    """The onnxruntime encoder (graph written here, weights from the prepared export) gives the
+    vectors of sentence-transformers: what the index holds."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("sentence_transformers")
+    from retrieval.minilm_numpy import NumpyMiniLM, export_prepared
+    from retrieval.minilm_onnx import ONNX_FILE, OnnxMiniLM, build_model
+    from retrieval.text import get_embedder
+
+    prepared = export_prepared(tmp_path / "minilm")
+    assert (prepared / ONNX_FILE).is_file()  # written with the prepared weights
+    long = (KERNELS / "attention_fwd" / "naive.cu").read_text() * 2  # > 256 tokens: truncated alike
+    texts = [(KERNELS / "softmax" / "naive.cu").read_text(), "use float4 vector loads", "x", long,
+             "for (int k = 0; k < K; ++k) acc += A[row * K + k] * B[k * N + col];"]
+    ref = get_embedder(256).embed(texts)
+    enc = OnnxMiniLM(256, path=prepared)
+    ours = enc.embed(texts)  # one padded batch of mixed lengths
+    assert ours.shape == ref.shape and ours.dtype == np.float32
+    assert np.min((ref * ours).sum(1)) > 0.9999
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    one_by_one = np.stack([enc.embed([t])[0] for t in texts])  # no padding: the mask must not matter
+    assert np.min((one_by_one * ours).sum(1)) > 0.99999
+    assert np.min((NumpyMiniLM(256, path=prepared).embed(texts) * ours).sum(1)) > 0.9999
+    # the graph is deterministic (same bytes for the same weights) and a wrong shape is refused
+    w = enc._load()[0]
+    assert build_model(w)[:4096] == (prepared / ONNX_FILE).read_bytes()[:4096]
+    bad = dict(w, ln_w=w["ln_w"][:10])
+    with pytest.raises(ValueError):
+        build_model(bad)
+
+
+def test_text_chunks_bound_tokens_and_keep_lines():
+    from retrieval.minilm_numpy import get_numpy_embedder
+    from retrieval.skill_docs import QUERY_TEXT_TOKENS, TEXT_CHUNK_TOKENS, query_units
+
+    count = get_numpy_embedder(256).count_tokens
+    src = (KERNELS / "attention_fwd" / "naive.cu").read_text()
+    lines = src.splitlines()
+    qu = query_units(src, count_tokens=count)
+    assert len(qu.text_units) > 1 and all(u.kind == "chunk" for u in qu.text_units)
+    total = 0
+    for u in qu.text_units:
+        n = sum(count(u.text.splitlines())) + 2
+        assert n <= TEXT_CHUNK_TOKENS or len(u.text.splitlines()) == 1  # a longer line stands alone
+        total += n
+        assert "//" not in u.text and u.text.strip()  # comments dropped
+        first = u.text.splitlines()[0].strip()
+        assert first and first in lines[u.start_line - 1]  # line numbers point into the query
+    assert total <= QUERY_TEXT_TOKENS
+    # chunks are consecutive and do not overlap, kernels only (not the host launcher)
+    spans = [(u.start_line, u.end_line) for u in qu.text_units]
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+    assert {u.function for u in qu.text_units} == {"attention_naive"}
+    # an edit of one line changes one chunk's text only: the others are reused from the cache
+    qe = query_units(src.replace("float s = 0.0f;", "float s0 = 0.0f;", 1), count_tokens=count)
+    changed = {u.text for u in qe.text_units} - {u.text for u in qu.text_units}
+    assert 1 <= len(changed) < len(qe.text_units)
+    commented = query_units(src.replace("float s = 0.0f;", "float s = 0.0f;  // why", 1), count_tokens=count)
+    assert [u.text for u in commented.text_units] == [u.text for u in qu.text_units]
+
+
+def test_weight_grid_and_calibration_metrics():
+    from retrieval.skill_fusion import _distance_to_equal, _metrics, weight_grid
+
+    grid = weight_grid()
+    assert all(any(w[m] for m in ("bm25", "text", "graph")) for w in grid)  # never the prior alone
+    scaled = {tuple(round(w[m] / max(w.values()), 6) for m in sorted(w)) for w in grid}
+    assert len(scaled) == len(grid)  # distinct up to scale ((2,2,2,2) is (1,1,1,1))
+    assert {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 1.0} in grid
+    assert _distance_to_equal({"bm25": 2.0, "text": 2.0, "graph": 2.0, "prior": 2.0}) == 0.0
+    rr, ndcg, rec = _metrics([5, 3, 9], {3, 4})
+    assert rr == 0.5 and rec == 0.5 and 0 < ndcg < 1
