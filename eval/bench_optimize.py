@@ -71,8 +71,11 @@ def _primary(problem) -> Any:
 
 def _profile_ms(problem_dir: Path, kernel: str, source: Optional[str], cache: Path, label: str) -> tuple[Optional[float], str]:
     from mining.gate import GateConfig, run_gate
+    from mining.mine import gpu_timing_lock
 
-    r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache), source=source)
+    with gpu_timing_lock(cache):  # several benchmark processes may share the GPU: time one at a time
+        r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache),
+                     source=source)
     p = r.stages.get("profile", {})
     if p.get("status") != "pass":
         return None, str(p.get("reason", p.get("status")))[:300]
@@ -210,6 +213,35 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(paths: list[Path], out_path: Optional[Path], as_json: bool) -> int:
+    """One result file from runs over disjoint problem groups (parallel processes on one GPU)."""
+    parts = []
+    for p in paths:
+        try:
+            parts.append(json.loads(p.read_text()))
+        except (OSError, ValueError) as exc:
+            print(f"bench_optimize: {p}: not a results file ({exc})", file=sys.stderr)
+            return 2
+    if not parts:
+        return 2
+    out = {k: v for k, v in parts[0].items() if k not in ("arms", "incomplete", "wall_s")}
+    out["merged_from"] = [str(p) for p in paths]
+    out["wall_s_per_part"] = [p.get("wall_s") for p in parts]
+    if any(p.get("incomplete") for p in parts):
+        out["incomplete"] = True
+    out["arms"] = {}
+    for arm in dict.fromkeys(a for p in parts for a in p.get("arms", {})):
+        rows = {r["problem"]: r for p in parts for r in p.get("arms", {}).get(arm, {}).get("problems", [])}
+        rows_sorted = [rows[n] for n in sorted(rows)]
+        out["arms"][arm] = {"problems": rows_sorted, "aggregate": aggregate(rows_sorted, out.get("executor", "cuda"))}
+    out_path = out_path or (RESULTS / f"optimize_{out.get('executor', 'cuda')}.json")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2) if as_json else markdown(out))
+    rows = [r for a in out["arms"].values() for r in a["problems"]]
+    return 0 if rows and all("error" not in r and r.get("final_correct") for r in rows) else 1
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--executor", default="cuda", choices=("cuda", "cpu"))
@@ -239,7 +271,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=None, help="also write each run's folder (final kernel, lineage, attempts)")
     ap.add_argument("--fresh", action="store_true", help="redo problems already in --out")
     ap.add_argument("--json", action="store_true", help="print the results JSON")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="merge result files of runs over disjoint problem groups into --out, then exit")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out, args.json)
 
     cuda = args.executor == "cuda"
     if cuda:

@@ -491,8 +491,11 @@ class Gate:
             return None
         h = sha256(source)
         if h not in self.profiles:
+            from mining.mine import gpu_timing_lock
+
             cfg = replace(self.cfg, stages=("profile",))
-            d = _gate_worker((str(self.problem_dir), str(self.kernel), cfg, source))
+            with gpu_timing_lock(Path(self.cfg.store or ".skills")):  # other processes may time on this GPU
+                d = _gate_worker((str(self.problem_dir), str(self.kernel), cfg, source))
             p = d.get("stages", {}).get("profile", {})
             self.profile_raw[h] = p
             self.profiles[h] = profile_time(p) if p.get("status") == "pass" else None

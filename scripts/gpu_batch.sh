@@ -47,6 +47,25 @@ PY
         --parallel-problems ${MINE_PAR:-6} --store "$PWD/.skills-gpu" ${MINE_PROBLEMS:+--problems $MINE_PROBLEMS} \
         --out "$OUT/bench_mining_cuda.json" > "$OUT/bench_mining_table.txt" 2>>"$OUT/batch.log"
       log "bench_mining rc=$?"; cp .skills-gpu/store.duckdb "$OUT/store_gpu.duckdb" 2>/dev/null ;;
+    optimize)
+      # issue 7 on the H200: OPT_PAR benchmark processes over disjoint problem groups (GPU timing is
+      # serialized across them by a file lock in the shared gate cache); each result file resumes
+      # (copy $OUT/optimize_part*.json back to eval/results/ between calls), then they are merged.
+      log "bench_optimize cuda (store ${OPT_STORE:-.carry/optstore}, ${OPT_PAR:-5} processes)"
+      names=${OPT_PROBLEMS:-$(ls -d corpora/kernels/*/ | xargs -n1 basename)}; names=${names//,/ }; i=0; pids=()
+      for grp in $(python3 -c "import sys; n=sys.argv[1:-1]; k=int(sys.argv[-1]); print(' '.join(','.join(n[j::k]) for j in range(k)))" $names ${OPT_PAR:-5}); do
+        part=eval/results/optimize_part$i.json
+        timeout ${OPT_LIMIT:-540} python3 -m eval.bench_optimize --executor cuda --store ${OPT_STORE:-.carry/optstore} \
+          --problems $grp --budget 10 --jobs ${OPT_JOBS:-3} --cache /tmp/ks-opt-cache --retrieval scan \
+          --problem-minutes ${OPT_PROBLEM_MIN:-3} --max-minutes ${OPT_MAX_MIN:-7} --out $part --out-dir /tmp/ks-opt-runs \
+          > "$OUT/optimize_part$i.log" 2>&1 &
+        pids+=($!); i=$((i+1))
+      done
+      wait "${pids[@]}"; cp eval/results/optimize_part*.json "$OUT/" 2>/dev/null
+      tar czf "$OUT/optimize_runs.tgz" -C /tmp ks-opt-runs 2>/dev/null  # one file: final kernels, lineages, attempts
+      python3 -m eval.bench_optimize --merge eval/results/optimize_part*.json --out eval/results/optimize_h200.json \
+        > "$OUT/optimize_table.md" 2>>"$OUT/batch.log"; log "merge rc=$?"
+      cp eval/results/optimize_h200.json "$OUT/" 2>/dev/null ;;
     bench)
       log "bench_gate cuda"
       timeout 280 python3 -m eval.bench_gate --executor cuda --repeats 2 >> "$OUT/batch.log" 2>&1
