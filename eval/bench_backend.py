@@ -182,6 +182,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             a = adapted[best.func_id]
             fa_code = fit_definition(a.text, real["qualified_name"], bool(real["in_class"]))
             entry["fork_adapt"] = {"source": best.func_id, "mappability": round(a.mappability, 3),
+                                   "unmapped": [m.source for m in a.mappings if m.how == "unmapped"],
                                    "code": fa_code}
             ff_rows = [x for x in index.role_rows(r["role"]) if x["target"] == fork_flow_source]
             if ff_rows and src_ff is not None:
@@ -213,6 +214,10 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                 if strat == "skills":
                     fa_parsed = parse_definition(entry["fork_adapt"]["code"])
                     entry[strat]["statements_differ"] = fa_parsed is None or fa_parsed[0] != parsed[0]
+                if strat == "fork_adapt":
+                    # what perfect identifier mapping could add: T's names masked on both sides
+                    entry[strat]["aligned_names_masked"] = round(
+                        statement_accuracy(mask_target_names(parsed[0], dst), mask_target_names(ref_stmts, dst))[0], 4)
                 entry[strat].update(aligned=round(al, 4), bag=round(bag, 4),
                                     precision=round(statement_precision(parsed[0], ref_stmts), 4),
                                     exact=parsed[1] == ref_body,
@@ -291,6 +296,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                     "lint_foreign_relocations": sum(len(x["lint"]) for x in es)}
 
         gen = {st: agg(st) for st in strats}
+        gen["fork_adapt"]["diagnostics"] = fork_adapt_diagnostics(per_fn)
         fa, ff = gen["fork_adapt"]["statement_accuracy_aligned"], gen["fork_flow"]["statement_accuracy_aligned"]
         ratio = (fa / ff) if ff > 0 else float("inf")
         checks = {"fused_recall@1": {"value": retrieval["fused"]["recall@1"], "target": RECALL1_TARGET,
@@ -338,6 +344,45 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     out["seconds"] = timings
     out["passed"] = all(c["met"] for t in out["targets"].values() for c in t["checks"].values())
     return out
+
+
+def mask_target_names(statements, prof) -> list[str]:
+    """Statements with the target's own names (attributes, header declarations, names carrying
+    its name) replaced by one placeholder: what statement accuracy would be if every identifier
+    mapped perfectly."""
+    import re
+
+    names = set(prof.kind_of) | set(prof.declared)
+    alias = re.compile("|".join(re.escape(a) for a in prof.aliases)) if prof.aliases else None
+    return [" ".join("@" if t in names or (alias is not None and alias.search(t)) else t for t in s.split(" "))
+            for s in statements]
+
+
+def fork_adapt_diagnostics(per_fn: list[dict]) -> dict:
+    """Why fork-and-adapt scores what it does on one target: where it loses to fork-flow, what
+    fork-flow cannot do at all (no implementation in its fixed source), the headroom of perfect
+    identifier mapping, and the source identifiers that most often found no counterpart."""
+    n = len(per_fn)
+    lose = [e for e in per_fn if e["fork_flow"]["aligned"] > e["fork_adapt"]["aligned"]]
+    win = [e for e in per_fn if e["fork_flow"]["aligned"] < e["fork_adapt"]["aligned"]]
+    no_ff = [e for e in per_fn if not e["fork_flow"]["source"]]
+    unmapped = Counter(i for e in per_fn for i in e["fork_adapt"].get("unmapped", []))
+    return {
+        "loses_to_fork_flow": {"functions": len(lose),
+                               "points": round(sum(e["fork_flow"]["aligned"] - e["fork_adapt"]["aligned"]
+                                                   for e in lose) / n, 4),
+                               "roles": [e["role"] for e in sorted(lose, key=lambda e: e["fork_adapt"]["aligned"]
+                                                                   - e["fork_flow"]["aligned"])[:15]]},
+        "beats_fork_flow": {"functions": len(win),
+                            "points": round(sum(e["fork_adapt"]["aligned"] - e["fork_flow"]["aligned"]
+                                                for e in win) / n, 4)},
+        "fork_flow_source_lacks_role": {"functions": len(no_ff),
+                                        "fork_adapt_points": round(sum(e["fork_adapt"]["aligned"] for e in no_ff) / n, 4)},
+        "aligned_if_names_mapped_perfectly": round(sum(e["fork_adapt"].get("aligned_names_masked", 0.0)
+                                                       for e in per_fn) / n, 4),
+        "sources": dict(Counter(e["fork_adapt"]["source"].split(":", 1)[0] for e in per_fn).most_common()),
+        "unmapped_identifiers": dict(unmapped.most_common(25)),
+    }
 
 
 def statement_precision(generated, reference) -> float:
@@ -436,6 +481,21 @@ def skill_store_statistics(store) -> dict:
             "by_carrier": dict(Counter(s.carrier for s in sk))}
 
 
+def declaration_sets(store) -> dict[str, set]:
+    """Per target, what its headers declare with the target's name stripped
+    (``XCoreTargetLowering::LowerCCCCallTo`` -> ``TargetLowering::LowerCCCCallTo``): two backends
+    forked from one another declare many of the same helpers."""
+    from corpora.backend_tree import strip_target
+
+    aliases: dict[str, list] = defaultdict(list)
+    for r in store.query("SELECT target, name FROM target_attributes WHERE kind = 'alias'"):
+        aliases[r["target"]].append(r["name"])
+    out: dict[str, set] = defaultdict(set)
+    for r in store.query("SELECT target, value FROM target_attributes WHERE kind = 'declaration'"):
+        out[r["target"]].add(strip_target(r["value"] or "", aliases.get(r["target"]) or [r["target"]]))
+    return dict(out)
+
+
 def selection_study(store, index, targets: list[str], fork_flow_source: str = FORK_FLOW_SOURCE, log=None) -> dict:
     """How well each signal picks the implementation to fork, on *validation* targets (never the
     reported ones): mean aligned statement accuracy of the fork each strategy picks."""
@@ -449,8 +509,12 @@ def selection_study(store, index, targets: list[str], fork_flow_source: str = FO
     tm, th = index.text
     gm, gh = index.graph
     picks: dict[str, list[float]] = defaultdict(list)
+    decls = declaration_sets(store)
+    per_target: dict[str, dict] = {}
     for T in targets:
+        start = defaultdict(int, {k: len(v) for k, v in picks.items()})
         tsim = index.target_similarity(T)
+        decl = {S: len(decls[T] & d) / max(len(decls[T] | d), 1) for S, d in decls.items() if S != T} if T in decls else {}
         rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
         for r in rows:
             ref = list(store.scalar("SELECT statements FROM functions WHERE func_id = ?", [r["func_id"]]) or [])
@@ -472,8 +536,20 @@ def selection_study(store, index, targets: list[str], fork_flow_source: str = FO
             def best(key):
                 return acc[max(ids, key=lambda i: (key(i), -ids.index(i)))]
 
+            lens = {i: len(stm[i]) for i in ids}
+            f1 = {}
+            for i in ids:  # the same vote with a symmetric utility (F1 of matched statements)
+                others = [j for j in ids if j != i]
+                f1[i] = (sum(2 * statement_accuracy(stm[i], stm[j])[0] * lens[j] / max(lens[i] + lens[j], 1)
+                             for j in others) / len(others)) if others else 0.0
+            dsim = {i: decl.get(index.rows[ps[i]]["target"], 0.0) for i in ids}
             picks["consensus + 0.05 x target similarity (used)"].append(best(lambda i: cons[i] + 0.05 * tgt[i]))
             picks["consensus only"].append(best(lambda i: cons[i]))
+            picks["consensus + 0.3 x target similarity"].append(best(lambda i: cons[i] + 0.3 * tgt[i]))
+            picks["consensus, F1 utility"].append(best(lambda i: f1[i]))
+            picks["consensus + 0.05 x target sim. + 0.3 x header-declaration overlap"].append(
+                best(lambda i: cons[i] + 0.05 * tgt[i] + 0.3 * dsim[i]))
+            picks["header-declaration overlap only"].append(best(lambda i: dsim[i]))
             picks["target similarity only"].append(best(lambda i: tgt[i]))
             picks["text+graph typicality"].append(best(lambda i: typ[i]))
             picks["identifier mappability"].append(best(lambda i: (mapp[i], typ[i])))
@@ -481,9 +557,10 @@ def selection_study(store, index, targets: list[str], fork_flow_source: str = FO
             picks[f"{fork_flow_source} (fork-flow's source, adapted)"].append(acc[ff[0]] if ff else 0.0)
             picks["mean over candidates"].append(sum(acc.values()) / len(acc))
             picks["best with hindsight"].append(max(acc.values()))
+        per_target[T] = {k: round(sum(v[start[k]:]) / max(len(v) - start[k], 1), 4) for k, v in picks.items()}
         if log:
             log(f"selection study: {T} done ({len(rows)} functions)")
-    return {"targets": targets, "n_functions": len(picks["best with hindsight"]),
+    return {"targets": targets, "n_functions": len(picks["best with hindsight"]), "per_target": per_target,
             "mean_aligned_statement_accuracy": {k: round(sum(v) / len(v), 4) for k, v in picks.items()}}
 
 
@@ -502,6 +579,13 @@ def summary_table(res: dict) -> str:
             lines.append(f"  {s:12s} {g['statement_accuracy_aligned']:8.3f} {g['statement_accuracy_bag']:8.3f} "
                          f"{g.get('statement_precision_bag', 0):6.3f} {g['exact_match']:6.3f} {g['edit_similarity']:6.3f} "
                          f"{cp:>8s} {g['lint_foreign_relocations']:5d}")
+        dg = t["generation"]["fork_adapt"].get("diagnostics")
+        if dg:
+            lines.append(f"  fork-adapt vs fork-flow: better on {dg['beats_fork_flow']['functions']} functions "
+                         f"(+{dg['beats_fork_flow']['points']:.3f}), worse on {dg['loses_to_fork_flow']['functions']} "
+                         f"(-{dg['loses_to_fork_flow']['points']:.3f}); fork-flow's source lacks "
+                         f"{dg['fork_flow_source_lacks_role']['functions']} roles; with perfect identifier mapping "
+                         f"<= {dg['aligned_if_names_mapped_perfectly']:.3f}")
         if "coverage" in t["generation"].get("skills", {}):
             lines.append(f"  skills coverage: {json.dumps(t['generation']['skills']['coverage'])}")
         lin = t.get("lineages")

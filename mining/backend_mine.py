@@ -215,6 +215,9 @@ class BackendGateChecker:
         self.clang_runs = 0
         self.gate_seconds = 0.0
         self.label = "f" + hashlib.sha1(site.func_id.encode()).hexdigest()[:8]
+        # time.monotonic() after which no clang run starts: the walk checks its time limit only
+        # between steps, and one step can take dozens of runs (isolating an error by halving a batch)
+        self.deadline: Optional[float] = None
 
     # -- walk interface
     def check_many(self, sources: Sequence[str]) -> list[Verdict]:
@@ -279,10 +282,19 @@ class BackendGateChecker:
         return batch
 
     # -- clang runs
+    def _out_of_time(self, sources: Sequence[str]) -> bool:
+        if self.deadline is None or time.monotonic() <= self.deadline:
+            return False
+        for s in sources:
+            self.verdicts.setdefault(sha256(s), Verdict(False, "error", "not checked: the walk's time limit was reached"))
+        return True
+
     def _run(self, batch: list[tuple[str, Optional[Candidate]]]) -> None:
         from mining.backend_gate import GateInputError, Splice
 
         sources = [s for s, _ in batch]
+        if self._out_of_time(sources):
+            return
         if self.wrapped:
             text = wrap_variants(self.wrapper, self.label, sources)
             if text is None:
@@ -371,6 +383,8 @@ class BackendGateChecker:
     def _run_plain(self, source: str) -> None:
         from mining.backend_gate import GateInputError, Splice
 
+        if self._out_of_time([source]):
+            return
         t0 = time.monotonic()
         try:
             res = self.gate.check(self.site.target, self.site.path,
@@ -664,9 +678,16 @@ def _walk_and_save(job: _Job, on_event: Callable[[WalkEvent], None] = lambda e: 
             checker.note_failure(e.candidate)
         on_event(e)
 
+    if config.time_limit_s is not None:
+        checker.deadline = time.monotonic() + config.time_limit_s
     walk = backward_walk(site.text, job.propose, checker, strategy="priority", jobs=1, max_steps=config.max_steps,
                          max_rejections=config.max_rejections, time_limit_s=config.time_limit_s, on_event=event)
     outcome.clang_runs = checker.clang_runs
+    if walk.termination == "start_failed" and walk.start_verdict is not None \
+            and walk.start_verdict.reason.startswith("not checked: the walk's time limit"):
+        outcome.skipped = "time_limit before the first step (nothing stored)"
+        outcome.wall_s = time.monotonic() - job.t0
+        return outcome
     if walk.termination == "start_failed":
         v = walk.start_verdict
         outcome.skipped = f"does not compile in its own file under the gate: {v.reason if v else ''}"[:500]

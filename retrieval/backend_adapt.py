@@ -12,8 +12,14 @@ The source function's target-specific identifiers are mapped onto the destinatio
    (``fixup_Mips_HI16`` ~ ``fixup_riscv_hi20``: shared tokens and spelling);
 3. *unmapped*: otherwise the renamed name is kept (the compile gate will say if it is wrong).
 
-``mappability`` = share of identifiers settled by 1 or 2: how much of the source the destination
-can express, used to rank candidates. ``fork_flow`` is the baseline: rename only.
+A qualified name is an attribute of the source only in one of the source's own namespaces (its
+name variants, the TableGen namespace its register classes declare, ``ELF`` for relocations):
+``ISD::MUL`` is LLVM's node even where the source has an instruction ``MUL``, and
+``MipsISD::Ret`` is a node of the source's own enum, not an instruction. Such names are
+*generic* when renaming leaves them unchanged: they are kept as written.
+
+``mappability`` = share of identifiers settled by 1 or 2 (or generic): how much of the source the
+destination can express; reported with each candidate, not ranked on (see docs/backends.md). ``fork_flow`` is the baseline: rename only.
 """
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ class TargetProfile:
     by_kind: dict = field(default_factory=dict)  # kind -> [names]
     kind_of: dict = field(default_factory=dict)  # name -> kind
     declared: set = field(default_factory=set)  # names declared in headers
+    namespaces: set = field(default_factory=set)  # TableGen namespaces (register classes' first argument)
 
     @property
     def relocations(self) -> list[str]:
@@ -61,7 +68,7 @@ class TargetProfile:
 
 
 def load_profile(store, target: str) -> TargetProfile:
-    rows = store.query("SELECT kind, name FROM target_attributes WHERE target = ? ORDER BY kind, name", [target])
+    rows = store.query("SELECT kind, name, value FROM target_attributes WHERE target = ? ORDER BY kind, name", [target])
     if not rows:
         raise KeyError(target)
     aliases = sorted([r["name"] for r in rows if r["kind"] == "alias"], key=lambda a: (-len(a), a)) or [target]
@@ -75,7 +82,23 @@ def load_profile(store, target: str) -> TargetProfile:
             continue
         prof.by_kind.setdefault(k, []).append(n)
         prof.kind_of.setdefault(n, k)
+        if k == "register_class" and r["value"]:
+            prof.namespaces.add(r["value"])
     return prof
+
+
+def owns_qualifier(prof: TargetProfile, ident: str, kind: Optional[str]) -> bool:
+    """Is ``ident``'s qualifier one under which ``prof``'s attributes of ``kind`` live? Unqualified
+    names and ``llvm::`` count; ``ELF`` only for relocations; else one of the target's name
+    variants or TableGen namespaces exactly (``Mips::``, ``SP::`` for Sparc), not a namespace
+    derived from them (``MipsISD::``, ``ARMCC::``) nor LLVM's own (``ISD::``, ``TargetOpcode::``)."""
+    quals = [q for q in ident.split("::")[:-1] if q and q != "llvm"]
+    if not quals:
+        return True
+    q = quals[-1]
+    if q == "ELF":
+        return kind == "relocation"
+    return q in prof.aliases or q in prof.namespaces or q == prof.target
 
 
 # --------------------------------------------------------------------------- renaming
@@ -96,13 +119,26 @@ def rename_target(text: str, src: TargetProfile, dst: TargetProfile) -> str:
     low = _lower_pattern(key)
     dp = dst.primary
 
-    def alias_repl(m: re.Match) -> str:
-        a = m.group(0)
-        if a.isupper() and a != src.primary and len(a) > 1:
-            return dp.upper()
-        return dp
-
     def word(m: re.Match) -> str:
+        qualifier = m.string[m.end():m.end() + 2] == "::"
+
+        def alias_repl(a_m: re.Match) -> str:
+            a = a_m.group(0)
+            nxt = a_m.string[a_m.end():a_m.end() + 2]
+            # a short alias inside an upper-case word is not a prefix (AMDGPU's SI in SIGN_EXTEND_INREG,
+            # VE's in VECTOR), except in a namespace named after the target (VEISD::)
+            if len(a) <= 2 and a.isupper() and nxt[:1].isupper() and not nxt[1:2].islower() and not qualifier:
+                return a
+            if a.isupper() and len(a) > 1:
+                prev = a_m.string[a_m.start() - 1:a_m.start()]
+                camel = nxt[:1].isupper() and (nxt[1:2].islower() or qualifier)
+                # an upper-case variant stays upper case (R_MIPS_32 -> R_RISCV_32) unless it prefixes a
+                # CamelCase name or a namespace (SIRegisterInfo, R600ISD::); the target's own spelling
+                # becomes upper case inside an upper-case name (R_ARM_ABS32 -> R_SPARC_ABS32)
+                if (a != src.primary and not camel) or (a == src.primary and prev == "_"):
+                    return dp.upper()
+            return dp
+
         w = pat.sub(alias_repl, m.group(0))
         if low is not None:
             w = low.sub(lambda mm: dp.lower(), w)
@@ -180,7 +216,7 @@ def name_similarity(a: str, src: TargetProfile, b: str, dst: TargetProfile, kind
 class Mapping:
     source: str
     target: str
-    how: str  # "rename" | "match" | "unmapped"
+    how: str  # "rename" | "match" | "generic" | "unmapped"
     kind: Optional[str] = None
     score: Optional[float] = None
 
@@ -209,6 +245,21 @@ class IdentifierMapper:
                 return base[: -len(suf)], suf
         return base, ""
 
+    def kind(self, ident: str) -> Optional[str]:
+        """The source attribute kind ``ident`` names, or None (not an attribute, or one spelled
+        the same in a namespace that is not the source's)."""
+        base, _ = self._split_generated(ident.split("::")[-1])
+        kind = self.src.kind_of.get(base)
+        return kind if kind is not None and owns_qualifier(self.src, ident, kind) else None
+
+    def map_generic(self, ident: str) -> Optional[Mapping]:
+        """A qualified name outside the source's namespaces that renaming leaves unchanged
+        (``ISD::MUL``, ``TargetOpcode::COPY``): LLVM's, kept as written."""
+        if "::" in ident and self.kind(ident) is None and not owns_qualifier(self.src, ident, None) \
+                and rename_target(ident, self.src, self.dst) == ident:
+            return Mapping(ident, ident, "generic")
+        return None
+
     def map_rename(self, ident: str) -> Optional[Mapping]:
         """The renamed identifier, when the destination has it: as an attribute of the same kind
         when the source name is an attribute (a register must stay a register), else as any
@@ -216,7 +267,7 @@ class IdentifierMapper:
         renamed = rename_target(ident, self.src, self.dst)
         base = renamed.split("::")[-1]
         src_base, suffix = self._split_generated(ident.split("::")[-1])
-        kind = self.src.kind_of.get(src_base)
+        kind = self.kind(ident)
         if kind is not None:
             dst_base = base[: -len(suffix)] if suffix and base.endswith(suffix) else base
             if self.dst.kind_of.get(dst_base) == kind:
@@ -237,7 +288,7 @@ class IdentifierMapper:
 
     def _match_candidates(self, ident: str) -> list[tuple[float, str, str, str]]:
         src_base, suffix = self._split_generated(ident.split("::")[-1])
-        kind = self.src.kind_of.get(src_base)
+        kind = self.kind(ident)
         if kind not in MATCH_KINDS:
             return []
         out = []
@@ -286,10 +337,11 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
     used: set[str] = set()
     pending = []
     for ident in idents:
-        m = mapper.map_rename(ident)
+        m = mapper.map_generic(ident) or mapper.map_rename(ident)
         if m is not None:
             maps[ident] = m
-            used.add(m.target.split("::")[-1])
+            if m.how != "generic":
+                used.add(m.target.split("::")[-1])
         else:
             pending.append(ident)
     scored = []
@@ -305,8 +357,7 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
         used.add(cand + suffix)
     for ident in pending:
         if ident not in maps:
-            base, _ = mapper._split_generated(ident.split("::")[-1])
-            maps[ident] = Mapping(ident, rename_target(ident, src, dst), "unmapped", src.kind_of.get(base))
+            maps[ident] = Mapping(ident, rename_target(ident, src, dst), "unmapped", mapper.kind(ident))
     ordered = [maps[i] for i in idents]
     table = {m.source: m.target for m in ordered}
     out = _apply(text, table, lambda s: rename_target(s, src, dst))
@@ -324,6 +375,11 @@ def prune_cases(text: str, dead: set[str]) -> str:
     dead labels go and the body stays with the live ones."""
     data = text.encode()
     tree = cpp_parser().parse(prepare_cpp(data))
+
+    def unqualified(nm: str) -> str:
+        return nm[6:] if nm.startswith("llvm::") else nm
+
+    dead_full = {unqualified(d) for d in dead}
     dead_bases = {d.split("::")[-1] for d in dead}
 
     def is_dead(case) -> bool:
@@ -331,8 +387,11 @@ def prune_cases(text: str, dead: set[str]) -> str:
         if value is None:
             return False  # default:
         names = {re.sub(r"\s+", "", x.text.decode(errors="replace")) for x in walk(value)
-                 if x.type in ("identifier", "qualified_identifier")}
-        return any(nm in dead or nm.split("::")[-1] in dead_bases for nm in names)
+                 if x.type in ("identifier", "qualified_identifier")
+                 and (x.parent is None or x.parent.type != "qualified_identifier")}
+        # a label spelled without its namespace matches by base name; a qualified one must match
+        # whole (ISD::ADD is not the dead Wren::ADD)
+        return any(unqualified(nm) in dead_full or ("::" not in nm and nm in dead_bases) for nm in names)
 
     def has_body(case) -> bool:
         value = case.child_by_field_name("value")

@@ -14,10 +14,14 @@ skill decided for T:
   each goes where S's most similar instance was (so PC-relative fixups land in the
   PC-relative switch), its other slots bound to T's attribute whose name matches it best
   (``fixup_riscv_pcrel_hi20`` -> ``R_RISCV_PCREL_HI20``), by target-neutral name tokens;
-* **keep** -- every target name the added code uses maps onto T (renamed or matched, as
-  fork-and-adapt maps them): the code is added, mapped;
-* **drop** -- some target name has no counterpart in T (its precondition fails): the step
-  stays applied, i.e. the code is left out. The gate showed the function compiles without it.
+* **keep** -- otherwise: the code is added, its names mapped as fork-and-adapt maps them;
+* **drop** -- the step's code needs a target attribute T lacks (its precondition fails): a
+  qualified fixup, relocation, register, register class, feature, instruction, calling
+  convention or processor name that neither renames nor matches onto T, at the step's own level
+  (a case arm's labels and its own statements, a branch's header and its own statements, a
+  statement's text; code nested one construct deeper is carried along, as a fork would).
+  The step stays applied, i.e. the code is left out; the gate showed the function compiles
+  without it.
 
 Steps are replayed forward on S's text in the lineage's order; a step that no longer applies
 (it simplified code a kept step still needs, e.g. the switch around kept arms) is skipped, so
@@ -33,7 +37,7 @@ from typing import Optional, Sequence
 from corpora.backend_tree import normalize_code
 from mining.backend_operators import BackendEdit, TargetNames, propose_edits
 from retrieval.backend_adapt import (
-    MATCH_THRESHOLD, TargetProfile, _kind_tokens, _similarity, adapt, name_similarity, rename_target,
+    MATCH_KINDS, MATCH_THRESHOLD, TargetProfile, _kind_tokens, _similarity, adapt, name_similarity, rename_target,
 )
 from skills.records import Lineage
 
@@ -174,7 +178,7 @@ def instantiate(store, target: str, source_func_id: str, src: TargetProfile, dst
     if not states or edits is None or states[0] != source_text:
         return SkillResult(base.text, source_func_id, lin.lineage_id, fallback="lineage does not replay",
                            mappings=base.mappings)
-    how = {m.source: m.how for m in base.mappings}
+    how = {m.source: m for m in base.mappings}
 
     plans = []
     for k, (e, st) in enumerate(zip(edits, lin.steps), start=1):
@@ -206,7 +210,8 @@ def instantiate(store, target: str, source_func_id: str, src: TargetProfile, dst
             p.decision = "expand"
             p.family = families.setdefault((p.skill_id, p.enclosing), len(families))
         else:
-            missing = [i for i in p.target_identifiers if how.get(i) == "unmapped"]
+            missing = _missing_attributes(_guard_identifiers(p.operator, p.variant, p.fragment, p.target_identifiers),
+                                          how)
             if missing:
                 p.decision, p.reason = "drop", f"{target} has no counterpart of {', '.join(missing[:3])}"
 
@@ -304,6 +309,100 @@ def instantiate(store, target: str, source_func_id: str, src: TargetProfile, dst
                        mappings=adapted.mappings)
 
 
+_CONTROL_BODIES = {"if_statement": ("consequence", "alternative"), "for_statement": ("body",),
+                   "for_range_loop": ("body",), "while_statement": ("body",), "do_statement": ("body",),
+                   "switch_statement": ("body",)}
+
+
+def _own_level(node, out: list) -> None:
+    """Collect the identifiers of ``node``'s own level: a compound's statements one by one, a
+    nested control statement's header only (its bodies are statement families of their own)."""
+    from corpora.backend_tree import _identifiers_in
+
+    if node.type == "compound_statement":
+        for c in node.named_children:
+            _own_level(c, out)
+        return
+    bodies = _CONTROL_BODIES.get(node.type)
+    if bodies is None:
+        out.extend(_identifiers_in(node))
+        return
+    skip = {node.child_by_field_name(f) for f in bodies} - {None}
+    for c in node.named_children:
+        if c not in skip:
+            out.extend(_identifiers_in(c))
+
+
+def _guard_identifiers(operator: str, variant: str, fragment: str, target_identifiers: Sequence[str]) -> list[str]:
+    """The target names a step's skill needs at its own level: a case arm's labels and the arm's
+    own statements, a branch's header and its own statements, a loop's header and body
+    statements, a simple statement's text. Code nested one construct deeper does not decide the
+    skill: a fork keeps it (renamed), and so does the skill (``case FK_Data_4: return
+    ELF::R_MIPS_32;`` needs the relocation; ``if (IsPCRel) { switch (Kind) { case ...`` does not
+    need the fixups of its inner arms)."""
+    from corpora.backend_tree import cpp_parser, prepare_cpp, walk
+
+    if operator == "drop_case_label":
+        wrapped, want = "void __ks() { switch (0) {\n" + fragment + " ;\n} }", "case_statement"
+    elif operator == "drop_case_arm":
+        wrapped, want = "void __ks() { switch (0) {\n" + fragment + "\n} }", "case_statement"
+    elif operator == "drop_if_branch" and variant == "else":
+        wrapped, want = "void __ks() { if (0) {}\n" + fragment + "\n}", "else_clause"
+    else:
+        wrapped, want = "void __ks() {\n" + fragment + "\n}", None
+    tree = cpp_parser().parse(prepare_cpp(wrapped.encode()))
+    body = next((n for n in walk(tree.root_node) if n.type == "compound_statement"), None)
+    if body is None:
+        return list(target_identifiers)
+    found: list = []
+    if want == "case_statement":
+        sw = next((n for n in walk(body) if n.type == "switch_statement"), None)
+        sbody = sw.child_by_field_name("body") if sw is not None else None
+        for case in (sbody.named_children if sbody is not None else []):
+            if case.type != "case_statement":
+                continue
+            value = case.child_by_field_name("value")
+            for c in case.named_children:
+                if operator == "drop_case_label" and c != value:
+                    continue  # a label's skill adds the label, not the body it shares
+                _own_level(c, found)
+    elif want == "else_clause":
+        clause = next((n for n in walk(body) if n.type == "else_clause"), None)
+        for c in (clause.named_children if clause is not None else []):
+            _own_level(c, found)
+    else:
+        for c in body.named_children:
+            if operator == "switch_to_default" and c.type == "switch_statement":
+                cond = c.child_by_field_name("condition")
+                if cond is not None:
+                    _own_level(cond, found)  # its arms are steps of their own
+                continue
+            if operator == "drop_if_branch" and c.type == "if_statement":
+                for f in ("condition", "consequence"):  # the else branch is a step of its own
+                    x = c.child_by_field_name(f)
+                    if x is not None:
+                        _own_level(x, found)
+                continue
+            _own_level(c, found)
+    own = {re.sub(r"\s+", "", x) for x in found}
+    return [i for i in target_identifiers if i in own]
+
+
+def _missing_attributes(identifiers: Sequence[str], mappings: dict) -> list[str]:
+    """The step's target *attributes* (fixups, relocations, registers, features, instructions...)
+    that have no counterpart in T: the skill's precondition fails. Other target names that did
+    not map (file-local helpers, TableGen-generated functions) are not evidence that T lacks
+    them: renamed, they are usually right, so they do not drop a skill. Only qualified names
+    count (``Mips::ZERO``, ``ELF::R_MIPS_32``): a bare ``DL`` or ``VA`` that happens to spell
+    a register of some target is a local variable. ``mappings``: source name -> Mapping."""
+    out = []
+    for i in identifiers:
+        m = mappings.get(i)
+        if m is not None and m.how == "unmapped" and m.kind in MATCH_KINDS and "::" in i:
+            out.append(i)
+    return out
+
+
 def _fill(code: str, fam: int, instances: list[str]) -> str:
     """Replace family ``fam``'s marker line by its instances, re-indented to the marker."""
     pat = re.compile(r"^([ \t]*)/\*" + re.escape(_MARK.format(fam)) + r"\*/[ \t]*\n?", re.M)
@@ -331,9 +430,10 @@ def may_differ(source_text: str, src: TargetProfile, dst: TargetProfile, identif
     edits = propose_edits(source_text, names)
     if not edits:
         return ""
-    how = {m.source: m.how for m in adapt(source_text, identifiers, src, dst).mappings}
+    how = {m.source: m for m in adapt(source_text, identifiers, src, dst).mappings}
     for e in edits:
-        missing = [i for i in e.target_identifiers if how.get(i) == "unmapped"]
+        missing = _missing_attributes(_guard_identifiers(e.operator, e.variant, e.fragment, e.target_identifiers),
+                                      how)
         if missing:
             return f"drop: {missing[0]}"
     shapes: dict[tuple, set] = {}

@@ -59,6 +59,36 @@ def test_bench_runs_on_toy_targets(tmp_path, capsys):
     assert full["machine"]["cores"] >= 1 and full["seconds"]["total_s"] > 0
 
 
+def test_bench_with_skills_on_toy_targets(tmp_path, capsys):
+    if gate_skip_reason() is not None:
+        pytest.skip(gate_skip_reason())
+    store = tmp_path / "store"
+    shutil.copytree(indexed_toy_store(), store)
+    out = tmp_path / "lineages.json"
+    rc = main(["--llvm", str(TOY), "--store", str(store), "--targets", "Kite", "--fork-flow-source", "Wren",
+               "--epochs", "2", "--skills", "--out", str(out), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    full = json.loads(out.read_text())
+    t = full["targets"]["Kite"]
+    sk, fa = t["generation"]["skills"], t["generation"]["fork_adapt"]
+    cov = sk["coverage"]
+    # every evaluated function is either instantiated from a lineage or falls back to fork-and-adapt
+    assert cov["with_lineage"] + cov["fallback_no_lineage"] + cov["fallback_other"] == t["n_functions_evaluated"]
+    assert full["mining"]["lineages"] >= 1 and cov["with_lineage"] >= 1
+    assert t["lineages"]["n_lineages"] >= 1 and t["lineages"]["steps"] > 0
+    # Kite's getRelocType: Lark's arms are replaced by one arm per Kite fixup
+    reloc = next(e for e in t["functions"] if e["role"] == "ELFObjectWriter::getRelocType")
+    assert reloc["skills"]["lineage"] and reloc["skills"]["aligned"] > reloc["fork_adapt"]["aligned"]
+    assert any(x["instances"] >= 3 for x in reloc["skills"]["expansions"])
+    for e in t["functions"]:  # a function without a lineage is fork-and-adapt's, to the statement
+        if not e["skills"]["lineage"]:
+            assert e["skills"]["aligned"] == e["fork_adapt"]["aligned"]
+    checks = t["checks"]
+    assert {"skills_vs_fork_adapt_statement_accuracy", "skills_compile_pass_rate_not_lower"} <= set(checks)
+    assert sk["compile_checked"] == fa["compile_checked"] == t["n_functions_evaluated"]
+    assert rc == (0 if summary["passed"] else 1)
+
+
 def test_bench_bad_input(tmp_path, capsys):
     store = tmp_path / "store"
     assert main(["--llvm", str(TOY), "--store", str(store), "--targets", "Nope", "--no-gate"]) == 2

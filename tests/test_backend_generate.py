@@ -70,6 +70,48 @@ def test_fork_and_adapt_maps_identifiers_onto_the_target(toy_store):
     assert all(m.kind in ("fixup", "relocation") for m in k.mappings if m.how == "match")
 
 
+def test_rename_follows_the_naming_conventions():
+    from retrieval.backend_adapt import TargetProfile, rename_target
+
+    gpu = TargetProfile("AMDGPU", ["AMDGPU", "R600", "GCN", "SI"], "AMDGPU")
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark")
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren")
+    # a short alias inside an upper-case word is no prefix; as a CamelCase prefix or namespace it is
+    assert rename_target("ISD::SIGN_EXTEND_INREG", gpu, wren) == "ISD::SIGN_EXTEND_INREG"
+    assert rename_target("SIRegisterInfo", gpu, wren) == "WrenRegisterInfo"
+    assert rename_target("SIISD::CALL", gpu, wren) == "WrenISD::CALL"
+    # upper case where the name is upper case, the target's spelling elsewhere
+    assert rename_target("ELF::R_LARK_32", lark, wren) == "ELF::R_WREN_32"
+    assert rename_target("ELF::R_AMDGPU_ABS32", gpu, wren) == "ELF::R_WREN_ABS32"
+    assert rename_target("AMDGPU::VCC", gpu, wren) == "Wren::VCC"
+
+
+def test_names_outside_the_source_namespaces_are_not_its_attributes():
+    from retrieval.backend_adapt import TargetProfile, adapt
+
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark", by_kind={"instruction": ["MUL", "ADD"]},
+                         kind_of={"MUL": "instruction", "ADD": "instruction"}, namespaces={"Lark"})
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren", by_kind={"instruction": ["MUL_rr"]},
+                         kind_of={"MUL_rr": "instruction"}, namespaces={"Wren"})
+    text = """SDValue lower(SDValue Op) {
+  switch (Op.getOpcode()) {
+  case ISD::MUL:
+    return emit(Op, Lark::MUL);
+  case ISD::ADD:
+    return emit(Op, Lark::ADD);
+  }
+  return Op;
+}"""
+    a = adapt(text, ["ISD::MUL", "Lark::MUL", "ISD::ADD", "Lark::ADD"], lark, wren)
+    by = {m.source: m for m in a.mappings}
+    # LLVM's ISD nodes stay as written although Lark has instructions of those names
+    assert by["ISD::MUL"].how == by["ISD::ADD"].how == "generic" and by["ISD::MUL"].kind is None
+    assert "case ISD::MUL:" in a.text and "case ISD::ADD:" in a.text
+    # Lark's own instructions map by kind (MUL -> MUL_rr) or stay unmapped (ADD)
+    assert by["Lark::MUL"].how == "match" and by["Lark::MUL"].target == "Wren::MUL_rr"
+    assert by["Lark::ADD"].how == "unmapped" and by["Lark::ADD"].kind == "instruction"
+
+
 def test_fit_definition_moves_between_class_and_out_of_line():
     from retrieval.backend_adapt import fit_definition
 

@@ -129,6 +129,38 @@ def test_if_and_statement_operators():
     assert branch[0].depth >= branch[-1].depth
 
 
+def test_skill_preconditions_are_the_names_of_its_own_level():
+    from retrieval.backend_adapt import Mapping
+    from retrieval.backend_skills import _guard_identifiers, _missing_attributes
+
+    arm = "case FK_Data_4:\n  if (IsPCRel)\n    return ELF::R_LARK_PC16;\n  return ELF::R_LARK_32;"
+    # the arm's own statement needs R_LARK_32; the nested branch's relocation does not decide it
+    assert _guard_identifiers("drop_case_arm", "arm", arm, ["ELF::R_LARK_PC16", "ELF::R_LARK_32"]) == \
+        ["ELF::R_LARK_32"]
+    branch = """if (IsPCRel) {
+  switch (Kind) {
+  case Lark::fixup_lark_pc16:
+    return ELF::R_LARK_PC16;
+  }
+  Ctx.reportError(Loc, Lark::R3);
+} else {
+  g(Lark::R2);
+}"""
+    ids = ["Lark::fixup_lark_pc16", "ELF::R_LARK_PC16", "Lark::R3", "Lark::R2"]
+    assert _guard_identifiers("drop_if_branch", "whole", branch, ids) == ["Lark::R3"]
+    assert _guard_identifiers("drop_if_branch", "else", "else {\n  g(Lark::R2);\n}", ids) == ["Lark::R2"]
+    assert _guard_identifiers("drop_case_label", "label", "case Lark::fixup_lark_pc16:", ids) == \
+        ["Lark::fixup_lark_pc16"]
+    loop = "for (MCPhysReg R : {Lark::R2, Lark::R3})\n  if (Lark::R2 == R)\n    g(Lark::fixup_lark_pc16);"
+    assert _guard_identifiers("drop_target_statement", "", loop, ids) == ["Lark::R3", "Lark::R2"]
+    maps = {"ELF::R_LARK_32": Mapping("ELF::R_LARK_32", "ELF::R_KITE_32", "unmapped", "relocation"),
+            "ISD::MUL": Mapping("ISD::MUL", "ISD::MUL", "generic"),
+            "LarkHelper": Mapping("LarkHelper", "KiteHelper", "unmapped"),
+            "Lark::R3": Mapping("Lark::R3", "Kite::R3", "rename", "register")}
+    # only an unmapped, qualified target attribute fails the precondition
+    assert _missing_attributes(list(maps), maps) == ["ELF::R_LARK_32"]
+
+
 def test_wrapper_return_types():
     from mining.backend_mine import make_wrapper
 
@@ -227,6 +259,27 @@ def test_checker_batches_variants_and_attributes_errors(mined):
         assert v[0].passed and not v[1].passed and not v[2].passed
         assert "R3_bogus" in v[1].reason and "line 3" in v[1].reason
         assert "does not return" in v[2].reason
+    finally:
+        st.close()
+
+
+@needs_clang
+def test_checker_starts_no_clang_run_after_the_walks_deadline(mined):
+    import time
+
+    from mining.backend_mine import BackendGateChecker, function_site, make_backend_gate
+
+    dst, _ = mined
+    st = Store(dst)
+    try:
+        fid = st.query("SELECT func_id FROM functions WHERE target = 'Lark' AND role = 'RegisterInfo::getFrameRegister'")[0][
+            "func_id"]
+        site = function_site(st, fid)
+        checker = BackendGateChecker(make_backend_gate(st, "Lark"), site, use_cache=False)
+        checker.deadline = time.monotonic() - 1.0
+        v = checker.check_many([site.text.replace("Lark::R3 :", "Lark::R2 :")])[0]
+        assert not v.passed and v.verdict == "error" and "time limit" in v.reason
+        assert checker.clang_runs == 0
     finally:
         st.close()
 
