@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -94,8 +95,23 @@ class StepContext:
     axes: list[str] = field(default_factory=list)  # the definition's axis names (guards use kernel parameter names)
 
 
+_CARRIER_MARK = re.compile(r"[ \t]*//[ \t]*carrier:[^\n]*")
+
+
+def strip_carrier_marks(code: str) -> str:
+    """The code without the corpus's `// carrier: NAME` annotations (recall's ground truth, not
+    part of the optimization), dropping lines that held nothing else."""
+    out = []
+    for line in code.splitlines(keepends=True):
+        new = _CARRIER_MARK.sub("", line)
+        if new.strip() or not line.strip():
+            out.append(new)
+    return "".join(out)
+
+
 def exemplar(optimized: str, simpler: str, context: int = 2) -> tuple[str, str, str]:
-    """(simpler excerpt, optimized excerpt, unified diff simpler -> optimized)."""
+    """(simpler excerpt, optimized excerpt, unified diff simpler -> optimized), annotation-free."""
+    optimized, simpler = strip_carrier_marks(optimized), strip_carrier_marks(simpler)
     a, b = simpler.splitlines(keepends=True), optimized.splitlines(keepends=True)
     sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
     ops = [op for op in sm.get_opcodes() if op[0] != "equal"]

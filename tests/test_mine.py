@@ -265,3 +265,17 @@ def test_launch_guards_found_in_host_code():
     src = (GUARDED / "kernel.cu").read_text()
     tail = src.index("y[j] = 2.f * x[j]")  # in the else branch of `if (n % 4 == 0)`
     assert guard_conditions(src, tail, tail + 5) == []
+
+
+def test_exemplars_carry_no_carrier_annotations():
+    """`// carrier:` comments are the corpus's ground truth for recall: a skill's exemplar (shown to
+    agents and LLMs) holds the code only."""
+    from mining.lift import exemplar
+
+    optimized = ("__global__ void // carrier: launch_bounds\nk(float* __restrict__ y) {  // carrier: restrict\n"
+                 "    // carrier: unroll_pragma\n#pragma unroll\n    for (int i = 0; i < 4; ++i) y[i] = 0.f;\n}\n")
+    simpler = ("__global__ void // carrier: launch_bounds\nk(float* __restrict__ y) {  // carrier: restrict\n"
+               "    for (int i = 0; i < 4; ++i) y[i] = 0.f;\n}\n")
+    before, after, diff = exemplar(optimized, simpler)
+    assert "carrier:" not in before + after + diff
+    assert "+#pragma unroll" in diff and "k(float* __restrict__ y) {\n" in after
