@@ -4,34 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from mining.carriers import Site, carrier_names
-from mining.gate import GateConfig, run_gate
-from mining.operators import Operator, all_operators, get_operator
+from mining.carriers import carrier_names
+from mining.operators import all_operators, get_operator
 
-KERNELS = Path(__file__).resolve().parent.parent / "corpora" / "kernels"
-
-
-def _read(problem: str, kernel: str = "kernel.cu") -> str:
-    return (KERNELS / problem / kernel).read_text()
-
-
-def _to_fixpoint(op: Operator, source: str, limit: int = 200) -> tuple[str, int]:
-    n = 0
-    while n < limit:
-        sites = op.find_sites(source)
-        if not sites:
-            break
-        source = op.apply(source, sites[0])
-        n += 1
-    return source, n
-
-
-def _assert_outside_identical(old: str, new: str, site: Site) -> None:
-    a, b = old.encode(), new.encode()
-    tail = len(a) - site.end_byte
-    assert b[:site.start_byte] == a[:site.start_byte]
-    assert b[len(b) - tail:] == a[site.end_byte:]
-    assert b[site.start_byte:len(b) - tail] != a[site.start_byte:site.end_byte]
+from _operator_support import (
+    KERNELS, cpu_gate,
+    assert_outside_identical as _assert_outside_identical, read_kernel as _read, to_fixpoint as _to_fixpoint)
 
 
 # operator -> (corpus problem for site detection, expected site count there, old text at first site,
@@ -179,11 +157,6 @@ def gate_store(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("operator-gate-store")
 
 
-def _gate(problem: str, source: str, store: Path):
-    return run_gate(KERNELS / problem, kernel=Path("kernel.cu"),
-                    config=GateConfig(executor="cpu", stages=("correctness",), store=store), source=source)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rewritten_kernel_passes_the_gate(name, gate_store):
     problem = CASES[name][4]
@@ -214,3 +187,7 @@ def test_gate_rejects_grid_stride_removal_when_launch_does_not_cover(gate_store)
 def test_grid_clamp_keeps_hardware_limits():
     src = "__global__ void k(float* y) {}\nvoid f(float* y, int gy) {\n    if (gy > 65535) gy = 65535;\n    dim3 g(1, gy);\n    k<<<g, 32>>>(y);\n}\n"
     assert get_operator("drop_grid_clamp").find_sites(src) == []
+
+
+def _gate(problem: str, source: str, store: Path):
+    return cpu_gate(problem, source, store, seeds=None)  # the gate's default seeds

@@ -12,42 +12,17 @@ from pathlib import Path
 import pytest
 
 from mining.carriers import Site, detect_carriers
-from mining.gate import GateConfig, cpu_rewrite, cpu_toolchain, run_gate
-from mining.operators import Operator, all_operators, get_operator
+from mining.gate import cpu_rewrite, cpu_toolchain
+from mining.operators import all_operators, get_operator
 
-KERNELS = Path(__file__).resolve().parent.parent / "corpora" / "kernels"
+from _operator_support import (
+    KERNELS, assert_outside_identical as _assert_outside_identical, cpu_gate as _gate,
+    edited as _edited, read_kernel as _read, to_fixpoint as _to_fixpoint)
+
 NEW = ["shuffle_to_shared", "scan_shuffle_to_shared", "shared_tile_to_global", "shrink_register_tile",
        "double_to_single_buffer", "register_cache_to_reload", "privatized_to_global_atomics",
        "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics", "async_copy_to_sync", "drop_pipeline_sync",
        "sliding_window_to_reload"]
-
-
-def _read(problem: str, kernel: str = "kernel.cu") -> str:
-    return (KERNELS / problem / kernel).read_text()
-
-
-def _to_fixpoint(op: Operator, source: str, limit: int = 60) -> tuple[str, int]:
-    n = 0
-    while n < limit:
-        sites = op.find_sites(source)
-        if not sites:
-            break
-        source = op.apply(source, sites[0])
-        n += 1
-    return source, n
-
-
-def _assert_outside_identical(old: str, new: str, site: Site) -> None:
-    a, b = old.encode(), new.encode()
-    tail = len(a) - site.end_byte
-    assert b[:site.start_byte] == a[:site.start_byte]
-    assert b[len(b) - tail:] == a[site.end_byte:]
-    assert b[site.start_byte:len(b) - tail] != a[site.start_byte:site.end_byte]
-
-
-def _edited(old: str, new: str, site: Site) -> str:
-    b = new.encode()
-    return b[site.start_byte:len(b) - (len(old.encode()) - site.end_byte)].decode()
 
 
 # operator -> (problem, site count, text in the first site's excerpt, text in the first rewrite)
@@ -363,12 +338,6 @@ def test_shared_exchange_matches_every_shuffle_form(tmp_path):
 @pytest.fixture(scope="module")
 def gate_store(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("operator-ext-gate-store")
-
-
-def _gate(problem: str, source: str, store: Path):
-    return run_gate(KERNELS / problem, kernel=Path("kernel.cu"),
-                    config=GateConfig(executor="cpu", stages=("correctness",), seeds=(0,), store=store),
-                    source=source)
 
 
 # operator(s) applied to fixpoint in order -> the problem gated on the CPU

@@ -9,46 +9,28 @@ from pathlib import Path
 
 import pytest
 
-from mining.carriers import Site, detect_carriers
-from mining.gate import GateConfig, run_gate
+from mining.carriers import detect_carriers
 from mining.mine import PRIORITY, _operator_order
-from mining.operators import Operator, all_operators, get_operator
+from mining.operators import all_operators, get_operator
 from mining.parse import parse_cuda, syntax_issues
 
-KERNELS = Path(__file__).resolve().parent.parent / "corpora" / "kernels"
+from _operator_support import (
+    KERNELS, assert_outside_identical as _assert_outside_identical,
+    cpu_gate as _gate, read_kernel as _read, to_fixpoint)
+
 NEW = ["block_reduce_to_serial", "register_array_to_recompute", "online_softmax_to_two_pass",
        "block_stride_to_chunks", "online_rescale_to_two_pass", "chan_stats_to_two_pass"]
 MINE = NEW + ["grid_stride_to_single", "drop_grid_clamp"]
 
 
-def _read(problem: str, kernel: str = "kernel.cu") -> str:
-    return (KERNELS / problem / kernel).read_text()
-
-
 def _fix(name: str, source: str, limit: int = 40) -> tuple[str, int]:
-    op = get_operator(name)
-    n = 0
-    while n < limit:
-        sites = op.find_sites(source)
-        if not sites:
-            break
-        source = op.apply(source, sites[0])
-        n += 1
-    return source, n
+    return to_fixpoint(get_operator(name), source, limit)
 
 
 def _chain(source: str, names: list[str]) -> str:
     for name in names:
         source, _ = _fix(name, source)
     return source
-
-
-def _assert_outside_identical(old: str, new: str, site: Site) -> None:
-    a, b = old.encode(), new.encode()
-    tail = len(a) - site.end_byte
-    assert b[:site.start_byte] == a[:site.start_byte]
-    assert b[len(b) - tail:] == a[site.end_byte:]
-    assert b[site.start_byte:len(b) - tail] != a[site.start_byte:site.end_byte]
 
 
 def _carriers(source: str) -> set[str]:
@@ -312,12 +294,6 @@ def test_online_operators_refuse_unsound_forms():
 @pytest.fixture(scope="module")
 def gate_store(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("operator-recall-a-gate-store")
-
-
-def _gate(problem: str, source: str, store: Path):
-    return run_gate(KERNELS / problem, kernel=Path("kernel.cu"),
-                    config=GateConfig(executor="cpu", stages=("correctness",), seeds=(0,), store=store),
-                    source=source)
 
 
 # problem -> operators applied to fixpoint in this order; the carriers that must be gone after

@@ -10,43 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from mining.carriers import Site, Source, detect_carriers
-from mining.gate import GateConfig, run_gate
+from mining.carriers import Source, detect_carriers
 from mining.gate.static import nvcc_path, static_stage
-from mining.operators import Operator, all_operators, get_operator
+from mining.operators import all_operators, get_operator
 from mining.operators.rewrite_util import structural
 from mining.operators.unroll_budget import block_threads, load_budget, trip_count, unroll_factor
 
-KERNELS = Path(__file__).resolve().parent.parent / "corpora" / "kernels"
+from _operator_support import (
+    KERNELS, assert_outside_identical as _assert_outside_identical, cpu_gate as _gate,
+    edited as _edited, read_kernel as _read, to_fixpoint as _to_fixpoint)
+
 MINE = ["register_tile_to_dot", "untranspose_tile", "lookback_to_chained", "block_scan_to_thread_totals"]
-
-
-def _read(problem: str, kernel: str = "kernel.cu") -> str:
-    return (KERNELS / problem / kernel).read_text()
-
-
-def _to_fixpoint(op: Operator, source: str, limit: int = 60) -> tuple[str, int]:
-    n = 0
-    while n < limit:
-        sites = op.find_sites(source)
-        if not sites:
-            break
-        source = op.apply(source, sites[0])
-        n += 1
-    return source, n
-
-
-def _assert_outside_identical(old: str, new: str, site: Site) -> None:
-    a, b = old.encode(), new.encode()
-    tail = len(a) - site.end_byte
-    assert b[:site.start_byte] == a[:site.start_byte]
-    assert b[len(b) - tail:] == a[site.end_byte:]
-    assert b[site.start_byte:len(b) - tail] != a[site.start_byte:site.end_byte]
-
-
-def _edited(old: str, new: str, site: Site) -> str:
-    b = new.encode()
-    return b[site.start_byte:len(b) - (len(old.encode()) - site.end_byte)].decode()
 
 
 def test_registered_with_their_carriers():
@@ -323,12 +297,6 @@ def test_forwarded_tiled_matmul_fits_its_block_on_the_gpu(tmp_path):
 @pytest.fixture(scope="module")
 def gate_store(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("operator-recall-b-gate-store")
-
-
-def _gate(problem: str, source: str, store: Path):
-    return run_gate(KERNELS / problem, kernel=Path("kernel.cu"),
-                    config=GateConfig(executor="cpu", stages=("correctness",), seeds=(0,), store=store),
-                    source=source)
 
 
 # operator(s) applied to fixpoint in order -> the problem gated on the CPU

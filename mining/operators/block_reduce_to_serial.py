@@ -38,7 +38,7 @@ from tree_sitter import Node
 
 from mining.carriers import Source, _block_reduce_shared, call_name
 from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span, _same, _tokens, norm
+from mining.operators.fill_forwarding import _line_span, _same, norm, rename_identifiers
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from mining.parse import text, walk
 
@@ -66,18 +66,6 @@ def _splice_code(src: Source, start: int, end: int, subs: list[tuple[int, int, s
     out.append(src.code[pos:end].decode("utf-8", "replace"))
     return "".join(out)
 
-
-def _rename(s: str, names: dict[str, str]) -> str:
-    """Replace whole identifiers (not members after `.` / `->`)."""
-    toks = _tokens(s)
-    out, pos = [], 0
-    for i, (t, a, b) in enumerate(toks):
-        if t in names and (i == 0 or toks[i - 1][0] not in (".", "->")):
-            out.append(s[pos:a])
-            out.append(names[t])
-            pos = b
-    out.append(s[pos:])
-    return "".join(out)
 
 
 class BlockReduceToSerial(Operator):
@@ -264,7 +252,7 @@ class BlockReduceToSerial(Operator):
             t = " ".join(src.code[stmt.start_byte:stmt.end_byte].decode("utf-8", "replace").split())
             m = re.fullmatch(r"(ks_xchg_\w+)\s*\[\s*ks_tid\s*\]\s*=\s*(.+);", t)
             if m:
-                current[m.group(1)] = norm(_rename(m.group(2), rename))
+                current[m.group(1)] = norm(rename_identifiers(m.group(2), rename))
                 continue
             if re.fullmatch(r"__syncwarp\s*\(.*\)\s*;", t):
                 continue
@@ -274,7 +262,7 @@ class BlockReduceToSerial(Operator):
                     args = n.child_by_field_name("arguments").named_children
                     if len(args) < 3:
                         return None
-                    v = norm(_rename(" ".join(text(args[1]).split()), rename))
+                    v = norm(rename_identifiers(" ".join(text(args[1]).split()), rename))
                     if v not in slot:
                         return None
                     subs.append((n.start_byte, n.end_byte, f"{slot[v]}[ks_w]"))
@@ -286,7 +274,7 @@ class BlockReduceToSerial(Operator):
             # outermost substitutions only
             subs = [s for s in subs if not any(o[0] <= s[0] and s[1] <= o[1] and o != s for o in subs)]
             new = _splice_code(src, stmt.start_byte, stmt.end_byte, subs)
-            new = " ".join(_rename(new, rename).split())
+            new = " ".join(rename_identifiers(new, rename).split())
             if re.search(r"\b%s\b" % re.escape(ivar_name), new) or re.search(r"\b(ks_tid|ks_xchg_\w+|__shfl\w*)\b", new):
                 return None
             if stmt.type not in ("declaration", "expression_statement"):

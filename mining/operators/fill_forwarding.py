@@ -51,6 +51,28 @@ def _tokens(s: str) -> list[tuple[str, int, int]]:
     return [(re.sub(r"\s+", "", m.group(0)), m.start(), m.end()) for m in _TOKEN.finditer(s)]
 
 
+def _is_name(toks: list[tuple[str, int, int]], i: int) -> bool:
+    """Token i is a whole identifier (not a member after `.` / `->`, not qualified after `::`)."""
+    return bool(re.fullmatch(r"[A-Za-z_]\w*", toks[i][0])) and (i == 0 or toks[i - 1][0] not in (".", "->", "::"))
+
+
+def identifiers(s: str) -> set[str]:
+    toks = _tokens(s)
+    return {toks[i][0] for i in range(len(toks)) if _is_name(toks, i)}
+
+
+def rename_identifiers(s: str, names: dict[str, str]) -> str:
+    """Replace whole identifiers by `names`; everything else, spacing included, stays."""
+    toks = _tokens(s)
+    out, pos = [], 0
+    for i, (t, a, b) in enumerate(toks):
+        if t in names and _is_name(toks, i):
+            out += [s[pos:a], names[t]]
+            pos = b
+    out.append(s[pos:])
+    return "".join(out)
+
+
 def norm(s: str) -> str:
     return " ".join(t for t, _, _ in _tokens(s))
 

@@ -40,7 +40,7 @@ from tree_sitter import Node
 
 from mining.carriers import Source
 from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _tokens
+from mining.operators.fill_forwarding import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
 from mining.parse import parse_cuda, text, walk
 
@@ -53,22 +53,6 @@ def _norm(s: str) -> str:
     return " ".join(s.split())
 
 
-def _idents(s: str) -> set[str]:
-    toks = _tokens(s)
-    return {t for i, (t, _, _) in enumerate(toks)
-            if re.fullmatch(r"[A-Za-z_]\w*", t) and (i == 0 or toks[i - 1][0] not in (".", "->", "::"))}
-
-
-def _sub_ident(s: str, old: str, new: str) -> str:
-    toks = _tokens(s)
-    out, pos = [], 0
-    for i, (t, a, b) in enumerate(toks):
-        if t == old and (i == 0 or toks[i - 1][0] not in (".", "->", "::")):
-            out.append(s[pos:a])
-            out.append(new)
-            pos = b
-    out.append(s[pos:])
-    return "".join(out)
 
 
 def _target_base(node: Node) -> Optional[str]:
@@ -104,18 +88,18 @@ class _Stmt:
                     (self.scalars if inner.type == "identifier" else self.arrays).add(nm)
                     self.declares.add(nm)
                     self.kills.add(nm)
-                    self.reads |= _idents(text(d.child_by_field_name("value")))
+                    self.reads |= identifiers(text(d.child_by_field_name("value")))
                 elif d.type in ("identifier", "array_declarator"):
                     nm = _target_base(d)
                     (self.scalars if d.type == "identifier" else self.arrays).add(nm)
                     self.declares.add(nm)
             return
-        self.reads = _idents(text(st))
+        self.reads = identifiers(text(st))
         top = st.named_children[0] if st.type == "expression_statement" and st.named_children else None
         if top is not None and top.type == "assignment_expression" and text(top.child_by_field_name("operator")) == "=":
             # a plain store reads its value and its indices, not the variable it overwrites
             tgt = top.child_by_field_name("left")
-            self.reads = _idents(text(top.child_by_field_name("right"))) | (_idents(text(tgt)) - {_target_base(tgt)})
+            self.reads = identifiers(text(top.child_by_field_name("right"))) | (identifiers(text(tgt)) - {_target_base(tgt)})
         for n in walk(st):
             tgt = n.child_by_field_name("left") if n.type == "assignment_expression" else \
                 n.child_by_field_name("argument") if n.type == "update_expression" else None
@@ -125,7 +109,7 @@ class _Stmt:
             if tgt.type == "identifier":
                 self.scalars.add(base)
                 op = n.child_by_field_name("operator") if n.type == "assignment_expression" else None
-                if op is not None and text(op) == "=" and base not in _idents(text(n.child_by_field_name("right"))):
+                if op is not None and text(op) == "=" and base not in identifiers(text(n.child_by_field_name("right"))):
                     self.kills.add(base)
                     self.reads.discard(base)
             elif tgt.type == "field_expression" and tgt.child_by_field_name("argument").type == "identifier":
@@ -187,7 +171,7 @@ class _Pass:
                 if sub:
                     items.insert(0, ("for", st, [sub]))
                     hdr = self.src.code[st.start_byte:st.child_by_field_name("body").start_byte].decode()
-                    live |= live_in | _idents(hdr)
+                    live |= live_in | identifiers(hdr)
             elif st.type == "if_statement":
                 cons = st.child_by_field_name("consequence")
                 alt = st.child_by_field_name("alternative")
@@ -199,7 +183,7 @@ class _Pass:
                     return None
                 if a or b:
                     items.insert(0, ("if", st, [a, b]))
-                    live |= l1 | l2 | _idents(self.code(st.child_by_field_name("condition")))
+                    live |= l1 | l2 | identifiers(self.code(st.child_by_field_name("condition")))
             elif st.type in ("expression_statement", "declaration"):
                 new = self.transform(st, self.code(st))
                 if new is None:
@@ -290,7 +274,7 @@ class OnlineRescaleToTwoPass(Operator):
             if sweep.type == "for_statement":
                 init = sweep.child_by_field_name("initializer")
                 lv = re.search(r"(\w+)\s*=", text(init)) if init is not None else None
-                if lv is not None and lv.group(1) not in _idents(run):
+                if lv is not None and lv.group(1) not in identifiers(run):
                     break
             if sweep.type in ("function_definition",):
                 return None
@@ -332,9 +316,9 @@ class OnlineRescaleToTwoPass(Operator):
             r = rescale_mul.fullmatch(t) or rescale_mul2.fullmatch(t)
             if r:
                 t = f"{r.group(1)} = {r.group(1)} + {r.group(2)};"
-            if alpha in _idents(t):
+            if alpha in identifiers(t):
                 bad.append(t)  # a use of the rescale factor that is not a rescale
-            return _sub_ident(t, new, run if re.fullmatch(r"[\w.]+(\[\w+\])*", run) else f"({run})")
+            return rename_identifiers(t, {new: run if re.fullmatch(r"[\w.]+(\[\w+\])*", run) else f"({run})"})
 
         # pass 1: the slice of the body for the running max (barriers kept), iterated over the
         # values one iteration hands to the next
@@ -387,7 +371,7 @@ class OnlineRescaleToTwoPass(Operator):
         items2 = body_items(body)
         if items2 is None or keep_all.fail or dead_code.fail or bad:
             return None
-        if any(alpha in _idents(s.code) or new in _idents(s.code) for s in _stmts_in(items2)):
+        if any(alpha in identifiers(s.code) or new in identifiers(s.code) for s in _stmts_in(items2)):
             return None
         ind = line_indent(src, sweep.start_byte)
         head = _norm(hdr)

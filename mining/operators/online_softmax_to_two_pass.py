@@ -36,7 +36,7 @@ from tree_sitter import Node
 
 from mining.carriers import Source
 from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span, _tokens
+from mining.operators.fill_forwarding import _line_span, identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from mining.parse import text, walk
 
@@ -51,22 +51,6 @@ def _norm(node_or_text) -> str:
     return " ".join(t.split())
 
 
-def _idents(s: str) -> set[str]:
-    toks = _tokens(s)
-    return {t for i, (t, _, _) in enumerate(toks)
-            if re.fullmatch(r"[A-Za-z_]\w*", t) and (i == 0 or toks[i - 1][0] not in (".", "->", "::"))}
-
-
-def _rename(s: str, old: str, new: str) -> str:
-    toks = _tokens(s)
-    out, pos = [], 0
-    for i, (t, a, b) in enumerate(toks):
-        if t == old and (i == 0 or toks[i - 1][0] not in (".", "->", "::")):
-            out.append(s[pos:a])
-            out.append(new)
-            pos = b
-    out.append(s[pos:])
-    return "".join(out)
 
 
 def merge_functions(src: Source) -> dict[str, Node]:
@@ -142,9 +126,9 @@ class _Region:
             reads = set()
             for d in st.named_children:
                 if d.type == "init_declarator" and d.child_by_field_name("value") is not None:
-                    reads |= _idents(text(d.child_by_field_name("value")))
+                    reads |= identifiers(text(d.child_by_field_name("value")))
             return writes, arrays, reads
-        reads = _idents(code)
+        reads = identifiers(code)
         for n in walk(st):
             target = n.child_by_field_name("left") if n.type == "assignment_expression" else \
                 n.child_by_field_name("argument") if n.type == "update_expression" else None
@@ -154,7 +138,7 @@ class _Region:
                 writes.add(text(target))
                 if n.type == "assignment_expression" and _norm(text(n.child_by_field_name("operator"))) == "=":
                     # a plain assignment does not read its target (unless the value does)
-                    if text(target) not in _idents(text(n.child_by_field_name("right"))):
+                    if text(target) not in identifiers(text(n.child_by_field_name("right"))):
                         reads.discard(text(target))
             else:
                 base = target
@@ -219,7 +203,7 @@ class _Region:
             later = set()
             for j in range(i + 1, len(parts)):
                 if keep[j]:
-                    later |= _idents("\n".join(parts[j][1]))
+                    later |= identifiers("\n".join(parts[j][1]))
             if w and not arrays and not (w & later):
                 keep[i] = False
         out: list[str] = []
@@ -265,10 +249,10 @@ class _Region:
             if mode == "m":
                 return []
             rest = u.group(5)
-            if self.m in _idents(rest) or self.s in _idents(rest):
+            if self.m in identifiers(rest) or self.s in identifiers(rest):
                 self.fail = "the update's new terms read the running pair"
                 return None
-            return [f"{indent}{self.s} = {self.s} + {_rename(rest, u.group(4), self.m)};"]
+            return [f"{indent}{self.s} = {self.s} + {rename_identifiers(rest, {u.group(4): self.m})};"]
         if kind == "merge":
             c = _CALL4.fullmatch(t)
             return [f"{indent}{self.m} = fmaxf({self.m}, {c.group(4)});"] if mode == "m" else \
@@ -374,7 +358,7 @@ class OnlineSoftmaxToTwoPass(Operator):
                 if fam == "neutral":
                     hoisted.append(st)
                     continue
-                if (w | arrays) & _idents(after):
+                if (w | arrays) & identifiers(after):
                     return None
             rest.append(st)
         # neutral statements run twice: they may not have effects beyond their own locals and barriers
@@ -386,7 +370,7 @@ class OnlineSoftmaxToTwoPass(Operator):
             if kind == "header":
                 init = n.child_by_field_name("initializer")
                 if init is not None:
-                    region_locals |= _idents(text(init))
+                    region_locals |= identifiers(text(init))
         for kind, n in reg.leaves(region):
             if kind != "stmt" or reg.special(n) or reg.family(n) != "neutral":
                 continue
