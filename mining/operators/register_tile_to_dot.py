@@ -34,11 +34,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _local_arrays, _register_tile
-from mining.operators.base import Edit, Operator
+from mining.carriers import Source
+from mining.operators.base import Edit
 from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
-from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural, type_text
-from mining.operators.shrink_register_tile import int_value
+from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, type_text
+from mining.operators.shrink_register_tile import RegisterTileOperator, int_value
 from mining.parse import text, walk
 
 _SYNC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any\w*|__all\w*|atomic\w+|__threadfence\w*|"
@@ -94,24 +94,9 @@ def _nest(src: Source, stmt: Node) -> Optional[tuple[Node, Node, str, str, int, 
     return stmt, inner, o[0], i[0], o[1], i[1], inner.child_by_field_name("body")
 
 
-class RegisterTileToDot(Operator):
+class RegisterTileToDot(RegisterTileOperator):
     name = "register_tile_to_dot"
-    carrier = "register_tile"
     description = "compute each output of an outer-product register tile as its own dot product"
-
-    def edits(self, src: Source):
-        sites = {s.start_byte for s in _register_tile(src)}
-        src = structural(src)
-        for f in src.funcs:
-            fn = src.func_node(f)
-            if fn is None:
-                continue
-            for decl, name, ndims in _local_arrays(src, f, 2):
-                if decl.start_byte not in sites or ndims != 2:
-                    continue
-                e = self.rewrite(src, fn, decl, name)
-                if e is not None:
-                    yield e
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)

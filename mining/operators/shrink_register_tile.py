@@ -89,10 +89,10 @@ def _loop_shape(src: Source, loop: Node, var: str, pvar: str) -> Optional[tuple[
     return None
 
 
-class ShrinkRegisterTile(Operator):
-    name = "shrink_register_tile"
+class RegisterTileOperator(Operator):
+    """Base of the register-tile operators: `rewrite` is offered every 2-D local array that the
+    register_tile detector flags."""
     carrier = "register_tile"
-    description = "halve a register tile's rows by computing the thread's outputs in two passes"
 
     def edits(self, src: Source):
         sites = {s.start_byte for s in _register_tile(src)}
@@ -107,6 +107,14 @@ class ShrinkRegisterTile(Operator):
                 e = self.rewrite(src, fn, decl, name)
                 if e is not None:
                     yield e
+
+    def rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ShrinkRegisterTile(RegisterTileOperator):
+    name = "shrink_register_tile"
+    description = "halve a register tile's rows by computing the thread's outputs in two passes"
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
