@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 from tree_sitter import Node
 
 from corpora.problem import Problem, ProblemError, _workload_from_line
-from mining.carriers import Source
+from mining.carriers import Source, enclosing
 from mining.gate.cache import content_key
 
 DIVISORS = (2, 4, 8, 16, 32, 64, 128)
@@ -212,14 +212,8 @@ _DIVISIBILITY = re.compile(r"%|&\s*\(?\s*\d|&\s*\w+\s*\)\s*==|uintptr_t|size_t\)
 
 
 def guard_conditions(source: str, start: int, end: int) -> list[tuple[int, int, str]]:
-    """Divisibility / alignment guards that decide whether a site runs, innermost first:
-    (start, end, text) byte ranges to force. First the `if` conditions enclosing the site in its
-    own function; then guards in the *launching* code (`launch_guards`), where experts usually
-    put them: the host picks the fast kernel or template instantiation by testing the sizes."""
-    return _enclosing_guards(source, start, end) + launch_guards(source, start, end)
-
-
-def _enclosing_guards(source: str, start: int, end: int) -> list[tuple[int, int, str]]:
+    """Divisibility / alignment `if` guards whose true branch holds the site, in its own
+    function, innermost first: (start, end, text) byte ranges to force."""
     src = Source(source)
     node = src.tree.root_node.descendant_for_byte_range(start, max(start, end - 1))
     child, out = node, []
@@ -245,7 +239,7 @@ SIZE_SENSITIVE = frozenset({"vector_load", "vector_store", "async_copy", "shared
 def site_guards(source: str, start: int, end: int, carrier: str) -> list[tuple[int, int, str]]:
     """The guards to force when probing a step: the site's own enclosing `if` guards; else, for a
     size-sensitive carrier, the launch guards that select its kernel."""
-    inner = _enclosing_guards(source, start, end)
+    inner = guard_conditions(source, start, end)
     if inner or carrier not in SIZE_SENSITIVE:
         return inner
     return launch_guards(source, start, end)
@@ -265,7 +259,7 @@ def launch_guards(source: str, start: int, end: int) -> list[tuple[int, int, str
     src = Source(source)
     root = src.tree.root_node
     site = root.descendant_for_byte_range(start, max(start, end - 1))
-    func = enclosing_node(site, "function_definition")
+    func = enclosing(site, "function_definition")
     if func is None:
         return []
     fname = _function_name(src, func)
@@ -279,9 +273,7 @@ def launch_guards(source: str, start: int, end: int) -> list[tuple[int, int, str
         parent = node.parent
         if parent is not None and parent.type in ("if_statement", "conditional_expression"):
             cond = parent.child_by_field_name("condition")
-            in_else = parent.type == "if_statement" and _is_in(node, parent.child_by_field_name("alternative"))
-            if parent.type == "conditional_expression":
-                in_else = _is_in(node, parent.child_by_field_name("alternative"))
+            in_else = _is_in(node, parent.child_by_field_name("alternative"))
             if cond is not None and not _is_in(node, cond):
                 ctext = _text(src, cond).strip("() ")
                 m = re.fullmatch(r"(!?)\s*([A-Za-z_]\w*)", ctext)
@@ -310,12 +302,6 @@ def launch_guards(source: str, start: int, end: int) -> list[tuple[int, int, str
             for g in guards:
                 add(g)
     return out
-
-
-def enclosing_node(node: Optional[Node], *types: str) -> Optional[Node]:
-    while node is not None and node.type not in types:
-        node = node.parent
-    return node
 
 
 def _is_in(node: Node, container: Optional[Node]) -> bool:
@@ -383,7 +369,7 @@ def _guard_of_call(src: Source, call: Node) -> Optional[tuple[int, int, str]]:
 
 def _bool_initializer(src: Source, name: str, before: Node) -> Optional[tuple[int, int, str]]:
     """`[const] bool NAME = <divisibility test>;` declared in the same function before `before`."""
-    func = enclosing_node(before, "function_definition")
+    func = enclosing(before, "function_definition")
     for decl in src.nodes("init_declarator", within=func):
         if decl.start_byte >= before.start_byte:
             break
