@@ -131,6 +131,8 @@ def mine(
     operators: Optional[str] = typer.Option(None, help="Comma-separated operator names to use (default: all)."),
     seeds: str = typer.Option("0,1,2", help="Seeds per workload for every gate check."),
     probe: bool = typer.Option(True, "--probe/--no-probe", help="Probe adversarial workloads for preconditions."),
+    slowdown_ceiling: float = typer.Option(2.0, min=0.0, help="GPU: reject a step that leaves the kernel slower than "
+                                           "this many times the problem's naive.cu (0: no ceiling)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Re-walk even when the stored lineage is current."),
     index: bool = typer.Option(True, "--index/--no-index", help="Index new and changed skills for `skills query`."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (default ./.skills)."),
@@ -159,7 +161,8 @@ def mine(
         problems.append(d)
     cfg = MineConfig(executor=executor, strategy=strategy, jobs=jobs, max_steps=max_steps,
                      max_rejections=max_rejections, model=model, seeds=seed_list, probe=probe,
-                     operators=_split(operators), store=store, use_cache=not no_cache)
+                     operators=_split(operators), store=store, use_cache=not no_cache,
+                     slowdown_ceiling=slowdown_ceiling)
     console = Console(stderr=True)
     rows, t0, failed = [], _time.perf_counter(), 0
     pool = make_pool(jobs)

@@ -22,6 +22,10 @@ relocation lint. ``--model`` adds the LLM path (litellm) for up to ``--llm-limit
 
 Targets (exit 1 when any evaluated target misses one): fused Recall@1 >= 0.85; fork-and-adapt
 aligned statement accuracy >= 2x fork-flow's. Exit 2 on bad input.
+
+Ceilings of the one-donor fork-and-adapt design (``generation.fork_adapt.ceilings``, see
+``donor_ceilings``): the best of the top-5 ranked donors chosen with hindsight, the chosen
+donor with an ideal identifier mapping, and both; each also divided by fork-flow's accuracy.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ RECALL1_TARGET = 0.85
 STATEMENT_RATIO_TARGET = 2.0
 FORK_FLOW_SOURCE = "Mips"
 DEFAULT_TARGETS = ("RISCV", "XCore")
+ORACLE_K = 5  # donors the donor oracle may pick from: the top of fork-and-adapt's own ranking
 
 
 # --------------------------------------------------------------------------- metrics
@@ -171,13 +176,14 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         per_fn = []
         for r in rows:
             real = store.query("SELECT qualified_name, in_class, statements, signature, body, path, start_byte, "
-                               "end_byte FROM functions WHERE func_id = ?", [r["func_id"]])[0]
+                               "end_byte, identifiers FROM functions WHERE func_id = ?", [r["func_id"]])[0]
             ref_parsed = parse_definition(real["signature"] + " " + real["body"])
             ref_stmts = list(real["statements"] or [])
             ref_body = ref_parsed[1] if ref_parsed else ""
             entry = {"func_id": r["func_id"], "role": r["role"], "path": real["path"],
                      "n_statements": len(ref_stmts)}
-            _, hits, adapted = candidates_with_adaptations(store, index, T, r["role"], 1, cache=cache)
+            # the ranking does not depend on k: hits[0] is fork-and-adapt's pick, the rest feed the oracle
+            _, hits, adapted = candidates_with_adaptations(store, index, T, r["role"], ORACLE_K, cache=cache)
             best = hits[0]
             a = adapted[best.func_id]
             fa_code = fit_definition(a.text, real["qualified_name"], bool(real["in_class"]))
@@ -223,6 +229,8 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                     exact=parsed[1] == ref_body,
                                     edit_similarity=round(token_edit_similarity(parsed[1], ref_body), 4),
                                     lint=lint_relocations(code, T, dst.relocations))
+            entry["fork_adapt"]["oracle"] = donor_ceilings(index, cache, hits[:ORACLE_K], adapted, real,
+                                                           entry["fork_adapt"]["code"], dst)
             entry["_host"] = (real["path"], real["start_byte"], real["end_byte"])
             per_fn.append(entry)
         t_gen = time.monotonic() - tt - t_retr
@@ -298,6 +306,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         gen = {st: agg(st) for st in strats}
         gen["fork_adapt"]["diagnostics"] = fork_adapt_diagnostics(per_fn)
         fa, ff = gen["fork_adapt"]["statement_accuracy_aligned"], gen["fork_flow"]["statement_accuracy_aligned"]
+        gen["fork_adapt"]["ceilings"] = ceilings_summary(per_fn, ff)
         ratio = (fa / ff) if ff > 0 else float("inf")
         checks = {"fused_recall@1": {"value": retrieval["fused"]["recall@1"], "target": RECALL1_TARGET,
                                      "met": retrieval["fused"]["recall@1"] >= RECALL1_TARGET},
@@ -346,16 +355,88 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     return out
 
 
-def mask_target_names(statements, prof) -> list[str]:
+def mask_target_names(statements, prof, extra=frozenset()) -> list[str]:
     """Statements with the target's own names (attributes, header declarations, names carrying
-    its name) replaced by one placeholder: what statement accuracy would be if every identifier
-    mapped perfectly."""
+    its name) and the tokens in ``extra`` replaced by one placeholder: what statement accuracy
+    would be if every identifier mapped perfectly."""
     import re
 
-    names = set(prof.kind_of) | set(prof.declared)
+    names = set(prof.kind_of) | set(prof.declared) | set(extra)
     alias = re.compile("|".join(re.escape(a) for a in prof.aliases)) if prof.aliases else None
     return [" ".join("@" if t in names or (alias is not None and alias.search(t)) else t for t in s.split(" "))
             for s in statements]
+
+
+CEILING_DEFINITIONS = {
+    "oracle_donor": f"per function, the best aligned statement accuracy among the top-{ORACLE_K} donors of "
+                    "fork-and-adapt's ranking, each adapted and fitted exactly as fork-and-adapt does (the donor "
+                    "chosen with hindsight); mean over the evaluated functions",
+    "oracle_mapping": "fork-and-adapt's chosen donor with an ideal identifier mapping, measured as aligned statement "
+                      "accuracy modulo target-specific identifiers: every token naming something target-specific "
+                      "(T's attributes, header declarations, TableGen namespaces, names carrying T's name; the "
+                      "identifiers the indexer marks target-specific in T's real function; every name part the "
+                      "adaptation wrote for one of the donor's target-specific identifiers, mapped or not) becomes "
+                      "one placeholder on both sides; the donor both with and without case arms pruned for "
+                      "unmapped labels (an ideal mapping would keep them); per function the maximum of these and "
+                      "the unmasked accuracy. An upper bound of any remapping of the donor's target-specific "
+                      "identifiers onto T's names",
+    "oracle_donor_and_mapping": f"both: per function the best oracle_mapping score among the top-{ORACLE_K} donors",
+}
+
+
+def donor_ceilings(index, cache, hits, adapted: dict, real: dict, fa_code: Optional[str], dst) -> dict:
+    """One function's ceilings of the one-donor design (CEILING_DEFINITIONS): for each of the top
+    donors, its accuracy as fork-and-adapt would produce it and with an ideal identifier mapping."""
+    from corpora.backend_tree import parse_definition
+    from retrieval.backend_adapt import MATCH_KINDS, adapt, fit_definition
+
+    ref = list(real["statements"] or [])
+    ref_names = {p for i in real["identifiers"] or [] for p in i.split("::") if p != "llvm"}
+    acc, ideal = [], []
+    for n, h in enumerate(hits):
+        a = adapted[h.func_id]
+        # the top donor's code is fork-and-adapt's own output, so oracle_donor >= fork_adapt exactly
+        code = fa_code if n == 0 else fit_definition(a.text, real["qualified_name"], bool(real["in_class"]))
+        parsed = parse_definition(code) if code else None
+        stmts = parsed[0] if parsed else []
+        al = statement_accuracy(stmts, ref)[0] if parsed else 0.0
+        names = ref_names | dst.namespaces | {p for m in a.mappings if m.how != "generic"
+                                              for p in m.target.split("::") if p != "llvm"}
+        best = al
+        variants = [stmts] if parsed else []
+        if any(m.how == "unmapped" and m.kind in MATCH_KINDS for m in a.mappings):  # adapt pruned some arms
+            row = index.rows[index.pos[h.func_id]]
+            unpruned = adapt(cache.text(h.func_id), list(row["identifiers"] or []), cache.profile(row["target"]),
+                             dst, h.func_id, prune=False).text
+            p2 = parse_definition(fit_definition(unpruned, real["qualified_name"], bool(real["in_class"])))
+            if p2:
+                variants.append(p2[0])
+        masked_ref = mask_target_names(ref, dst, names)
+        for v in variants:
+            best = max(best, statement_accuracy(mask_target_names(v, dst, names), masked_ref)[0])
+        acc.append(al)
+        ideal.append(best)
+    top = max(range(len(acc)), key=lambda i: (acc[i], -i))
+    return {"donor": round(acc[top], 4), "donor_source": hits[top].func_id, "donor_rank": top + 1,
+            "mapping": round(ideal[0], 4), "donor_and_mapping": round(max(ideal), 4)}
+
+
+def ceilings_summary(per_fn: list[dict], fork_flow_aligned: float) -> dict:
+    """Mean of each ceiling over the evaluated functions, and its ratio to fork-flow's accuracy:
+    does any one-donor fork-and-adapt reach the 2x target at all?"""
+    n = len(per_fn)
+    out: dict = {"k": ORACLE_K, "fork_flow_aligned": fork_flow_aligned,
+                 "needed_for_target": round(STATEMENT_RATIO_TARGET * fork_flow_aligned, 4)}
+    for name, key in (("oracle_donor", "donor"), ("oracle_mapping", "mapping"),
+                      ("oracle_donor_and_mapping", "donor_and_mapping")):
+        v = round(sum(e["fork_adapt"]["oracle"][key] for e in per_fn) / n, 4)
+        ratio = v / fork_flow_aligned if fork_flow_aligned > 0 else None
+        out[name] = {"statement_accuracy_aligned": v,
+                     "ratio_to_fork_flow": round(ratio, 3) if ratio is not None else None,
+                     "reaches_target": ratio is None or ratio >= STATEMENT_RATIO_TARGET}
+    out["oracle_donor"]["functions_improved"] = sum(1 for e in per_fn if e["fork_adapt"]["oracle"]["donor_rank"] > 1)
+    out["definitions"] = CEILING_DEFINITIONS
+    return out
 
 
 def fork_adapt_diagnostics(per_fn: list[dict]) -> dict:
@@ -586,6 +667,13 @@ def summary_table(res: dict) -> str:
                          f"(-{dg['loses_to_fork_flow']['points']:.3f}); fork-flow's source lacks "
                          f"{dg['fork_flow_source_lacks_role']['functions']} roles; with perfect identifier mapping "
                          f"<= {dg['aligned_if_names_mapped_perfectly']:.3f}")
+        ce = t["generation"]["fork_adapt"].get("ceilings")
+        if ce:
+            lines.append("  one-donor ceilings (x fork-flow): " + ", ".join(
+                f"{lab} {ce[k]['statement_accuracy_aligned']:.3f} ({ce[k]['ratio_to_fork_flow'] or 'inf'}x)"
+                for lab, k in ((f"best of top-{ce['k']} donors", "oracle_donor"), ("ideal mapping", "oracle_mapping"),
+                               ("both", "oracle_donor_and_mapping")))
+                + f"; {STATEMENT_RATIO_TARGET:g}x needs {ce['needed_for_target']:.3f}")
         if "coverage" in t["generation"].get("skills", {}):
             lines.append(f"  skills coverage: {json.dumps(t['generation']['skills']['coverage'])}")
         lin = t.get("lineages")

@@ -63,7 +63,7 @@ def end_point_timing(problem_dir: Path, final: str, store: Path) -> dict[str, An
 
 def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model: str | None,
         max_steps: int, seeds: tuple[int, ...], parallel_problems: int = 1, end_points: bool = True,
-        strategy: str | None = None) -> dict[str, Any]:
+        strategy: str | None = None, time_limit_s: float | None = None) -> dict[str, Any]:
     from corpora.problem import load_problem
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.executors import resolve_executor
@@ -75,7 +75,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
     dirs = sorted(p.parent for p in CORPUS.glob("*/definition.json"))
     rows: list[dict[str, Any]] = []
     cfg = MineConfig(executor=executor, jobs=jobs, store=store, model=model, max_steps=max_steps, seeds=seeds,
-                     strategy=strategy)
+                     strategy=strategy, time_limit_s=time_limit_s)
     selected = []
     for d in dirs:
         problem = load_problem(d)
@@ -163,6 +163,37 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
             "model": model or "", "max_steps": max_steps, "seeds": list(seeds), "problems": rows, "summary": summary}
 
 
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """Combine result files of GPU runs over disjoint problem groups (one device call cannot hold
+    the whole corpus). A later file's row replaces an earlier one for the same problem. Skill
+    counts are per-run stores and are summed; they are not merged across problems."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    rows: dict[str, dict[str, Any]] = {}
+    for path, run_ in zip(paths, runs):
+        for r in run_["problems"]:
+            rows[r["problem"]] = {**r, "from": Path(path).name}
+    mined = [r for r in rows.values() if r.get("status") == "mined"]
+    listed = sum(len(r["listed"]) for r in mined)
+    removed = sum(len(r["removed"]) for r in mined)
+    ends = {r["problem"]: r["end_point"] for r in mined if "final_over_naive" in r.get("end_point", {})}
+    summary = {
+        "carrier_recall": round(removed / listed, 4) if listed else None, "recall_target": RECALL_TARGET,
+        "recall_met": bool(listed) and removed / listed >= RECALL_TARGET,
+        "problems_mined": len(mined), "final_correct": sum(bool(r.get("final_correct")) for r in mined),
+        "terminations": {r["problem"]: r["termination"] for r in mined},
+        "end_within_2x_of_naive": f"{sum(e['within_2x'] for e in ends.values())}/{len(ends)}",
+        "end_over_naive": {k: e["final_over_naive"] for k, e in ends.items()},
+        "steps": sum(r["steps"] for r in mined), "rejections": sum(r["rejections"] for r in mined),
+        "llm_tokens": sum(r.get("llm_tokens", 0) for r in mined),
+        "skills_summed_over_runs": sum(r_["summary"].get("skills", 0) for r_ in runs),
+        "remaining_by_carrier": _count(c for r in mined for c in r["remaining"]),
+    }
+    first = runs[0]
+    return {**{k: first[k] for k in ("executor", "machine", "strategy", "model", "max_steps", "seeds")},
+            "merged_from": [str(p) for p in paths], "problems": sorted(rows.values(), key=lambda r: r["problem"]),
+            "summary": summary}
+
+
 def _count(items) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in items:
@@ -208,9 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=100)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--strategy", default=None, help="priority or smallest_effect (default: by executor)")
+    ap.add_argument("--time-limit", type=float, default=None, help="seconds per walk (termination time_limit)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="merge result files of runs over disjoint problem groups into --out, then exit")
     args = ap.parse_args(argv)
+    if args.merge:
+        res = merge(args.merge)
+        out = args.out or RESULTS / f"bench_mining_{res['executor']}.json"
+        out.write_text(json.dumps(res, indent=2))
+        print(json.dumps(res["summary"], indent=2))
+        return 0 if res["summary"]["recall_met"] else 1
     problems = [p for p in args.problems.split(",") if p] or None
     seeds = tuple(int(s) for s in args.seeds.split(","))
     tmp = None
@@ -219,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.TemporaryDirectory(prefix="ks-bench-mining-")
         store = Path(tmp.name)
     res = run(args.executor, problems, store.resolve(), args.jobs, args.model, args.max_steps, seeds,
-              args.parallel_problems, not args.no_end_points, args.strategy)
+              args.parallel_problems, not args.no_end_points, args.strategy, args.time_limit)
     out = args.out or RESULTS / f"bench_mining_{res['executor']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2))

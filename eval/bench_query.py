@@ -1,6 +1,7 @@
 """Query latency and indexing throughput of kernel-skill retrieval.
 
-    python -m eval.bench_query --store /tmp/ks-mined [--scale 10000] [--json] [--out eval/results/bench_query.json]
+    python -m eval.bench_query --store /tmp/ks-mined [--scale 10000] [--scale-dir DIR] [--json]
+                               [--out eval/results/bench_query.json]
 
 1. Cold CLI: wall time of `skills query --code FILE --json --no-server` as a fresh process (what an
    agent calling the CLI in a loop pays), against the store's real index; `skills --help` is
@@ -15,7 +16,8 @@
    * ``repeat``: queries of code the server has seen (its unit-embedding cache hits), and
    * ``novel``: every query new code (an identifier renamed): MiniLM and the GNN run on the chunks
      and windows the rename touched (an edit of a kernel the server has seen).
-   Targets: p50 <= 20 ms, p99 <= 50 ms. The server's MiniLM is onnxruntime (retrieval/minilm_onnx.py).
+   Targets: p50 <= 20 ms, p99 <= 50 ms. The server's MiniLM is onnxruntime (retrieval/minilm_onnx.py),
+   int8 weights unless SKILLS_TEXT_PRECISION=fp32.
 3. Indexing throughput: `index_skills` on a fresh store of synthetic skills (text embedding,
    graph encoder training and embedding, snapshot), documents per second per phase.
 
@@ -201,7 +203,8 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
                "repeat_ms": _summary(repeat), "novel_ms": _summary(novel),
                "novel_text_embed_ms": _summary(novel_embed),
                "novel_stage_p50_ms": {k: round(_pct(v, 50), 2) for k, v in novel_stages.items()},
-               "text_encoder": "onnxruntime" if os.environ.get("SKILLS_TEXT_BACKEND", "onnxruntime") != "numpy" else "numpy",
+               "text_encoder": ("onnxruntime-" + os.environ.get("SKILLS_TEXT_PRECISION", "int8"))
+               if os.environ.get("SKILLS_TEXT_BACKEND", "onnxruntime") != "numpy" else "numpy",
                "cache": health.get("cache"),
                "loadavg_1m_end": os.getloadavg()[0],
                "targets_ms": {"p50": 20, "p99": 50},
@@ -270,6 +273,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--novel", type=int, default=30)
     ap.add_argument("--index-skills", type=int, default=60, help="synthetic skills for the indexing throughput run")
+    ap.add_argument("--scale-dir", type=Path, default=None,
+                    help="keep the scale set's store here and reuse it on later runs (default: a temporary folder)")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: cold,server,index")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
@@ -283,12 +288,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "cold" not in skip:
         res["cold_cli"] = cold_cli(args.store, args.repeats, log)
     if "server" not in skip:
-        tmp = Path(tempfile.mkdtemp(prefix="ks-bench-scale-"))
+        keep = args.scale_dir is not None
+        tmp = args.scale_dir if keep else Path(tempfile.mkdtemp(prefix="ks-bench-scale-"))
         try:
-            res["scale_set"] = build_scale_snapshot(args.store, args.scale, tmp, log=log)
+            made = keep and (tmp / "scale_set.json").is_file()
+            if made:  # built by an earlier run (same store, scale and seed): reused, not timed again
+                res["scale_set"] = json.loads((tmp / "scale_set.json").read_text())
+                if res["scale_set"].get("n_skills") != args.scale:
+                    raise SystemExit(f"{tmp} holds a scale set of {res['scale_set'].get('n_skills')} skills, "
+                                     f"not {args.scale}: remove it or pick another --scale-dir")
+            else:
+                res["scale_set"] = build_scale_snapshot(args.store, args.scale, tmp, log=log)
+                if keep:
+                    (tmp / "scale_set.json").write_text(json.dumps(res["scale_set"]))
             res["warm_server"] = warm_server(tmp, args.queries, args.novel, log)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if not keep:
+                shutil.rmtree(tmp, ignore_errors=True)
     if "index" not in skip:
         res["indexing"] = indexing(args.store, args.index_skills, log)
     res["machine"]["loadavg_end"] = list(os.getloadavg())

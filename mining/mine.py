@@ -77,6 +77,8 @@ class MineConfig:
     profile_top: int = 6
     profile_all_workloads: bool = False  # GPU effects: every workload, or only the primary large one (faster)
     profile_repeats: int = 20
+    # GPU walks: a step may not leave the kernel slower than this many times naive.cu (0: no ceiling)
+    slowdown_ceiling: float = 2.0
     operators: Optional[tuple[str, ...]] = None  # restrict to these operator names
     store: Optional[Path] = None
     use_cache: bool = True
@@ -172,13 +174,15 @@ class KernelGateChecker:
 
 def gpu_timing_lock(store_root: Path):
     """Serialize GPU timing across threads and processes that mine into one store: two kernels
-    timed at once would each measure the other."""
+    timed at once would each measure the other. Processes mining into different stores on one
+    GPU share a lock by naming the same file in SKILLS_GPU_LOCK."""
     import contextlib
     import fcntl
 
     @contextlib.contextmanager
     def _lock():
-        path = Path(store_root).resolve() / "cache" / "gpu-timing.lock"
+        shared = os.environ.get("SKILLS_GPU_LOCK")
+        path = Path(shared) if shared else Path(store_root).resolve() / "cache" / "gpu-timing.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
@@ -355,6 +359,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         profile_dir = primary_profile_dir(problem, store_root.resolve() / "cache")
     checker = KernelGateChecker(problem, kernel_path, gate_cfg, config.jobs, pool, profile_dir, config.profile_repeats)
     operators = _operator_order(config.operators)
+    naive_ms, max_cost = _cost_ceiling(problem, checker, config.slowdown_ceiling)
     rejected_so_far: list = []
     llm_failures: list[tuple[int, str]] = []
 
@@ -373,7 +378,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
 
     walk = backward_walk(expert, propose, checker, strategy=strategy, jobs=config.jobs, max_steps=config.max_steps,
                          max_rejections=config.max_rejections, time_limit_s=config.time_limit_s,
-                         profile_top=config.profile_top, on_event=event)
+                         profile_top=config.profile_top, max_cost=max_cost, on_event=event)
     if walk.termination == "start_failed":
         v = walk.start_verdict
         raise BadInput(f"{kernel_path}: the expert itself does not pass the gate ({v.reason if v else 'unknown'})")
@@ -450,7 +455,8 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         config={"fingerprint": fp, "max_steps": config.max_steps, "max_rejections": config.max_rejections,
                 "seeds": list(config.seeds), "archs": list(config.archs), "model": model or "",
                 "probes": probes.workloads if probes else [], "operators": [op.name for op in operators],
-                "listed_carriers": listed, "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures]})
+                "listed_carriers": listed, "naive_ms": naive_ms, "cost_ceiling_ms": max_cost,
+                "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures]})
     existing_ids = {s.skill_id for s in ks.skills()} if store.exists() else set()
     gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
                  for h, d in checker.results.items()]
@@ -460,6 +466,15 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         _index(store, merged)
     return _outcome(problem, lineage, merged, new, len({s.skill_id for s in skills}) - new, False,
                     time.perf_counter() - t0, listed, expert, walk.states[-1])
+
+
+def _cost_ceiling(problem: Problem, checker: KernelGateChecker, ratio: float) -> tuple[Optional[float], Optional[float]]:
+    """(naive.cu's time, the walk's cost ceiling) on a GPU when the problem ships a naive kernel."""
+    naive = problem.root / "naive.cu"
+    if not checker.can_time or ratio <= 0 or not naive.exists():
+        return None, None
+    t = checker.time(naive.read_text())
+    return (t, t * ratio) if t else (None, None)
 
 
 def _index(store, skills: list[Skill]) -> None:

@@ -18,6 +18,11 @@ Strategies:
 
 A candidate rejected once is not re-evaluated while the code it touches (its enclosing
 function) is unchanged: `Candidate.retry_key` says what "unchanged" means.
+
+`max_cost` (timed walks only) is a ceiling on the cost of an accepted state, e.g. twice the
+time of the problem's naive kernel: a simplification that passes the gate but lands far below
+naive (a single-address atomic from every one of 67M threads) is rejected as `too_slow`. The
+walk is meant to end near a naive implementation, not at a pathological one.
 """
 from __future__ import annotations
 
@@ -88,7 +93,7 @@ class WalkResult:
 def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], checker: Checker, *,
                   strategy: str = "priority", jobs: int = 2, max_steps: int = 100, max_rejections: int = 200,
                   time_limit_s: Optional[float] = None, profile_top: int = 6, check_start: bool = True,
-                  on_event: Callable[[WalkEvent], None] = lambda e: None) -> WalkResult:
+                  max_cost: Optional[float] = None, on_event: Callable[[WalkEvent], None] = lambda e: None) -> WalkResult:
     if strategy not in ("priority", "smallest_effect"):
         raise ValueError(f"unknown strategy {strategy!r} (priority, smallest_effect)")
     if strategy == "smallest_effect" and not checker.can_time:
@@ -98,6 +103,7 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
     accepted: list[tuple[Candidate, Verdict]] = []
     rejected: list[tuple[int, Candidate, Verdict]] = []
     rejected_keys: set[str] = set()
+    too_slow: set[str] = set()  # texts over the cost ceiling, never proposed again
     times: dict[int, Optional[float]] = {}
     tokens = 0
     start_verdict = None
@@ -105,8 +111,24 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
         start_verdict = checker.check_many([start])[0]
         if not start_verdict.passed:
             return WalkResult(states, accepted, rejected, "start_failed", time.perf_counter() - t0, start_verdict)
-    if strategy == "smallest_effect":
+    if max_cost is not None and not checker.can_time:
+        max_cost = None  # a ceiling needs timings; without them the walk is unbounded as before
+    if strategy == "smallest_effect" or max_cost is not None:
         times[0] = checker.time(start)
+
+    def over_ceiling(step: int, c: Candidate, v: Verdict, t: Optional[float]) -> bool:
+        """Reject a passing candidate whose cost is above the ceiling (and remember it)."""
+        if max_cost is None or t is None or t <= max_cost:
+            return False
+        v.passed, v.verdict = False, "too_slow"
+        v.reason = f"passes the gate but costs {t:.4g} ms, above the ceiling of {max_cost:.4g} ms"
+        v.summary["time"] = t
+        too_slow.add(c.source)
+        rejected.append((step, c, v))
+        if c.retry_key:
+            rejected_keys.add(c.retry_key)
+        on_event(WalkEvent("evaluated", step, c, v))
+        return True
     termination = "complete"
     step = 1
     while True:
@@ -122,7 +144,7 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
         seen_text = {current}
         pool = []
         for c in cands:
-            if c.source in seen_text or (c.retry_key and c.retry_key in rejected_keys):
+            if c.source in seen_text or c.source in too_slow or (c.retry_key and c.retry_key in rejected_keys):
                 continue
             seen_text.add(c.source)
             pool.append(c)
@@ -148,19 +170,31 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
                 break
             if strategy == "smallest_effect" and len(passing) >= profile_top:
                 break
-        if passing:
-            if strategy == "priority":
-                chosen = passing[0]
-            else:
-                base = times.get(len(states) - 1)
-                timed = []
-                for c, v in passing[:profile_top]:
-                    t = checker.time(c.source)
-                    v.summary["time"] = t
-                    timed.append((abs((t or 0) / base - 1.0) if (t and base) else float("inf"), len(timed), c, v, t))
+        if passing and strategy == "priority":
+            for c, v in passing:  # passing is in priority order; untimed unless there is a ceiling
+                t = checker.time(c.source) if max_cost is not None else None
+                if not over_ceiling(step, c, v, t):
+                    chosen = (c, v)
+                    if t is not None:
+                        v.summary["time"] = times[len(states)] = t
+                    break
+            if chosen is None and not limit_hit:
+                continue  # every passing candidate was too slow: they are rejected now, propose again
+        elif passing:
+            base = times.get(len(states) - 1)
+            timed = []
+            for c, v in passing[:profile_top]:
+                t = checker.time(c.source)
+                if over_ceiling(step, c, v, t):
+                    continue
+                v.summary["time"] = t
+                timed.append((abs((t or 0) / base - 1.0) if (t and base) else float("inf"), len(timed), c, v, t))
+            if timed:
                 _, _, c, v, t = min(timed)
                 chosen = (c, v)
                 times[len(states)] = t
+            elif not limit_hit:
+                continue
         if chosen is None:
             termination = "rejection_limit" if limit_hit else "complete"
             break

@@ -59,6 +59,36 @@ def test_bench_runs_on_toy_targets(tmp_path, capsys):
     assert full["machine"]["cores"] >= 1 and full["seconds"]["total_s"] > 0
 
 
+def test_bench_reports_one_donor_ceilings(tmp_path, capsys):
+    store = tmp_path / "store"
+    shutil.copytree(indexed_toy_store(), store)
+    out = tmp_path / "res.json"
+    main(["--llvm", str(TOY), "--store", str(store), "--targets", "Wren", "--fork-flow-source", "Kite",
+          "--epochs", "2", "--out", str(out), "--json", "--no-gate"])
+    summary = json.loads(capsys.readouterr().out)
+    t = json.loads(out.read_text())["targets"]["Wren"]
+    fa, ff = t["generation"]["fork_adapt"], t["generation"]["fork_flow"]
+    ce = fa["ceilings"]
+    assert ce == summary["targets"]["Wren"]["generation"]["fork_adapt"]["ceilings"]
+    assert ce["k"] == 5 and set(ce["definitions"]) == {"oracle_donor", "oracle_mapping", "oracle_donor_and_mapping"}
+    v = {k: ce[k]["statement_accuracy_aligned"] for k in ce["definitions"]}
+    assert all(0.0 <= x <= 1.0 for x in v.values())
+    # each ceiling includes fork-and-adapt's own output; the combined one includes both others
+    assert v["oracle_donor"] >= fa["statement_accuracy_aligned"]
+    assert v["oracle_mapping"] >= fa["statement_accuracy_aligned"]
+    assert v["oracle_donor_and_mapping"] >= max(v["oracle_donor"], v["oracle_mapping"])
+    for k, x in v.items():
+        assert ce[k]["ratio_to_fork_flow"] == round(x / ff["statement_accuracy_aligned"], 3)
+        assert ce[k]["reaches_target"] == (x / ff["statement_accuracy_aligned"] >= 2.0)
+    for e in t["functions"]:  # per function too, and the top donor is fork-and-adapt's pick
+        o = e["fork_adapt"]["oracle"]
+        assert 1.0 >= o["donor_and_mapping"] >= max(o["donor"], o["mapping"])
+        assert min(o["donor"], o["mapping"]) >= e["fork_adapt"]["aligned"] >= 0.0
+        assert o["donor_rank"] > 1 or (o["donor_source"] == e["fork_adapt"]["source"]
+                                        and o["donor"] == e["fork_adapt"]["aligned"])
+    assert "ceilings" not in t["generation"]  # generation's keys stay the strategies
+
+
 def test_bench_with_skills_on_toy_targets(tmp_path, capsys):
     if gate_skip_reason() is not None:
         pytest.skip(gate_skip_reason())

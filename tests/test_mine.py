@@ -88,6 +88,25 @@ def test_walk_smallest_effect_removes_the_cheapest_first():
         backward_walk("a", _remove_one, _Broken(None, "q"), strategy="smallest_effect")
 
 
+class _AtomicsChecker(ScriptedChecker):
+    """Every text passes; without the token `agg` the text is 20x slower (atomics from every thread)."""
+
+    def time(self, source):
+        return 1.0 if "agg" in source.split() else 20.0
+
+
+@pytest.mark.parametrize("strategy", ["priority", "smallest_effect"])
+def test_walk_rejects_a_step_above_the_cost_ceiling(strategy):
+    res = backward_walk("agg b c", _remove_one, _AtomicsChecker(), strategy=strategy, jobs=1, max_cost=2.0)
+    assert res.termination == "complete" and res.states[-1] == "agg"
+    assert sorted(c.carrier for c, _ in res.accepted) == ["b", "c"]
+    slow = [(c.carrier, v) for _, c, v in res.rejected]
+    assert [c for c, _ in slow] == ["agg"]  # rejected once, with its measured cost, never retried
+    assert slow[0][1].verdict == "too_slow" and "20 ms" in slow[0][1].reason and slow[0][1].summary["time"] == 20.0
+    # without the ceiling the same walk removes everything
+    assert backward_walk("agg b c", _remove_one, _AtomicsChecker(), strategy=strategy, jobs=1).states[-1] == ""
+
+
 # --------------------------------------------------------------------------- induction, guards
 def test_induce_picks_the_weakest_consistent_hypothesis():
     space = hypotheses(["N"], tiles=[32], row_axes={"N": 4})
@@ -279,3 +298,27 @@ def test_exemplars_carry_no_carrier_annotations():
     before, after, diff = exemplar(optimized, simpler)
     assert "carrier:" not in before + after + diff
     assert "+#pragma unroll" in diff and "k(float* __restrict__ y) {\n" in after
+
+
+def test_bench_mining_merge_joins_disjoint_runs_and_recomputes_recall(tmp_path):
+    """GPU runs are split over device calls: `--merge` joins them, a later row replaces an earlier
+    one for the same problem, and recall and end points are recomputed over the union."""
+    from eval.bench_mining import merge
+
+    def row(problem, listed, removed, ratio):
+        return {"problem": problem, "status": "mined", "listed": listed, "removed": removed,
+                "remaining": [c for c in listed if c not in removed], "steps": len(removed), "rejections": 0,
+                "termination": "complete", "final_correct": True,
+                "end_point": {"final_over_naive": ratio, "within_2x": ratio <= 2.0}}
+
+    def run(rows):
+        return {"executor": "cuda", "machine": "m", "strategy": "priority", "model": "", "max_steps": 100,
+                "seeds": [0], "problems": rows, "summary": {"skills": len(rows)}}
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(run([row("p", ["x", "y"], ["x"], 13.5), row("q", ["z"], ["z"], 0.5)])))
+    b.write_text(json.dumps(run([row("p", ["x", "y"], ["x", "y"], 0.24)])))
+    res = merge([a, b])
+    assert [(r["problem"], r["from"]) for r in res["problems"]] == [("p", "b.json"), ("q", "a.json")]
+    assert res["summary"]["carrier_recall"] == 1.0 and res["summary"]["end_within_2x_of_naive"] == "2/2"
+    assert not merge([a])["summary"]["recall_met"]  # 2 of 3 carriers

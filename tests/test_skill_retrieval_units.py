@@ -167,6 +167,32 @@ def test_onnx_minilm_matches_sentence_transformers(tmp_path):
         build_model(bad)
 
 
+def test_int8_minilm_stays_close_to_fp32(tmp_path):
+    """The int8 graph (the query default) is written next to the fp32 one on first use and gives
+    vectors close to fp32's on query chunks: close enough that the same documents rank first."""
+    pytest.importorskip("onnxruntime")
+    from retrieval.minilm_numpy import export_prepared
+    from retrieval.minilm_onnx import ONNX_FILE_INT8, OnnxMiniLM, build_model
+    from retrieval.skill_docs import query_units
+
+    prepared = export_prepared(tmp_path / "minilm")
+    fp32, int8 = OnnxMiniLM(256, path=prepared, precision="fp32"), OnnxMiniLM(256, path=prepared, precision="int8")
+    assert int8.backend == "onnxruntime-int8"
+    chunks = [u.text for f in ("softmax", "sgemm", "attention_fwd")
+              for u in query_units((KERNELS / f / "naive.cu").read_text(), count_tokens=fp32.count_tokens).text_units]
+    a, b = fp32.embed(chunks), int8.embed(chunks)
+    assert (prepared / ONNX_FILE_INT8).is_file()
+    cos = (a * b).sum(1)
+    assert cos.min() > 0.95 and cos.mean() > 0.98, (cos.min(), cos.mean())
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    # each chunk's nearest chunk among all of them is the same under both encoders
+    assert ((a @ a.T - 2 * np.eye(len(a))).argmax(1) == (b @ a.T - 2 * np.eye(len(a))).argmax(1)).mean() >= 0.9
+    # the int8 graph is deterministic: the same bytes for the same weights
+    assert build_model(int8._load()[0], int8=True) == (prepared / ONNX_FILE_INT8).read_bytes()
+    with pytest.raises(ValueError):
+        OnnxMiniLM(256, path=prepared, precision="fp16")
+
+
 def test_text_chunks_bound_tokens_and_keep_lines():
     from retrieval.minilm_numpy import get_numpy_embedder
     from retrieval.skill_docs import QUERY_TEXT_TOKENS, TEXT_CHUNK_TOKENS, query_units
