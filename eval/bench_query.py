@@ -152,6 +152,7 @@ def _variant(code: str, i: int) -> str:
 
 
 def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=print) -> dict:
+    from retrieval.minilm_onnx import query_precision
     from retrieval.server import find_server, request
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -203,7 +204,7 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
                "repeat_ms": _summary(repeat), "novel_ms": _summary(novel),
                "novel_text_embed_ms": _summary(novel_embed),
                "novel_stage_p50_ms": {k: round(_pct(v, 50), 2) for k, v in novel_stages.items()},
-               "text_encoder": ("onnxruntime-" + os.environ.get("SKILLS_TEXT_PRECISION", "int8"))
+               "text_encoder": ("onnxruntime-" + query_precision())
                if os.environ.get("SKILLS_TEXT_BACKEND", "onnxruntime") != "numpy" else "numpy",
                "cache": health.get("cache"),
                "loadavg_1m_end": os.getloadavg()[0],

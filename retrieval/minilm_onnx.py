@@ -232,6 +232,12 @@ ONNX_FILE_INT8 = "minilm-l6-encoder-int8.onnx"
 PRECISIONS = ("fp32", "int8")
 
 
+def query_precision() -> str:
+    """The precision queries are embedded with: int8 unless SKILLS_TEXT_PRECISION says otherwise
+    (documents are always embedded in fp32, at index time)."""
+    return os.environ.get("SKILLS_TEXT_PRECISION", "int8")
+
+
 def write_onnx(dest: os.PathLike | str, weights: dict, int8: bool = False) -> Path:
     """Write ``build_model(weights, int8)`` as ``dest``/ONNX_FILE (or ONNX_FILE_INT8), atomically:
     concurrent queries may race."""
@@ -249,7 +255,7 @@ class OnnxMiniLM(NumpyMiniLM):
     onnxruntime.
 
     ``precision``: "fp32" (the index's own vectors, cosine > 0.9999) or "int8" (per-column int8
-    weights: ~2x faster per token, cosine ~0.99 to fp32; SKILLS_TEXT_PRECISION). ``threads``:
+    weights: ~2x faster per token, cosine ~0.99 to fp32; see ``query_precision``). ``threads``:
     intra-op threads for a batch of at least ``PARALLEL_TOKENS`` tokens (SKILLS_BLAS_THREADS, 1 by
     default); smaller batches run on one thread, where the thread pool's hand-offs cost more than
     they save."""
@@ -260,7 +266,7 @@ class OnnxMiniLM(NumpyMiniLM):
                  precision: Optional[str] = None):
         super().__init__(max_seq_length=max_seq_length, batch_size=batch_size, path=path)
         self.threads = threads or int(os.environ.get("SKILLS_BLAS_THREADS", "1") or 1)
-        self.precision = precision or os.environ.get("SKILLS_TEXT_PRECISION", "fp32")
+        self.precision = precision or "fp32"
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown MiniLM precision {self.precision!r}; use one of {', '.join(PRECISIONS)}")
         self._sess: dict[int, object] = {}  # intra-op threads -> session

@@ -179,7 +179,9 @@ class Searcher:
         # the onnxruntime encoder's weights: "int8" (default; ~2.6x faster per token than "fp32",
         # cosine 0.993 mean / 0.97 min to it on the corpus's query chunks, retrieval metrics unchanged:
         # retrieval/minilm_onnx.py) or "fp32" (the index's own vectors)
-        self.text_precision = text_precision or os.environ.get("SKILLS_TEXT_PRECISION", "int8")
+        from retrieval.minilm_onnx import query_precision
+
+        self.text_precision = text_precision or query_precision()
         self._cache = _LRU(cache_size)  # unit text / window -> vector
         self._qcache = _LRU(32)  # code -> (checker, units, scores): re-queries of the same code
         # unit -> its similarity to every document, ~64 MB at most (_doc_sims)
