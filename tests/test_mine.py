@@ -322,3 +322,23 @@ def test_bench_mining_merge_joins_disjoint_runs_and_recomputes_recall(tmp_path):
     assert [(r["problem"], r["from"]) for r in res["problems"]] == [("p", "b.json"), ("q", "a.json")]
     assert res["summary"]["carrier_recall"] == 1.0 and res["summary"]["end_within_2x_of_naive"] == "2/2"
     assert not merge([a])["summary"]["recall_met"]  # 2 of 3 carriers
+
+
+def test_gpu_timing_lock_can_be_shared_across_stores(tmp_path, monkeypatch):
+    """SKILLS_GPU_LOCK names one lock file for processes mining different stores on one GPU; a
+    second holder waits until the first releases it."""
+    import fcntl
+
+    from mining.mine import gpu_timing_lock
+
+    shared = tmp_path / "gpu.lock"
+    monkeypatch.setenv("SKILLS_GPU_LOCK", str(shared))
+    with gpu_timing_lock(tmp_path / "store-a"):
+        assert shared.is_file() and not (tmp_path / "store-a" / "cache" / "gpu-timing.lock").exists()
+        with open(shared) as other, pytest.raises(BlockingIOError):  # held: another store cannot take it
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(shared) as other:  # released on exit
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    monkeypatch.delenv("SKILLS_GPU_LOCK")
+    with gpu_timing_lock(tmp_path / "store-b"):
+        assert (tmp_path / "store-b" / "cache" / "gpu-timing.lock").is_file()
