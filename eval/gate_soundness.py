@@ -13,7 +13,7 @@ verdict is reused). A planted bug counts as rejected when the verdict is anythin
 entry records why (wrong_values, unwritten, race, oob, barrier_divergence, deadlock, timeout, ...).
 A correct kernel that does not pass is a false reject. Exit status 0 only when every planted bug
 is rejected and no correct kernel is rejected. The JSON summary is also written to
-eval/results/gate_soundness_<executor>.json.
+eval/results/gate_soundness_<executor>.json (to ``--out FILE`` instead when given).
 """
 from __future__ import annotations
 
@@ -263,7 +263,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         sanitize=args.sanitize, only=args.only, manifest=args.manifest, progress=progress)
     wall = time.perf_counter() - start
     text = json.dumps(summary, indent=1)
-    if not args.only:  # a subset must not overwrite the full suite's record
+    if not args.only and not args.out:  # a subset, or a run told where to write (tests), leaves the record alone
         RESULTS.mkdir(parents=True, exist_ok=True)
         suffix = "_sanitize" if args.sanitize else ""
         (RESULTS / f"gate_soundness_{executor}{suffix}.json").write_text(text + "\n")

@@ -107,9 +107,24 @@ class Source:
 
     # ---- tree helpers
     def nodes(self, *types: str, within: Optional[Node] = None) -> Iterator[Node]:
-        for n in walk(within or self.tree.root_node):
-            if n.type in types:
-                yield n
+        """Nodes of these types in pre-order, in the whole tree or in ``within``'s subtree."""
+        if within is not None:
+            return (n for n in walk(within) if n.type in types)
+        if len(types) == 1:
+            return iter(self._by_type.get(types[0], ()))
+        return (n for n in self._preorder if n.type in types)
+
+    @cached_property
+    def _preorder(self) -> list[Node]:
+        # detectors ask for one node type after another: walk the tree once, not once per question
+        return list(walk(self.tree.root_node))
+
+    @cached_property
+    def _by_type(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for n in self._preorder:
+            out.setdefault(n.type, []).append(n)
+        return out
 
     def func_node(self, f: FunctionSig) -> Optional[Node]:
         for n in self.nodes("function_definition"):
@@ -173,7 +188,15 @@ class Source:
         return expr
 
     def global_names(self, f: FunctionSig) -> set[str]:
-        """Pointer parameters of `f` and local pointers initialised from them (to a fixpoint)."""
+        """Pointer parameters of `f` and local pointers initialised from them (to a fixpoint).
+        Kept per function: detectors ask once per memory access."""
+        key = (f.start_byte, f.end_byte)
+        memo = self.__dict__.setdefault("_global_names_memo", {})
+        if key not in memo:
+            memo[key] = frozenset(self._global_names(f))
+        return set(memo[key])
+
+    def _global_names(self, f: FunctionSig) -> set[str]:
         names = {p.name for p in f.params if p.is_pointer}
         fn = self.func_node(f)
         if fn is None:

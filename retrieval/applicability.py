@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from mining.carriers import DETECTORS, Source, call_name, declarator_name, enclosing, grid_stride_loops
 from mining.parse import text, walk
@@ -572,41 +572,76 @@ def _atomic_sites(src: Source) -> list[SiteMatch]:
 _TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
 
 
-def window_tokens(src: Source, window: int = 4) -> list[tuple[int, frozenset]]:
-    """(0-based first line, token set) of every ``window``-line window of the comment-free code."""
-    lines = src.code.decode("utf-8", "replace").splitlines()
+class TokenWindows:
+    """Token sets of every ``window``-line window of the code, as a (windows x vocabulary) 0/1 matrix:
+    Jaccard overlaps of all windows with an excerpt are then one matrix-vector product (a query
+    checks up to hundreds of skills against ~100 windows each)."""
+
+    def __init__(self, src: Source, window: int = 4):
+        import numpy as np
+
+        self.window = window
+        self.lines = src.code.decode("utf-8", "replace").splitlines()
+        starts, sets = [], []
+        for s in range(0, max(1, len(self.lines) - window + 1)):
+            toks = frozenset(_TOK.findall(" ".join(self.lines[s:s + window])))
+            if toks:
+                starts.append(s)
+                sets.append(toks)
+        self.starts = starts
+        self.vocab = {t: j for j, t in enumerate(sorted(set().union(*sets)))} if sets else {}
+        self.m = np.zeros((len(sets), len(self.vocab)), np.float64)
+        for i, toks in enumerate(sets):
+            self.m[i, [self.vocab[t] for t in toks]] = 1.0
+        self.sizes = self.m.sum(1)
+
+    def best(self, refs: Sequence[frozenset]) -> tuple[float, int]:
+        """(best Jaccard overlap, its window's 0-based first line); the first window wins ties."""
+        import numpy as np
+
+        if not refs or not self.starts:
+            return 0.0, 0
+        score = np.zeros(len(self.starts))
+        for r in refs:
+            cols = [self.vocab[t] for t in r if t in self.vocab]
+            inter = self.m[:, cols].sum(1) if cols else np.zeros(len(self.starts))
+            union = self.sizes + len(r) - inter
+            score = np.maximum(score, inter / np.maximum(union, 1))
+        i = int(score.argmax())
+        return float(score[i]), self.starts[i]
+
+
+def similar_excerpts(skill: dict) -> list[str]:
+    """The simpler-side code a skill was applied to: its exemplar's and up to 8 evidence kernels'."""
+    return [skill.get("before", "")] + [e.get("before", "") for e in skill.get("evidence") or []][:8]
+
+
+def excerpt_tokens(excerpts: Iterable[str]) -> list[frozenset]:
+    """Token sets of a skill's simpler-side excerpts (comments dropped), what similar_site compares."""
     out = []
-    for s in range(0, max(1, len(lines) - window + 1)):
-        toks = frozenset(_TOK.findall(" ".join(lines[s:s + window])))
+    for e in excerpts:
+        toks = frozenset(_TOK.findall(re.sub(r"//[^\n]*", "", e or "")))
         if toks:
-            out.append((s, toks))
+            out.append(toks)
     return out
 
 
-def similar_site(src: Source, excerpts: Iterable[str], window: int = 4,
-                 windows: Optional[list[tuple[int, frozenset]]] = None) -> Optional[SiteMatch]:
-    """The query window most like the skill's simpler-side excerpts (token-set overlap)."""
-    lines = src.code.decode("utf-8", "replace").splitlines()
-    refs = []
-    for e in excerpts:
-        toks = set(_TOK.findall(re.sub(r"//[^\n]*", "", e or "")))
-        if toks:
-            refs.append(toks)
-    if not refs or not lines:
+def similar_site(src: Source, excerpts: Iterable[str], window: int = 4, windows: Optional[TokenWindows] = None,
+                 refs: Optional[list[frozenset]] = None) -> Optional[SiteMatch]:
+    """The query window most like the skill's simpler-side excerpts (token-set overlap).
+    ``refs``: the excerpts' token sets when already computed (excerpt_tokens)."""
+    win = windows if windows is not None else TokenWindows(src, window)
+    refs = excerpt_tokens(excerpts) if refs is None else refs
+    if not refs or not win.lines:
         return None
-    best = (0.0, 0)
-    for s, toks in (windows if windows is not None else window_tokens(src, window)):
-        score = max(len(toks & r) / (len(toks | r) or 1) for r in refs)
-        if score > best[0]:
-            best = (score, s)
-    if best[0] <= 0:
+    score, s = win.best(refs)
+    if score <= 0:
         return None
-    s = best[1]
-    end = min(len(lines), s + window)
+    end = min(len(win.lines), s + win.window)
     f = src.function_at(src._line_starts[s] if s < len(src._line_starts) else 0)
-    code = " ".join(" ".join(lines[s:end]).split())[:160]
+    code = " ".join(" ".join(win.lines[s:end]).split())[:160]
     return SiteMatch(s + 1, end, f.name if f else "", code,
-                     f"code most like where this skill was applied (token overlap {best[0]:.2f})", how="similar_code")
+                     f"code most like where this skill was applied (token overlap {score:.2f})", how="similar_code")
 
 
 # --------------------------------------------------------------------------- preconditions
@@ -643,7 +678,7 @@ class Checker:
         self.axes = axes or {}
         self._sites: dict[str, list[SiteMatch]] = {}
         self._present: dict[str, list[dict]] = {}
-        self._windows: Optional[list] = None
+        self._windows: Optional[TokenWindows] = None
 
     def present(self, carrier: str) -> list[dict]:
         if carrier not in self._present:
@@ -672,7 +707,10 @@ class Checker:
         """Whether the skill's sites come from a detector (then they depend on carrier/operator only)."""
         return skill.get("operator", "") in FINDERS or skill.get("carrier", "") in FINDERS
 
-    def check(self, skill: dict, taken: Iterable[str] = (), axes: Optional[dict[str, int]] = None) -> Applicability:
+    def check(self, skill: dict, taken: Iterable[str] = (), axes: Optional[dict[str, int]] = None,
+              refs: Optional[list[frozenset]] = None) -> Applicability:
+        """``refs``: the skill's excerpt_tokens when the caller keeps them (the searcher caches them
+        per skill); computed here otherwise."""
         carrier = skill.get("carrier", "")
         present = self.present(carrier)
         pres_lines = {p["line"] for p in present}
@@ -686,10 +724,9 @@ class Checker:
             sites = self.opportunities(carrier)
         detector = sites is not None
         if sites is None:
-            excerpts = [skill.get("before", "")] + [e.get("before", "") for e in skill.get("evidence") or []][:8]
             if self._windows is None:
-                self._windows = window_tokens(self.src)
-            m = similar_site(self.src, excerpts, windows=self._windows)
+                self._windows = TokenWindows(self.src)
+            m = similar_site(self.src, similar_excerpts(skill), windows=self._windows, refs=refs)
             sites = [m] if m is not None else []
             if present and sites and any(sites[0].line <= ln <= sites[0].end_line for ln in pres_lines):
                 sites = []

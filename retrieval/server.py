@@ -16,6 +16,7 @@ The file is removed on shutdown. The server binds 127.0.0.1 only.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -39,6 +40,19 @@ class _State:
         self.current = None
         self.error: Optional[dict] = None
         self.stale: tuple[float, Optional[str]] = (0.0, None)
+        self.since_freeze = 0
+
+    def settle_heap(self, every: int = 0) -> None:
+        """Move what is alive now out of the cyclic collector's sight (gc.freeze), after collecting the
+        young generations. The index (tens of thousands of objects) otherwise makes every full
+        collection a ~25 ms pause inside some query. ``every``: only on every n-th call (after queries,
+        once the answer is sent, so the pause is outside anyone's latency)."""
+        self.since_freeze += 1
+        if every and self.since_freeze < every:
+            return
+        self.since_freeze = 0
+        gc.collect(1)
+        gc.freeze()
 
     def _current_token(self) -> Optional[str]:
         from retrieval.skill_index import snapshot_root
@@ -61,6 +75,11 @@ class _State:
                 emb = old._embedder if old is not None else None  # the encoder outlives index builds
                 self.searcher = Searcher(idx, embedder=emb)
                 self.current = tok
+                if old is not None:  # the old index may hold reference cycles: let a full collection see it
+                    del old
+                    gc.unfreeze()
+                    gc.collect()
+                gc.freeze()
             return self.searcher
 
     def stale_warning(self, searcher) -> Optional[str]:
@@ -77,6 +96,9 @@ class _State:
 def _handler(state: _State, server_ref: dict):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # headers and body go out as separate writes: without TCP_NODELAY the body can wait for the
+        # client's delayed ACK (tens of ms)
+        disable_nagle_algorithm = True
         server_version = "kernel-skills/" + str(API_VERSION)
 
         def log_message(self, fmt, *args):  # quiet: one line per request only with SKILLS_SERVE_LOG=1
@@ -153,7 +175,9 @@ def _handler(state: _State, server_ref: dict):
                     ans["warnings"] = [w] if w else []
                     ans["served_by"] = {"kind": "server", "pid": os.getpid()}
                     state.queries += 1
-                    return self._send(200, ans)
+                    self._send(200, ans)
+                    state.settle_heap(every=16)
+                    return
                 except QueryError as exc:
                     return self._send(400 if exc.kind in ("bad_input", "parse_error") else 503, exc.to_dict())
                 except Exception as exc:  # a bug must not kill the server; the client falls back
@@ -187,10 +211,12 @@ def serve(root: os.PathLike | str, host: str = "127.0.0.1", port: int = 0, warm:
     if warm:
         try:
             s = state.searcher_now()
-            s.embed_texts(["__global__ void warm(float* x) { x[0] = 1.0f; }"])
+            # load the encoders and make the transposed text matrix now, not in the first query
+            s.index.similarity_rows("t", s.embed_texts(["__global__ void warm(float* x) { x[0] = 1.0f; }"]))
             s._cache = type(s._cache)(s._cache.n)  # the warm-up text is not a real query
             s.stats = {"text_cache_hits": 0, "text_cache_misses": 0}
             s.index.gnn()
+            state.settle_heap()
         except Exception:
             pass  # no index yet: /health says so, queries get the error, a later index is picked up
     ref: dict = {}

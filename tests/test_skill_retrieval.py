@@ -321,3 +321,23 @@ def test_edited_kernel_reuses_chunk_embeddings(indexed):
     edited = s.query(code=src.replace("expf(", "__expf(", 1), k=3)
     assert 1 <= s.stats["text_cache_misses"] - m0 < n  # only the edited line's chunk is embedded again
     assert edited["query"]["cached"] is False and first["hits"]
+
+
+def test_chunk_vectors_do_not_depend_on_the_cache_or_batch(indexed):
+    """An edited kernel scored by a searcher that has seen the original (most chunks cached, the new
+    ones embedded beside the query on the worker thread) scores like a fresh searcher: its text
+    scores exactly (a chunk's int8 vector no longer depends on the chunks batched with it)."""
+    import numpy as np
+
+    src = (KERNELS / "layernorm" / "naive.cu").read_text()
+    edited = src.replace("float", "double", 1)
+    warm = _searcher(indexed[0])
+    warm.query(code=src, k=3)
+    a = warm.scores(code=edited, units=warm.units(edited))[0]
+    fresh = _searcher(indexed[0])
+    b = fresh.scores(code=edited, units=fresh.units(edited))[0]
+    for mode in ("bm25", "text"):  # int8 MiniLM: exact (activations are quantized per chunk)
+        assert np.array_equal(a[mode], b[mode]), mode
+    assert np.allclose(a["graph"], b["graph"], atol=1e-6)  # fp32 GNN: batch shape moves the last bits only
+    single = fresh.embed_texts([u.text for u in fresh.units(edited).text_units][:1])
+    assert np.array_equal(single[0], fresh.embed_texts([u.text for u in fresh.units(edited).text_units])[0])

@@ -23,6 +23,69 @@ def test_bm25_save_load_round_trip(tmp_path):
     assert back.n == 3 and back.ids == ["0", "1", "2"]
 
 
+def test_bm25_scores_follow_the_okapi_formula():
+    from collections import Counter
+
+    from retrieval.bm25 import BM25
+
+    rng = np.random.default_rng(3)
+    vocab = [f"t{i}" for i in range(30)]
+    docs = [list(rng.choice(vocab, int(rng.integers(1, 40)))) for _ in range(60)]
+    bm = BM25(docs, list(range(len(docs))), k1=1.2, b=0.75)
+    query = ["t1", "t1", "t7", "t29", "absent"]
+    avg = sum(map(len, docs)) / len(docs)
+    want = np.zeros(len(docs))
+    for term, qn in Counter(query).items():
+        df = sum(term in d for d in docs)
+        if not df:
+            continue
+        idf = np.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+        for j, d in enumerate(docs):
+            tf = d.count(term)
+            want[j] += qn * idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(d) / avg))
+    assert np.allclose(bm.score_array(query), want, rtol=1e-12)
+    assert not bm.score_array(["absent"]).any()
+
+
+def test_rank_breaks_ties_by_index_like_a_stable_sort():
+    from retrieval.skill_search import Searcher
+
+    rng = np.random.default_rng(0)
+    for trial in range(50):
+        x = rng.integers(0, 6, int(rng.integers(1, 500))).astype(np.float64)  # many ties
+        x[rng.random(len(x)) < 0.2] = -np.inf
+        if trial % 5 == 0:
+            x[rng.random(len(x)) < 0.1] = np.nan
+        want = np.argsort(-np.where(np.isfinite(x), x, -1e30), kind="stable")
+        assert Searcher.rank(x).tolist() == want.tolist()
+    assert Searcher.rank(np.zeros(0)).tolist() == []
+
+
+def test_similar_site_is_the_best_jaccard_window():
+    from retrieval.applicability import TokenWindows, _TOK, excerpt_tokens, similar_site
+    from mining.carriers import Source
+
+    src = Source((KERNELS / "softmax" / "naive.cu").read_text())
+    win = TokenWindows(src)
+    lines = src.code.decode().splitlines()
+    excerpts = ["float m = -INFINITY;\nfor (int j = 0; j < n; ++j) m = fmaxf(m, x[j]); // max",
+                "out[i] = expf(x[i] - m) / s;"]
+    refs = excerpt_tokens(excerpts)
+    assert refs and all("max" not in r for r in refs)  # comments are not compared
+    best, at = -1.0, None
+    for s0 in range(len(lines) - 3):  # brute force: every 4-line window, the first best one wins
+        toks = set(_TOK.findall(" ".join(lines[s0:s0 + 4])))
+        if toks:
+            sc = max(len(toks & r) / len(toks | r) for r in refs)
+            if sc > best:
+                best, at = sc, s0
+    m = similar_site(src, excerpts, windows=win)
+    assert m is not None and m.line == at + 1 and m.end_line == at + 4
+    assert f"{best:.2f}" in m.reason
+    assert similar_site(src, excerpts, windows=win, refs=refs).line == m.line
+    assert similar_site(src, ["// only a comment"]) is None
+
+
 def test_numpy_gnn_matches_torch(tmp_path):
     torch = pytest.importorskip("torch")
     from retrieval.gnn import EncoderConfig, build_encoder, embed
