@@ -26,6 +26,10 @@ aligned statement accuracy >= 2x fork-flow's. Exit 2 on bad input.
 Ceilings of the one-donor fork-and-adapt design (``generation.fork_adapt.ceilings``, see
 ``donor_ceilings``): the best of the top-5 ranked donors chosen with hindsight, the chosen
 donor with an ideal identifier mapping, and both; each also divided by fork-flow's accuracy.
+
+``--selection-study`` and ``--selector-study`` replace the benchmark by studies of how to pick
+the donor, on development targets only: hand-made signals, and learned linear selectors
+(retrieval/backend_select.py) cross-validated leave-one-target-out against the rule.
 """
 from __future__ import annotations
 
@@ -563,18 +567,11 @@ def skill_store_statistics(store) -> dict:
 
 
 def declaration_sets(store) -> dict[str, set]:
-    """Per target, what its headers declare with the target's name stripped
-    (``XCoreTargetLowering::LowerCCCCallTo`` -> ``TargetLowering::LowerCCCCallTo``): two backends
-    forked from one another declare many of the same helpers."""
-    from corpora.backend_tree import strip_target
+    """Per target, what its headers declare with the target's name stripped (see
+    retrieval/backend_select.declaration_sets)."""
+    from retrieval.backend_select import declaration_sets as sets
 
-    aliases: dict[str, list] = defaultdict(list)
-    for r in store.query("SELECT target, name FROM target_attributes WHERE kind = 'alias'"):
-        aliases[r["target"]].append(r["name"])
-    out: dict[str, set] = defaultdict(set)
-    for r in store.query("SELECT target, value FROM target_attributes WHERE kind = 'declaration'"):
-        out[r["target"]].add(strip_target(r["value"] or "", aliases.get(r["target"]) or [r["target"]]))
-    return dict(out)
+    return sets(store)
 
 
 def selection_study(store, index, targets: list[str], fork_flow_source: str = FORK_FLOW_SOURCE, log=None) -> dict:
@@ -643,6 +640,226 @@ def selection_study(store, index, targets: list[str], fork_flow_source: str = FO
             log(f"selection study: {T} done ({len(rows)} functions)")
     return {"targets": targets, "n_functions": len(picks["best with hindsight"]), "per_target": per_target,
             "mean_aligned_statement_accuracy": {k: round(sum(v) / len(v), 4) for k, v in picks.items()}}
+
+
+# --------------------------------------------------------------------------- learned donor selection
+def selector_data(store, index, targets: list[str], log=None) -> list[dict]:
+    """Per function of each development target: every candidate donor's generation-time features
+    (retrieval/backend_select.FEATURES) and its label, the aligned statement accuracy of its
+    adaptation against T's real implementation. The labels read T's real code: fit only on
+    development targets; the reported targets may only score a selector already frozen."""
+    from prompts.backend import AdaptCache
+    from retrieval.backend_select import agreement_matrix, candidate_features, declaration_sets as decl_sets, votes
+
+    cache = AdaptCache(store)
+    roles = index.roles()
+    decls = decl_sets(store)
+    groups = []
+    for T in targets:
+        tsim = index.target_similarity(T)
+        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
+        for r in rows:
+            ref = list(store.scalar("SELECT statements FROM functions WHERE func_id = ?", [r["func_id"]]) or [])
+            cands = index.role_rows(r["role"], [T])
+            stm, mapp = {}, {}
+            for c in cands:
+                a, st = cache.adapt(c, T)
+                stm[c["func_id"]], mapp[c["func_id"]] = st, a.mappability
+            ids = [c["func_id"] for c in cands]
+            donor = {c["func_id"]: c["target"] for c in cands}
+            A = agreement_matrix(stm)
+            rec, prec = votes(ids, A)
+            X = candidate_features(ids, donor, rec, prec, tsim, decls, T, index.typicality(ids), mapp,
+                                   {i: len(stm[i]) for i in ids})
+            groups.append({"target": T, "func_id": r["func_id"], "ids": ids, "donors": [donor[i] for i in ids],
+                           "X": [[round(x, 6) for x in row] for row in X],
+                           "y": [round(statement_accuracy(stm[i], ref)[0], 6) for i in ids],
+                           "agreement": [[round(x, 4) for x in row] for row in A]})
+        if log:
+            log(f"selector data: {T} done ({len(rows)} functions)")
+    return groups
+
+
+def selector_held_out(groups: list[dict], weights: dict) -> dict:
+    """The frozen selector (``selector_study``'s ``chosen``) against the rule on the held-out
+    targets' groups: reported once, after the decision, which rests on development targets only."""
+    import numpy as np
+
+    from retrieval.backend_select import FEATURES, LinearSelector, top1_accuracy
+
+    sel = LinearSelector([float(weights.get(f, 0.0)) for f in FEATURES])
+    out = {}
+    for T in dict.fromkeys(g["target"] for g in groups):
+        gs = [dict(g, X=np.array(g["X"], dtype=float), y=np.array(g["y"], dtype=float))
+              for g in groups if g["target"] == T and g["ids"]]
+        learned, rule = np.array(top1_accuracy(sel, gs)), np.array(top1_accuracy(LinearSelector.rule(), gs))
+        diff = learned - rule
+        rng = np.random.default_rng(0)
+        boots = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(2000)]
+        out[T] = {"n_functions": len(gs), "rule": round(float(rule.mean()), 4),
+                  "learned": round(float(learned.mean()), 4),
+                  "best with hindsight": round(float(np.mean([g["y"].max() for g in gs])), 4),
+                  "learned_minus_rule": {"mean": round(float(diff.mean()), 4),
+                                         "ci95_bootstrap_functions": [round(float(np.percentile(boots, 2.5)), 4),
+                                                                      round(float(np.percentile(boots, 97.5)), 4)],
+                                         "functions_better": int((diff > 1e-9).sum()),
+                                         "functions_worse": int((diff < -1e-9).sum())}}
+    return out
+
+
+def mbr_variants() -> dict:
+    """Score functions over a group's agreement matrix A (A[i][j]: share of j's statements i
+    reproduces): the plain vote weights every other candidate equally; these reweight the voters
+    or aggregate differently."""
+    import numpy as np
+
+    def weighted(g, w):
+        A = np.asarray(g["agreement"], dtype=float)
+        n = len(A)
+        if n < 2:
+            return np.zeros(n)
+        W = np.where(np.eye(n, dtype=bool), 0.0, np.asarray(w, dtype=float)[None, :])
+        return (A * W).sum(1) / np.maximum(W.sum(1), 1e-12)
+
+    def by_feature(name, beta):
+        from retrieval.backend_select import FEATURES
+
+        k = FEATURES.index(name)
+        return lambda g: weighted(g, np.exp(beta * (g["X"][:, k] - g["X"][:, k].mean())))
+
+    def reliability(gamma):
+        def f(g):
+            w = np.ones(len(g["y"]))
+            for _ in range(3):  # voters that agree with the others count more
+                w = np.maximum(weighted(g, w), 1e-6) ** gamma
+            return weighted(g, w)
+        return f
+
+    def topk(k):
+        def f(g):
+            A = np.asarray(g["agreement"], dtype=float)
+            n = len(A)
+            if n < 2:
+                return np.zeros(n)
+            M = np.where(np.eye(n, dtype=bool), -1.0, A)
+            return -np.sort(-M, axis=1)[:, :min(k, n - 1)].mean(1)
+        return f
+
+    def median(g):
+        A = np.asarray(g["agreement"], dtype=float)
+        n = len(A)
+        return np.array([np.median(np.delete(A[i], i)) if n > 1 else 0.0 for i in range(n)])
+
+    out = {f"votes weighted by voter target similarity (beta={b})": by_feature("target_similarity", b)
+           for b in (1, 3, 10)}
+    out.update({f"votes weighted by voter declaration overlap (beta={b})": by_feature("declaration_overlap", b)
+                for b in (3, 10)})
+    out.update({f"votes weighted by voter reliability (gamma={c})": reliability(c) for c in (1, 2)})
+    out.update({f"mean of the {k} strongest agreements": topk(k) for k in (3, 5)})
+    out["median agreement"] = median
+    return out
+
+
+SELECTOR_CONFIGS = ([("pointwise", {"l2": l}) for l in (0.1, 1.0, 10.0, 100.0)]
+                    + [("pairwise", {"l2": l}) for l in (0.1, 1.0, 10.0, 100.0)]
+                    + [("listwise", {"l2": l, "temperature": t}) for t in (0.05, 0.2) for l in (1.0, 30.0)])
+
+
+def selector_study(groups: list[dict], configs=SELECTOR_CONFIGS) -> dict:
+    """Leave-one-development-target-out cross-validation of the selector fits against the
+    hand-made rule, single features, the candidates' mean and the hindsight best. ``nested``
+    also chooses the fit inside each outer fold (inner leave-one-target-out), so its mean is an
+    honest estimate of the chosen selector; ``chosen`` is the fit plain CV prefers, refitted on
+    every development target (the weights one would adopt)."""
+    import numpy as np
+
+    from retrieval.backend_select import (
+        FEATURES, RULE_TIEBREAK, LinearSelector, fit_listwise, fit_pairwise, fit_pointwise, top1_accuracy,
+    )
+
+    gs = [dict(g, X=np.array(g["X"], dtype=float), y=np.array(g["y"], dtype=float)) for g in groups if g["ids"]]
+    targets = list(dict.fromkeys(g["target"] for g in gs))
+    fitters = {"pointwise": fit_pointwise, "pairwise": fit_pairwise, "listwise": fit_listwise}
+
+    def fit(cfg, train):
+        kind, kw = cfg
+        return LinearSelector(fitters[kind](train, **kw))
+
+    def label(cfg):
+        kind, kw = cfg
+        return kind + "(" + ", ".join(f"{k}={v:g}" for k, v in kw.items()) + ")"
+
+    def loto(cfg, pool):
+        """Held-out top-1 labels per target of ``pool``."""
+        out = {}
+        for t in sorted(set(g["target"] for g in pool)):
+            sel = fit(cfg, [g for g in pool if g["target"] != t])
+            out[t] = top1_accuracy(sel, [g for g in pool if g["target"] == t])
+        return out
+
+    def summarize(per_t: dict) -> dict:
+        allv = [v for t in targets for v in per_t[t]]
+        return {"mean": round(float(np.mean(allv)), 4),
+                "per_target": {t: round(float(np.mean(per_t[t])), 4) for t in targets}}
+
+    by_t = {t: [g for g in gs if g["target"] == t] for t in targets}
+    res: dict = {"targets": targets, "n_functions": len(gs), "n_candidates": int(sum(len(g["y"]) for g in gs)),
+                 "features": list(FEATURES), "fixed": {}, "cv": {}}
+    fixed = {"consensus + 0.05 x target similarity (rule used)": LinearSelector.rule()}
+    for k, f in enumerate(FEATURES):
+        w = [0.0] * len(FEATURES)
+        w[k] = -1.0 if f in ("rule_rank", "abs_log_length_ratio") else 1.0
+        fixed[f"{f} only"] = LinearSelector(w)
+    for name, sel in fixed.items():
+        res["fixed"][name] = summarize({t: top1_accuracy(sel, by_t[t]) for t in targets})
+    # other aggregations of the same MBR vote (need the agreement matrix, not a linear feature)
+    ri, ti = FEATURES.index("rule_rank"), FEATURES.index("target_similarity")
+
+    def pick(g, sc):
+        return float(g["y"][min(range(len(sc)), key=lambda a: (-round(float(sc[a]), 12), g["X"][a, ri], a))])
+
+    for name, fn in mbr_variants().items():
+        res["fixed"][name] = summarize({t: [pick(g, fn(g) + RULE_TIEBREAK * g["X"][:, ti]) for g in by_t[t]]
+                                        for t in targets})
+    res["fixed"]["mean over candidates"] = summarize({t: [float(g["y"].mean()) for g in by_t[t]] for t in targets})
+    res["fixed"]["best with hindsight"] = summarize({t: [float(g["y"].max()) for g in by_t[t]] for t in targets})
+    cv = {}
+    for cfg in configs:
+        cv[label(cfg)] = loto(cfg, gs)
+        res["cv"][label(cfg)] = summarize(cv[label(cfg)])
+    # nested: the fit chosen without the outer target, evaluated on it (needs two inner targets)
+    nested, picked = {}, {}
+    for t in (targets if len(targets) >= 3 else []):
+        inner = [g for g in gs if g["target"] != t]
+        scores = {}
+        for cfg in configs:
+            per = loto(cfg, inner)
+            scores[label(cfg)] = (float(np.mean([v for vs in per.values() for v in vs])), cfg)
+        best = max(scores, key=lambda k: (scores[k][0], k))
+        picked[t] = best
+        nested[t] = top1_accuracy(fit(scores[best][1], inner), by_t[t])
+    res["nested"] = dict(summarize(nested), chosen_per_fold=picked) if nested else None
+    if nested:
+        rule = LinearSelector.rule()
+        diff = np.array([a - b for t in targets for a, b in zip(nested[t], top1_accuracy(rule, by_t[t]))])
+        rng = np.random.default_rng(0)
+        boots = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(2000)]
+        res["nested"]["minus_rule"] = {"mean": round(float(diff.mean()), 4),
+                                       "ci95_bootstrap_functions": [round(float(np.percentile(boots, 2.5)), 4),
+                                                                    round(float(np.percentile(boots, 97.5)), 4)],
+                                       "functions_better": int((diff > 1e-9).sum()),
+                                       "functions_worse": int((diff < -1e-9).sum())}
+    # the linear family's ceiling on these features: fitted and scored on the same (all) targets
+    res["in_sample_ceiling"] = {
+        label(c): round(float(np.mean(top1_accuracy(fit(c, gs), gs))), 4)
+        for c in (("pointwise", {"l2": 1.0}), ("listwise", {"l2": 1.0, "temperature": 0.05}))}
+    best = max(res["cv"], key=lambda k: (res["cv"][k]["mean"], k))
+    cfg = next(c for c in configs if label(c) == best)
+    sel = fit(cfg, gs)
+    rule_mean = res["fixed"]["consensus + 0.05 x target similarity (rule used)"]["mean"]
+    res["chosen"] = {"fit": best, "cv_mean": res["cv"][best]["mean"], "weights": dict(zip(FEATURES, sel.weights)),
+                     "beats_rule_nested": bool(nested) and res["nested"]["mean"] > rule_mean, "rule_mean": rule_mean}
+    return res
 
 
 def summary_table(res: dict) -> str:
@@ -716,6 +933,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--selection-study", default=None, metavar="TARGETS",
                     help="instead of the benchmark: compare fork-selection signals on these validation targets "
                          "(e.g. Sparc,Lanai; uses the index trained without --targets)")
+    ap.add_argument("--selector-study", default=None, metavar="TARGETS",
+                    help="instead of the benchmark: collect donor features and labels on these development "
+                         "targets and cross-validate learned selectors (retrieval/backend_select.py) against the "
+                         "rule; the result goes under 'learned_selector' in the --out file (default "
+                         "eval/results/backend_selection_study.json), the collected data to the store (reused while "
+                         "the targets and feature names match; delete <store>/bench/selector_features.json to "
+                         "collect again)")
+    ap.add_argument("--no-held-out-eval", action="store_true",
+                    help="with --selector-study: skip scoring the chosen selector on --targets")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -746,6 +972,64 @@ def main(argv: Optional[list[str]] = None) -> int:
         out = args.out or Path(__file__).parent / "results" / "backend_selection_study.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(study, indent=1))
+        print(json.dumps(study, indent=2))
+        return 0
+    if args.selector_study:
+        from retrieval.backend_index import build_indexes, ingest_targets
+        from retrieval.backend_search import BackendIndex, SearchError
+        from retrieval.backend_select import FEATURES
+        from skills.store import Store, resolve_root
+
+        dev = [t for t in args.selector_study.split(",") if t]
+        if len(dev) < 2:
+            print("error: --selector-study needs at least two development targets (one is held out per fold)",
+                  file=sys.stderr)
+            return 2
+        if set(dev) & set(targets):
+            print(f"error: development targets overlap the held-out ones: {sorted(set(dev) & set(targets))}",
+                  file=sys.stderr)
+            return 2
+        data_path = resolve_root(args.store) / "bench" / "selector_features.json"
+        try:
+            groups = None
+            if data_path.is_file():  # collecting takes minutes; the fits are what one iterates on
+                saved = json.loads(data_path.read_text())
+                if saved.get("targets") == dev and saved.get("features") == list(FEATURES) \
+                        and saved.get("held_out") == targets:
+                    groups = saved["groups"]
+                    log(f"selector data reused from {data_path}")
+            if groups is None:
+                store = Store(args.store)
+                ingest_targets(args.llvm, store, jobs=args.jobs, log=log)
+                build_indexes(store, exclude=targets, func_epochs=args.epochs, log=log)
+                groups = selector_data(store, BackendIndex(store, exclude_from_training=targets), dev, log)
+                data_path.parent.mkdir(parents=True, exist_ok=True)
+                data_path.write_text(json.dumps({"targets": dev, "held_out": targets, "features": list(FEATURES),
+                                                 "groups": groups}))
+        except (BackendInputError, SearchError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        t0 = time.monotonic()
+        study = selector_study(groups)
+        study["fit_seconds"] = round(time.monotonic() - t0, 1)
+        if not args.no_held_out_eval:
+            store = Store(args.store)
+            try:
+                held = selector_data(store, BackendIndex(store, exclude_from_training=targets), targets, log)
+            except (BackendInputError, SearchError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            study["held_out_evaluation"] = dict(
+                selector_held_out(held, study["chosen"]["weights"]),
+                note="evaluated once after the choice; adoption is decided on the development targets only")
+        study["held_out_of_training"] = targets
+        study["data_file"] = str(data_path)
+        study["machine"] = machine()
+        out = args.out or Path(__file__).parent / "results" / "backend_selection_study.json"
+        doc = json.loads(out.read_text()) if out.is_file() else {}
+        doc["learned_selector"] = study
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1))
         print(json.dumps(study, indent=2))
         return 0
     try:

@@ -74,6 +74,7 @@ class BackendIndex:
         self._graph = None
         self._tvec = None
         self._func_model = None
+        self._decls = None
 
     # ---- lazy parts
     def docs(self) -> list[str]:
@@ -247,9 +248,32 @@ class BackendIndex:
         excl = set(exclude_targets)
         return [r for r in self.rows if r["role"] == role and r["target"] not in excl]
 
+    def typicality(self, func_ids: Sequence[str]) -> dict[str, float]:
+        """Per function: mean of its text and graph cosines to the other functions given."""
+        import numpy as np
+
+        tm, th = self.text
+        gm, gh = self.graph
+        ps = [self.pos[f] for f in func_ids]
+        out = {}
+        for a, p in enumerate(ps):
+            others = [q for b, q in enumerate(ps) if b != a]
+            t = float(np.mean(tm[others] @ tm[p])) if others and th[p] else 0.0
+            g = float(np.mean(gm[others] @ gm[p])) if others and gh[p] else 0.0
+            out[self.rows[p]["func_id"]] = (t + g) / 2
+        return out
+
+    def declarations(self) -> dict[str, set]:
+        if self._decls is None:
+            from retrieval.backend_select import declaration_sets
+
+            self._decls = declaration_sets(self.store)
+        return self._decls
+
     def role_candidates(self, target: str, role: str, k: int = 3, exclude_targets: Sequence[str] = (),
                         consensus: Optional[dict[str, float]] = None,
-                        mappability: Optional[dict[str, float]] = None) -> list[Hit]:
+                        mappability: Optional[dict[str, float]] = None,
+                        statements: Optional[dict[str, Sequence[str]]] = None, selector=None) -> list[Hit]:
         """Implementations of ``role`` from other targets, best first, for generating T's version.
 
         Score = consensus + ``TARGET_TIEBREAK`` x target similarity (level 1). ``consensus`` is
@@ -258,23 +282,22 @@ class BackendIndex:
         without it, the function-level text+graph typicality (mean cosine to the role's other
         implementations) stands in. ``mappability`` is reported, not ranked on (it did not
         help on validation targets; see docs/backends.md).
-        """
-        import numpy as np
 
+        ``selector`` (opt-in, a retrieval/backend_select.LinearSelector) ranks by learned weights
+        over ``backend_select.FEATURES`` instead; it needs ``consensus`` and ``statements`` (the
+        candidates' adapted statements). Not the default: no fit beat the rule on the
+        development targets (eval/results/backend_selection_study.json, ``learned_selector``).
+        """
         cands = [r for r in self.role_rows(role, list(exclude_targets) + [target])]
         if not cands:
             raise SearchError(f"no implementation of role {role!r} in targets other than {target}")
         tsim = self.target_similarity(target) if target in self.target_vectors else {}
         ps = [self.pos[r["func_id"]] for r in cands]
+        ids = [r["func_id"] for r in cands]
+        if selector is not None and (consensus is None or statements is None):
+            raise SearchError("a learned donor selector needs the candidates' consensus scores and adapted statements")
         if consensus is None:
-            tm, th = self.text
-            gm, gh = self.graph
-            consensus = {}
-            for a, p in enumerate(ps):
-                others = [q for b, q in enumerate(ps) if b != a]
-                t = float(np.mean(tm[others] @ tm[p])) if others and th[p] else 0.0
-                g = float(np.mean(gm[others] @ gm[p])) if others and gh[p] else 0.0
-                consensus[self.rows[p]["func_id"]] = (t + g) / 2
+            consensus = self.typicality(ids)
         scored = []
         for p in ps:
             r = self.rows[p]
@@ -282,6 +305,16 @@ class BackendIndex:
             ts = tsim.get(r["target"], 0.0)
             scored.append((c + TARGET_TIEBREAK * ts, p, c, ts))
         scored.sort(key=lambda x: (-x[0], x[1]))
+        if selector is not None:
+            from retrieval.backend_select import agreement_matrix, candidate_features, votes
+
+            _, precision = votes(ids, agreement_matrix({i: statements.get(i, []) for i in ids}))
+            rows = candidate_features(ids, {r["func_id"]: r["target"] for r in cands}, consensus, precision, tsim,
+                                      self.declarations(), target, self.typicality(ids), mappability or {},
+                                      {i: len(statements.get(i, [])) for i in ids})
+            sc = selector.scores(rows)
+            by_p = {x[1]: x for x in scored}
+            scored = [(sc[a],) + by_p[ps[a]][1:] for a in selector.order(rows)]
         hits = []
         for score, p, c, ts in scored[:k]:
             r = self.rows[p]
