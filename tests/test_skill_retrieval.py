@@ -341,3 +341,21 @@ def test_chunk_vectors_do_not_depend_on_the_cache_or_batch(indexed):
     assert np.allclose(a["graph"], b["graph"], atol=1e-6)  # fp32 GNN: batch shape moves the last bits only
     single = fresh.embed_texts([u.text for u in fresh.units(edited).text_units][:1])
     assert np.array_equal(single[0], fresh.embed_texts([u.text for u in fresh.units(edited).text_units])[0])
+
+
+def test_queries_leave_no_reference_cycles(indexed):
+    """The server gc.freeze()s what is alive after answers; that is only safe while queries make no
+    cyclic garbage (frozen cycles would never be freed). Evicted query-cache entries included."""
+    import gc
+
+    s = _searcher(indexed[0])
+    src = (KERNELS / "softmax" / "naive.cu").read_text()
+    s.query(code=src, k=3)
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(40):  # more than the 32 prepared queries the searcher keeps
+            s.query(code=src.replace("expf(", f"expf(0.0f * {i} + ", 1), k=3)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
