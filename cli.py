@@ -797,13 +797,20 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Loopback address to bind (127.0.0.1 only)."),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="TCP port (0: any free port; see <store>/serve.json)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    mcp: bool = typer.Option(False, "--mcp", help="Serve MCP tools on stdin/stdout for coding agents instead of HTTP."),
 ) -> None:
-    """Keep the skill index and encoders warm for fast queries (HTTP on loopback; API in docs/query.md)."""
+    """Keep the skill index and encoders warm for fast queries (HTTP on loopback, or MCP over stdio; docs/query.md)."""
     _blas_one_thread()
-    from retrieval.server import find_server, serve
     from skills.store import resolve_root
 
     root = resolve_root(store)
+    if mcp:
+        from retrieval.mcp_server import serve_mcp
+
+        serve_mcp(root)
+        return
+    from retrieval.server import find_server, serve
+
     running = find_server(root)
     if running is not None:
         fail(f"a server for {root} already runs: http://{running['host']}:{running['port']} (pid {running['pid']})")

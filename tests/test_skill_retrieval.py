@@ -359,3 +359,40 @@ def test_queries_leave_no_reference_cycles(indexed):
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_mcp_stdio_server_answers_like_the_searcher(indexed, searcher, tmp_path):
+    """`skills serve --mcp` as a subprocess, driven by the official SDK's stdio client."""
+    import asyncio
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    root = indexed[0]
+    src = (KERNELS / "softmax" / "naive.cu").read_text()
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+    def params(store):
+        return StdioServerParameters(command=sys.executable, args=["-m", "cli", "serve", "--mcp", "--store", str(store)],
+                                     env=env, cwd=str(ROOT))
+
+    async def session():
+        async with Client(params(root), read_timeout_seconds=120) as c:
+            names = {t.name for t in (await c.list_tools()).tools}
+            ans = await c.call_tool("query_skills", {"code": src, "path": "naive.cu", "k": 5, "axes": {"N": 1000}})
+            bad = await c.call_tool("query_skills", {"code": "__global__ void k( {", "path": "bad.cu"})
+            rec = await c.call_tool("get_skill", {"skill_id": ans.structured_content["hits"][0]["skill_id"]})
+            info = await c.call_tool("index_info", {})
+        async with Client(params(tmp_path / "none"), read_timeout_seconds=120) as c:
+            missing = await c.call_tool("query_skills", {"text": "vectorize loads"})
+        return names, ans, bad, rec, info, missing
+
+    names, ans, bad, rec, info, missing = asyncio.run(session())
+    assert names == {"query_skills", "get_skill", "index_info"}
+    assert not ans.is_error and ans.structured_content["served_by"]["kind"] == "mcp"
+    local = searcher.query(code=src, path="naive.cu", k=5, axes={"N": 1000})
+    assert [h["skill_id"] for h in ans.structured_content["hits"]] == [h["skill_id"] for h in local["hits"]]
+    assert bad.is_error and '"kind": "parse_error"' in bad.content[0].text and '"line": 1' in bad.content[0].text
+    assert not rec.is_error and rec.structured_content["skill_id"] == ans.structured_content["hits"][0]["skill_id"]
+    assert info.structured_content["n_skills"] == local["index"]["n_skills"]
+    assert missing.is_error and '"kind": "no_store"' in missing.content[0].text and "skills mine" in missing.content[0].text
