@@ -14,6 +14,8 @@
    * ``first_query_per_file``: each corpus kernel the first time (never-seen code: every text chunk
      and graph window is embedded),
    * ``repeat``: queries of code the server has seen (its unit-embedding cache hits), and
+   * ``line_edit``: one line of a kernel the server has seen changed (a constant added to one
+     statement): one text chunk and the windows over that line are new;
    * ``novel``: every query new code (an identifier renamed): MiniLM and the GNN run on the chunks
      and windows the rename touched (an edit of a kernel the server has seen).
    Targets: p50 <= 20 ms, p99 <= 50 ms. The server's MiniLM is onnxruntime (retrieval/minilm_onnx.py),
@@ -151,6 +153,19 @@ def _variant(code: str, i: int) -> str:
     return re.sub(r"\b%s\b" % name, f"{name}_{i}", code)
 
 
+def _line_edit(code: str, i: int) -> str:
+    """The same kernel with one line changed (a constant in one statement of the first kernel body):
+    what an agent's small edit looks like; one text chunk and the one or two windows over the line are new."""
+    lines = code.split("\n")
+    body = next((n for n, ln in enumerate(lines) if "__global__" in ln), 0)
+    for n in range(body + 1, len(lines)):
+        ln = lines[n].rstrip()
+        if ln.endswith(";") and "=" in ln and "return" not in ln and not ln.lstrip().startswith(("//", "#")):
+            lines[n] = ln[:-1] + f" + 0 * {i};"
+            return "\n".join(lines)
+    return code + f"\n// variant {i}\n"
+
+
 def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=print) -> dict:
     from retrieval.minilm_onnx import query_precision
     from retrieval.server import find_server, request
@@ -198,12 +213,21 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
             novel_embed.append(ans["timing_ms"].get("text_embed_ms", 0.0))
             for stage, ms in ans["timing_ms"].items():  # where a novel query's time goes (server side)
                 novel_stages.setdefault(stage, []).append(ms)
+        line_edit = []
+        for q in range(n_novel):
+            name, code = naive[q % len(naive)]
+            t = time.perf_counter()
+            ans = request(info, "POST", "/query", {"code": _line_edit(code, q + 1), "path": name, "k": 5})
+            line_edit.append((time.perf_counter() - t) * 1e3)
+            if ans.get("_status") != 200:
+                raise RuntimeError(f"server query failed on an edit of {name}: {ans}")
         health = request(info, "GET", "/health")
         out = {"n_skills": health["index"]["n_skills"], "n_docs": health["index"]["n_docs"],
                "server_start_s": round(start_s, 2), "first_query_per_file_ms": _summary(first),
                "repeat_ms": _summary(repeat), "novel_ms": _summary(novel),
                "novel_text_embed_ms": _summary(novel_embed),
                "novel_stage_p50_ms": {k: round(_pct(v, 50), 2) for k, v in novel_stages.items()},
+               "line_edit_ms": _summary(line_edit),
                "text_encoder": ("onnxruntime-" + query_precision())
                if os.environ.get("SKILLS_TEXT_BACKEND", "onnxruntime") != "numpy" else "numpy",
                "cache": health.get("cache"),
@@ -212,7 +236,7 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
                "repeat_meets_targets": _pct(repeat, 50) <= 20 and _pct(repeat, 99) <= 50,
                "novel_meets_targets": _pct(novel, 50) <= 20 and _pct(novel, 99) <= 50}
         log(f"warm server ({out['n_skills']} skills): repeat p50 {out['repeat_ms']['p50']} ms p99 "
-            f"{out['repeat_ms']['p99']} ms; novel p50 {out['novel_ms']['p50']} ms p99 {out['novel_ms']['p99']} ms "
+            f"{out['repeat_ms']['p99']} ms; line edit p50 {out['line_edit_ms']['p50']} ms p99 {out['line_edit_ms']['p99']} ms; novel p50 {out['novel_ms']['p50']} ms p99 {out['novel_ms']['p99']} ms "
             f"(MiniLM p50 {out['novel_text_embed_ms']['p50']} ms)")
         request(info, "POST", "/shutdown")
         proc.wait(30)

@@ -297,3 +297,17 @@ def test_weight_grid_and_calibration_metrics():
     assert _distance_to_equal({"bm25": 2.0, "text": 2.0, "graph": 2.0, "prior": 2.0}) == 0.0
     rr, ndcg, rec = _metrics([5, 3, 9], {3, 4})
     assert rr == 0.5 and rec == 0.5 and 0 < ndcg < 1
+
+
+def test_latency_benchmark_edits_still_parse():
+    """eval/bench_query's edited-code classes must stay valid CUDA (a parse error would be timed
+    as an error answer): one changed line for line_edit, a renamed identifier for novel."""
+    from eval.bench_query import _line_edit, _variant
+    from mining.parse import parse_cuda, syntax_issues
+
+    for f in sorted(KERNELS.glob("*/naive.cu")):
+        code = f.read_text()
+        for edited in (_line_edit(code, 7), _variant(code, 7)):
+            assert edited != code and not syntax_issues(parse_cuda(edited)), f
+        changed = [a for a, b in zip(code.split("\n"), _line_edit(code, 7).split("\n")) if a != b]
+        assert len(changed) == 1 and "return" not in changed[0], f
