@@ -566,14 +566,6 @@ def skill_store_statistics(store) -> dict:
             "by_carrier": dict(Counter(s.carrier for s in sk))}
 
 
-def declaration_sets(store) -> dict[str, set]:
-    """Per target, what its headers declare with the target's name stripped (see
-    retrieval/backend_select.declaration_sets)."""
-    from retrieval.backend_select import declaration_sets as sets
-
-    return sets(store)
-
-
 def selection_study(store, index, targets: list[str], fork_flow_source: str = FORK_FLOW_SOURCE, log=None) -> dict:
     """How well each signal picks the implementation to fork, on *validation* targets (never the
     reported ones): mean aligned statement accuracy of the fork each strategy picks."""
@@ -581,6 +573,7 @@ def selection_study(store, index, targets: list[str], fork_flow_source: str = FO
 
     from prompts.backend import AdaptCache
     from retrieval.backend_adapt import consensus_scores
+    from retrieval.backend_select import declaration_sets
 
     cache = AdaptCache(store)
     roles = index.roles()
@@ -680,6 +673,19 @@ def selector_data(store, index, targets: list[str], log=None) -> list[dict]:
     return groups
 
 
+def paired_difference(diff) -> dict:
+    """Per-function differences of two selectors' accuracies: mean, 95% bootstrap interval over
+    functions (seeded), and how many functions each side wins."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    boots = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(2000)]
+    return {"mean": round(float(diff.mean()), 4),
+            "ci95_bootstrap_functions": [round(float(np.percentile(boots, 2.5)), 4),
+                                         round(float(np.percentile(boots, 97.5)), 4)],
+            "functions_better": int((diff > 1e-9).sum()), "functions_worse": int((diff < -1e-9).sum())}
+
+
 def selector_held_out(groups: list[dict], weights: dict) -> dict:
     """The frozen selector (``selector_study``'s ``chosen``) against the rule on the held-out
     targets' groups: reported once, after the decision, which rests on development targets only."""
@@ -693,17 +699,10 @@ def selector_held_out(groups: list[dict], weights: dict) -> dict:
         gs = [dict(g, X=np.array(g["X"], dtype=float), y=np.array(g["y"], dtype=float))
               for g in groups if g["target"] == T and g["ids"]]
         learned, rule = np.array(top1_accuracy(sel, gs)), np.array(top1_accuracy(LinearSelector.rule(), gs))
-        diff = learned - rule
-        rng = np.random.default_rng(0)
-        boots = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(2000)]
         out[T] = {"n_functions": len(gs), "rule": round(float(rule.mean()), 4),
                   "learned": round(float(learned.mean()), 4),
                   "best with hindsight": round(float(np.mean([g["y"].max() for g in gs])), 4),
-                  "learned_minus_rule": {"mean": round(float(diff.mean()), 4),
-                                         "ci95_bootstrap_functions": [round(float(np.percentile(boots, 2.5)), 4),
-                                                                      round(float(np.percentile(boots, 97.5)), 4)],
-                                         "functions_better": int((diff > 1e-9).sum()),
-                                         "functions_worse": int((diff < -1e-9).sum())}}
+                  "learned_minus_rule": paired_difference(learned - rule)}
     return out
 
 
@@ -841,14 +840,8 @@ def selector_study(groups: list[dict], configs=SELECTOR_CONFIGS) -> dict:
     res["nested"] = dict(summarize(nested), chosen_per_fold=picked) if nested else None
     if nested:
         rule = LinearSelector.rule()
-        diff = np.array([a - b for t in targets for a, b in zip(nested[t], top1_accuracy(rule, by_t[t]))])
-        rng = np.random.default_rng(0)
-        boots = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(2000)]
-        res["nested"]["minus_rule"] = {"mean": round(float(diff.mean()), 4),
-                                       "ci95_bootstrap_functions": [round(float(np.percentile(boots, 2.5)), 4),
-                                                                    round(float(np.percentile(boots, 97.5)), 4)],
-                                       "functions_better": int((diff > 1e-9).sum()),
-                                       "functions_worse": int((diff < -1e-9).sum())}
+        res["nested"]["minus_rule"] = paired_difference(
+            np.array([a - b for t in targets for a, b in zip(nested[t], top1_accuracy(rule, by_t[t]))]))
     # the linear family's ceiling on these features: fitted and scored on the same (all) targets
     res["in_sample_ceiling"] = {
         label(c): round(float(np.mean(top1_accuracy(fit(c, gs), gs))), 4)

@@ -191,10 +191,13 @@ class Source:
         """Pointer parameters of `f` and local pointers initialised from them (to a fixpoint).
         Kept per function: detectors ask once per memory access."""
         key = (f.start_byte, f.end_byte)
-        memo = self.__dict__.setdefault("_global_names_memo", {})
-        if key not in memo:
-            memo[key] = frozenset(self._global_names(f))
-        return set(memo[key])
+        if key not in self._global_names_memo:
+            self._global_names_memo[key] = frozenset(self._global_names(f))
+        return set(self._global_names_memo[key])
+
+    @cached_property
+    def _global_names_memo(self) -> dict[tuple[int, int], frozenset]:
+        return {}
 
     def _global_names(self, f: FunctionSig) -> set[str]:
         names = {p.name for p in f.params if p.is_pointer}

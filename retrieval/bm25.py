@@ -63,16 +63,12 @@ class BM25:
         """BM25 score of every document (numpy array, index = document position)."""
         import numpy as np
 
-        docs, weights = [], []
+        out = np.zeros(self.n, dtype=np.float64)
         for term, qn in Counter(query_tokens).items():
             p = self.postings.get(term)
             if p is not None:
-                docs.append(p[0])
-                weights.append(qn * p[1])
-        if not docs:
-            return np.zeros(self.n, dtype=np.float64)
-        # one pass over all postings (per document, terms are summed in the same order as a loop would)
-        return np.bincount(np.concatenate(docs), np.concatenate(weights), minlength=self.n).astype(np.float64)
+                out[p[0]] += qn * p[1]
+        return out
 
     def scores(self, query_tokens: Iterable[str], allowed: Optional[set[int]] = None) -> dict[int, float]:
         arr = self.score_array(query_tokens)

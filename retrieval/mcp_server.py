@@ -33,10 +33,7 @@ def build_server(root: Path, warm: bool = True):
 
     state = _State(Path(root))
     if warm:
-        try:  # load the index and encoders before the first call, as `skills serve` does
-            state.searcher_now().embed_texts(["__global__ void warm() {}"])
-        except QueryError:
-            pass  # no index yet: the tools say how to build one
+        state.warm()  # as `skills serve` does; without an index the tools say how to build one
 
     def searcher():
         try:
@@ -70,10 +67,9 @@ def build_server(root: Path, warm: bool = True):
     def get_skill(skill_id: str) -> dict[str, Any]:
         """The full record of one skill: its id (or an id prefix, or its key) from a query_skills hit."""
         s = searcher()
-        t = s.index.table
-        for i, sid in enumerate(t["skill_id"]):
-            if sid == skill_id or sid.startswith(skill_id) or t["key"][i] == skill_id:
-                return s.index.record(i)
+        i = s.index.find(skill_id)
+        if i is not None:
+            return s.index.record(i)
         raise ToolError(json.dumps({"error": {"kind": "not_found", "message": f"no skill {skill_id!r}"}}))
 
     @mcp.tool()

@@ -54,6 +54,19 @@ class _State:
         gc.collect(1)
         gc.freeze()
 
+    def warm(self) -> None:
+        """Load the index and both encoders and make the transposed text matrix now, not in the first
+        query. Without an index it does nothing: queries get the error, a later index is picked up."""
+        try:
+            s = self.searcher_now()
+            s.index.similarity_rows("t", s.embed_texts(["__global__ void warm(float* x) { x[0] = 1.0f; }"]))
+            s._cache = type(s._cache)(s._cache.n)  # the warm-up text is not a real query
+            s.stats = {"text_cache_hits": 0, "text_cache_misses": 0}
+            s.index.gnn()
+        except Exception:
+            return  # no usable index yet: /health and the tools say so
+        self.settle_heap()
+
     def _current_token(self) -> Optional[str]:
         from retrieval.skill_index import snapshot_root
 
@@ -149,10 +162,9 @@ def _handler(state: _State, server_ref: dict):
                     s = state.searcher_now()
                 except QueryError as exc:
                     return self._send(503, exc.to_dict())
-                t = s.index.table
-                for i, sid in enumerate(t["skill_id"]):
-                    if sid == ident or sid.startswith(ident) or t["key"][i] == ident:
-                        return self._send(200, s.index.record(i))
+                i = s.index.find(ident)
+                if i is not None:
+                    return self._send(200, s.index.record(i))
                 return self._send(404, {"error": {"kind": "not_found", "message": f"no skill {ident!r}"}})
             self._send(404, {"error": {"kind": "not_found", "message": f"no route GET {self.path}"}})
 
@@ -209,16 +221,7 @@ def serve(root: os.PathLike | str, host: str = "127.0.0.1", port: int = 0, warm:
     root = Path(root)
     state = _State(root)
     if warm:
-        try:
-            s = state.searcher_now()
-            # load the encoders and make the transposed text matrix now, not in the first query
-            s.index.similarity_rows("t", s.embed_texts(["__global__ void warm(float* x) { x[0] = 1.0f; }"]))
-            s._cache = type(s._cache)(s._cache.n)  # the warm-up text is not a real query
-            s.stats = {"text_cache_hits": 0, "text_cache_misses": 0}
-            s.index.gnn()
-            state.settle_heap()
-        except Exception:
-            pass  # no index yet: /health says so, queries get the error, a later index is picked up
+        state.warm()
     ref: dict = {}
     httpd = ThreadingHTTPServer((host, port), _handler(state, ref))
     httpd.daemon_threads = True

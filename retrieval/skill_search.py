@@ -134,6 +134,14 @@ class SkillIndex:
             self._text_t = np.ascontiguousarray(self.text.T)
         return np.stack([v @ self._text_t for v in vecs]) if len(vecs) else np.zeros((0, self.n_docs), np.float32)
 
+    def find(self, ident: str) -> Optional[int]:
+        """The index of the skill with this id, id prefix or key (what `/skills/<id>` and MCP accept)."""
+        t = self.table
+        for i, sid in enumerate(t["skill_id"]):
+            if sid == ident or sid.startswith(ident) or t["key"][i] == ident:
+                return i
+        return None
+
     def excerpt_refs(self, i: int) -> list:
         """Token sets of skill ``i``'s simpler-side excerpts (applicability.similar_site), kept: each
         query that reaches the skill would otherwise re-tokenize up to nine excerpts."""
@@ -315,14 +323,6 @@ class Searcher:
     def embed_texts(self, texts: list[str]):
         """MiniLM vectors of ``texts`` (cached by content), (n, 384) float32."""
         job = self.text_job(texts)
-        _Work([job]).run()
-        return job.vectors()
-
-    def embed_graphs(self, units):
-        """GNN vectors of graph windows (cached by content), or None without a graph model."""
-        job = self.graph_job(units)
-        if job is None:
-            return None
         _Work([job]).run()
         return job.vectors()
 
