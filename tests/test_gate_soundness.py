@@ -72,10 +72,14 @@ def test_summary_counts():
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the cpu executor needs g++")
 def test_soundness_suite_cpu(tmp_path: Path):
     out = tmp_path / "soundness.json"
+    record = ROOT / "eval" / "results" / "gate_soundness_cpu.json"
+    recorded = record.read_bytes() if record.exists() else None
     proc = subprocess.run([sys.executable, "-m", "eval.gate_soundness", "--executor", "cpu", "--json", "--jobs", "2",
                            "--out", str(out), "--store", str(tmp_path / "store")],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.exists(), proc.stderr[-3000:]
+    # --out replaces the default destination: the committed record is left alone
+    assert (record.read_bytes() if record.exists() else None) == recorded
     summary = json.loads(out.read_text())
     assert set(summary) == {"planted", "rejected", "correct", "false_rejects", "by_class", "entries"}
     assert json.loads(proc.stdout) == summary
