@@ -395,6 +395,15 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         export_prepared(mdir)
         _log(log, f"exported MiniLM for numpy queries to {mdir}", report)
     manifest["minilm_prepared"] = "models/minilm-numpy"  # relative to the store root
+    from retrieval.minilm_onnx import query_precision
+
+    if query_precision() == "int8":
+        # queries embed with int8 only where it ranks like fp32 on this CPU: decide now, not at the first query
+        from retrieval.int8_check import describe, resolve_precision
+
+        check = resolve_precision(mdir, TEXT_MAX_TOKENS, log=lambda m: _log(log, m, report))
+        report.text["query_precision"] = check["precision"]
+        _log(log, describe(check), report)
     from retrieval.skill_fusion import lineage_queries
     from skills.kernel_store import KernelStore
 
