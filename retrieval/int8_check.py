@@ -135,6 +135,9 @@ def _record_key(path: Optional[Path]) -> dict:
                 criteria=[MIN_COSINE, MIN_TOP1_AGREEMENT, MAX_REGRET, MIN_TOP5_OVERLAP])
 
 
+_VERDICTS: dict[str, dict] = {}
+
+
 def resolve_precision(path: Optional[os.PathLike | str], max_seq_length: int = 256, log=None) -> dict:
     """The query precision to use with the prepared weights at ``path`` on this CPU: "int8" when the
     recorded (or, if none matches, a fresh) self-check passed, else "fp32". Returns the record:
@@ -153,10 +156,15 @@ def resolve_precision(path: Optional[os.PathLike | str], max_seq_length: int = 2
             return dict(rec, cached=True)
     except (OSError, ValueError):
         pass
-    if log:
-        log("checking int8 query embeddings against fp32 on this CPU (once per machine)")
-    rec = run_check(path, max_seq_length)
-    rec.update(precision="int8" if rec["ok"] else "fp32", key=key, checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    memo = json.dumps(key, sort_keys=True)
+    rec = _VERDICTS.get(memo)  # another store of this process, same graph bytes: the same verdict
+    if rec is None:
+        if log:
+            log("checking int8 query embeddings against fp32 on this CPU (once per machine)")
+        rec = run_check(path, max_seq_length)
+        rec.update(precision="int8" if rec["ok"] else "fp32", key=key,
+                   checked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        _VERDICTS[memo] = rec
     tmp = f.with_name(f".{f.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(json.dumps(rec, indent=1))

@@ -285,6 +285,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     docs = [d for s in all_skills for d in skill_docs(s)]
     report.n_skills, report.n_docs = len(all_skills), len(docs)
     report.phases["load"] = round(time.perf_counter() - t0, 2)
+    _log(log, f"text: {len(all_skills)} skills, {len(docs)} documents; reconciling the text collection", report)
     tp = time.perf_counter()
 
     from retrieval.vector_index import VectorIndex
@@ -310,6 +311,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     report.text = {"collection": TEXT_COLLECTION, "embedded": len(new), "deleted": len(stale), "total": len(docs)}
 
     report.phases["text"] = round(time.perf_counter() - tp, 2)
+    _log(log, f"graph: {len(docs)} documents", report)
     tp = time.perf_counter()
     # ---- graph
     models = store.models_dir
@@ -359,6 +361,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         _log(log, f"graph model {GNN_NAME} kept: {why}", report)
 
     report.phases["graph"] = round(time.perf_counter() - tp, 2)
+    _log(log, "snapshot: vectors, BM25, fusion calibration", report)
     tp = time.perf_counter()
     # ---- snapshot (vectors read back from chroma: the persistent copy is the source of truth)
     import numpy as np
