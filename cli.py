@@ -9,11 +9,14 @@ Exit codes: 0 success/pass, 1 the checked thing failed, 2 bad input.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
+# click's plain help and errors: typer's rich rendering imports rich (~0.3 s of a 0.5 s `--help`)
+os.environ.setdefault("TYPER_USE_RICH", "0")
+import typer  # noqa: E402
 
 app = typer.Typer(
     name="skills",
@@ -270,6 +273,22 @@ def _kernel_store(store: Optional[Path]):
     return KernelStore(Store(root, read_only=True))
 
 
+def _read_store(store: Optional[Path]):
+    """The store for a read command, opened read-only; reads go through skills/record_reads.py
+    (plain JSON records, no pydantic: `list`, `show`, `lineage` stay well under half a second)."""
+    from skills.store import Store, resolve_root
+
+    root = resolve_root(store)
+    if not (root / "store.duckdb").exists():
+        fail(f"{root}: no store here; build one with `skills mine corpora/kernels` (or pass --store DIR)")
+    st = Store(root, read_only=True)
+    try:
+        st.con
+    except Exception as exc:  # duckdb.IOException: a writer (a running `skills mine`) holds the lock
+        fail(f"{root / 'store.duckdb'}: cannot open the store read-only ({str(exc).splitlines()[0][:200]})")
+    return st
+
+
 def _effect_text(skill) -> str:
     for e in skill.effect:
         if e.method == "gpu_timing" and e.time_ratio:
@@ -288,7 +307,9 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List the stored skills."""
-    skills = _kernel_store(store).skills(kind=kind, carrier=carrier)
+    from skills.record_reads import parse, skill_rows
+
+    skills = [parse(r) for r in skill_rows(_read_store(store), kind=kind, carrier=carrier)]
     if as_json:
         typer.echo(json.dumps([{"skill_id": s.skill_id, "name": s.name, "carrier": s.carrier, "operator": s.operator,
                                 "kind": s.kind, "evidence": len(s.evidence), "problems": s.scope.get("problems", []),
@@ -310,16 +331,21 @@ def list_cmd(
 
 @app.command()
 def show(
-    skill_id: str = typer.Argument(..., help="Skill id (or unique prefix), key or name."),
+    skill_id: str = typer.Argument(..., help="Skill id (or a prefix of 4+ characters), key, name, or SKILL.md folder name."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show one skill's card: intent, anchor, preconditions, effects, risks, evidence."""
-    s = _kernel_store(store).skill(skill_id)
-    if s is None:
+    if not skill_id.strip():
+        fail("give a skill id, key, name or SKILL.md folder name (see `skills list`)")
+    from skills.record_reads import find_skill, parse
+
+    rec = find_skill(_read_store(store), skill_id)
+    if rec is None:
         fail(f"no skill {skill_id!r} in the store (see `skills list`)")
+    s = parse(rec)
     if as_json:
-        typer.echo(s.model_dump_json(indent=2))
+        typer.echo(json.dumps(s, indent=2, ensure_ascii=False))
         return
     lines = [f"{s.name}  [{s.skill_id}]", f"  intent: {s.intent}", f"  carrier: {s.carrier}   operator (reversed): {s.operator}",
              f"  anchor: {s.anchor.function} line {s.anchor.line}: {s.anchor.excerpt}"]
@@ -342,7 +368,12 @@ def show(
         lines.append(f"  requires: {', '.join(s.requires) or '-'}   conflicts: {', '.join(s.conflicts) or '-'}")
     lines.append(f"  evidence ({len(s.evidence)}):")
     lines += [f"    - {e.problem} lineage {e.lineage_id} step {e.step} ({e.executor})" for e in s.evidence]
-    lines.append("  exemplar (simpler -> optimized):")
+    example = s.get("example") or {}  # records mined before examples existed have none
+    for half in ("before", "after"):
+        if example.get(half):
+            lines.append(f"  example {half} ({example.get(half + '_from', '')}):")
+            lines += ["    " + ln for ln in example[half].splitlines()[:40]]
+    lines.append("  the mined step (simpler -> optimized):")
     lines += ["    " + ln for ln in s.diff.splitlines()[:40]]
     typer.echo("\n".join(lines))
 
@@ -355,12 +386,14 @@ def lineage(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show a lineage: each accepted step (diff, effect, skill), the rejections and why the walk stopped."""
-    ks = _kernel_store(store)
-    lin = ks.lineage(problem)
-    if lin is None:
+    from skills.record_reads import find_lineage, parse
+
+    rec = find_lineage(_read_store(store), problem)
+    if rec is None:
         fail(f"no lineage for {problem!r} in the store (mine it with `skills mine`)")
+    lin = parse(rec)
     if as_json:
-        typer.echo(lin.model_dump_json(indent=2, exclude={"sources"}))
+        typer.echo(json.dumps({k: v for k, v in lin.items() if k != "sources"}, indent=2, ensure_ascii=False))
         return
     out = [f"{lin.problem}: {lin.kernel} ({lin.kernel_hash[:12]}), executor {lin.executor}, strategy {lin.strategy}",
            f"  {len(lin.steps)} steps, {len(lin.rejections)} rejections, termination: {lin.termination}, "
@@ -632,6 +665,7 @@ def export_cmd(
 def import_cmd(
     in_dir: Path = typer.Argument(..., help="Folder of <skill>/SKILL.md folders (or one skill folder)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    index: bool = typer.Option(True, "--index/--no-index", help="Re-index the store's skills for `skills query`."),
     as_json: bool = typer.Option(False, "--json", help="Print what was imported as JSON."),
 ) -> None:
     """Import SKILL.md folders into the store (all or nothing; a skill with the same id is replaced)."""
@@ -647,20 +681,30 @@ def import_cmd(
         save_skills(st, skills)
     finally:
         st.close()
+    indexed = None
+    if index and any(s.kind == "kernel" for s in skills):
+        # the query index must not go stale: imported skills are found by `skills query` at once
+        from retrieval.skill_index import IndexError_, index_skills
+
+        try:
+            indexed = index_skills(Store(store), log=None if as_json else _stamped(lambda m: typer.echo(m, err=True))).n_skills
+        except IndexError_ as exc:
+            fail(str(exc))
     if as_json:
-        typer.echo(json.dumps({"store": str(st.root), "imported": [
+        typer.echo(json.dumps({"store": str(st.root), "indexed": indexed, "imported": [
             {"skill_id": s.skill_id, "name": s.name, "carrier": s.carrier} for s in skills]}, indent=2))
     else:
         for s in skills:
             typer.echo(f"{s.skill_id}  {s.name}")
-        typer.echo(f"{len(skills)} skill(s) imported into {st.root}")
+        typer.echo(f"{len(skills)} skill(s) imported into {st.root}"
+                   + (f"; index updated: {indexed} skills searchable by `skills query`" if indexed is not None else ""))
 
 
 # ---- report (issue 9)
 @app.command("report")
 def report_cmd(
     problems: Optional[list[str]] = typer.Argument(None, help="Problems to include (default: every problem in the store)."),
-    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="The HTML file to write."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file to write (default <store>/report.html)."),
     title: str = typer.Option("", "--title", help="Page title (default: Kernel skills report)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
@@ -670,6 +714,7 @@ def report_cmd(
     from skills.store import resolve_root
 
     root = resolve_root(store)
+    out = out or root / "report.html"  # beside the data it shows, not an untracked file where the command ran
     try:
         res = write_report(root, out, problems or [], title=title)
     except ReportError as exc:
@@ -699,18 +744,12 @@ def _blas_one_thread() -> None:
 
 
 def _parse_axes(axes: Optional[str]) -> Optional[dict]:
-    if not axes:
-        return None
-    out = {}
-    for part in axes.split(","):
-        name, _, value = part.partition("=")
-        try:
-            out[name.strip()] = int(value)
-        except ValueError:
-            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
-        if not name.strip():
-            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
-    return out
+    from retrieval.query_client import parse_axes
+
+    try:
+        return parse_axes(axes)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 @app.command("index")
@@ -776,27 +815,17 @@ def query_cmd(
             bad("bad_input", f"{code}: no such file")
         except (OSError, UnicodeDecodeError) as exc:
             bad("bad_input", f"{code}: cannot read ({exc.__class__.__name__})")
-    root = resolve_root(store)
-    req = {"code": src, "text": text, "path": str(code) if code else "", "k": k, "axes": _parse_axes(axes),
-           "mode": mode, "include_filtered": True}
-    ans = None
-    if not no_server and (root / "serve.json").is_file():
-        from retrieval.server import find_server, request
+    from retrieval.query_client import ask_server, build_request
 
-        info = find_server(root)
-        if info is not None:
-            try:
-                ans = request(info, "POST", "/query", {kk: v for kk, v in req.items() if v is not None})
-            except OSError:
-                ans = None  # the server went away: answer here
-            if ans is not None and ans.get("_status") == 500:
-                ans = None
+    root = resolve_root(store)
+    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode)
+    ans = None if no_server else ask_server(root, req)  # None: no live server, or it failed: answer here
     if ans is None:
         from retrieval.skill_search import QueryError, Searcher, SkillIndex, stale_warning
 
         try:
             idx = SkillIndex.open(root)
-            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req["axes"], mode=mode)
+            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode)
             w = stale_warning(idx)
             ans["warnings"] = [w] if w else []
             ans["served_by"] = {"kind": "cli"}
