@@ -273,30 +273,14 @@ def _kernel_store(store: Optional[Path]):
     return KernelStore(Store(root, read_only=True))
 
 
-def _read_store(store: Optional[Path]):
-    """The store for a read command, opened read-only; reads go through skills/record_reads.py
-    (plain JSON records, no pydantic: `list`, `show`, `lineage` stay well under half a second)."""
-    from skills.store import Store, resolve_root
+def _read(fn, *args, **kwargs) -> None:
+    """Print what a read view (skills/read_views.py) returns; its ReadError is bad input (exit 2)."""
+    from skills.read_views import ReadError
 
-    root = resolve_root(store)
-    if not (root / "store.duckdb").exists():
-        fail(f"{root}: no store here; build one with `skills mine corpora/kernels` (or pass --store DIR)")
-    st = Store(root, read_only=True)
     try:
-        st.con
-    except Exception as exc:  # duckdb.IOException: a writer (a running `skills mine`) holds the lock
-        fail(f"{root / 'store.duckdb'}: cannot open the store read-only ({str(exc).splitlines()[0][:200]})")
-    return st
-
-
-def _effect_text(skill) -> str:
-    for e in skill.effect:
-        if e.method == "gpu_timing" and e.time_ratio:
-            return f"{e.time_ratio:.2f}x ({e.device})"
-    for e in skill.effect:
-        if e.method == "static":
-            return f"regs {e.registers_delta:+d}, smem {e.smem_delta:+d} ({e.device})"
-    return "-"
+        typer.echo(fn(*args, **kwargs))
+    except ReadError as exc:
+        fail(str(exc))
 
 
 @app.command("list")
@@ -307,26 +291,9 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List the stored skills."""
-    from skills.record_reads import parse, skill_rows
+    from skills.read_views import list_text
 
-    skills = [parse(r) for r in skill_rows(_read_store(store), kind=kind, carrier=carrier)]
-    if as_json:
-        typer.echo(json.dumps([{"skill_id": s.skill_id, "name": s.name, "carrier": s.carrier, "operator": s.operator,
-                                "kind": s.kind, "evidence": len(s.evidence), "problems": s.scope.get("problems", []),
-                                "preconditions": [p.text for p in s.preconditions if p.kind != "none_found"],
-                                "effect": _effect_text(s)} for s in skills], indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{len(skills)} skills")
-    for col in ("id", "name", "carrier", "evidence", "preconditions", "effect"):
-        table.add_column(col)
-    for s in skills:
-        pre = ", ".join(p.text for p in s.preconditions if p.kind != "none_found") or "-"
-        table.add_row(s.skill_id, s.name, s.carrier, f"{len(s.evidence)} ({len(s.scope.get('problems', []))} problems)",
-                      pre, _effect_text(s))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    _read(list_text, store, kind=kind, carrier=carrier, as_json=as_json)
 
 
 @app.command()
@@ -336,46 +303,9 @@ def show(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show one skill's card: intent, anchor, preconditions, effects, risks, evidence."""
-    if not skill_id.strip():
-        fail("give a skill id, key, name or SKILL.md folder name (see `skills list`)")
-    from skills.record_reads import find_skill, parse
+    from skills.read_views import show_text
 
-    rec = find_skill(_read_store(store), skill_id)
-    if rec is None:
-        fail(f"no skill {skill_id!r} in the store (see `skills list`)")
-    s = parse(rec)
-    if as_json:
-        typer.echo(json.dumps(s, indent=2, ensure_ascii=False))
-        return
-    lines = [f"{s.name}  [{s.skill_id}]", f"  intent: {s.intent}", f"  carrier: {s.carrier}   operator (reversed): {s.operator}",
-             f"  anchor: {s.anchor.function} line {s.anchor.line}: {s.anchor.excerpt}"]
-    if s.anchor.enclosing_loop:
-        lines.append(f"  in loop: {s.anchor.enclosing_loop}")
-    lines.append("  preconditions:")
-    lines += [f"    - {p.text} [{p.status}, {p.source}]" for p in s.preconditions]
-    lines.append("  effect:")
-    for e in s.effect:
-        if e.method == "gpu_timing":
-            lines.append(f"    - {e.device}: {e.time_ratio}x (spread {e.time_ratio_q1}-{e.time_ratio_q3}) on {e.workload}")
-        else:
-            lines.append(f"    - {e.device}: registers {e.registers_delta:+d}, smem {e.smem_delta:+d} B, spills "
-                         f"{e.spill_delta:+d}; SASS {', '.join(f'{k} {v:+d}' for k, v in list(e.sass_delta.items())[:5])}")
-    if s.risks:
-        lines.append("  risks:")
-        lines += [f"    - {r.text} (probe {r.probe}): {r.failure[:160]}" for r in s.risks]
-    lines.append(f"  scope: {json.dumps(s.scope)}")
-    if s.requires or s.conflicts:
-        lines.append(f"  requires: {', '.join(s.requires) or '-'}   conflicts: {', '.join(s.conflicts) or '-'}")
-    lines.append(f"  evidence ({len(s.evidence)}):")
-    lines += [f"    - {e.problem} lineage {e.lineage_id} step {e.step} ({e.executor})" for e in s.evidence]
-    example = s.get("example") or {}  # records mined before examples existed have none
-    for half in ("before", "after"):
-        if example.get(half):
-            lines.append(f"  example {half} ({example.get(half + '_from', '')}):")
-            lines += ["    " + ln for ln in example[half].splitlines()[:40]]
-    lines.append("  the mined step (simpler -> optimized):")
-    lines += ["    " + ln for ln in s.diff.splitlines()[:40]]
-    typer.echo("\n".join(lines))
+    _read(show_text, store, skill_id, as_json=as_json)
 
 
 @app.command()
@@ -386,30 +316,9 @@ def lineage(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show a lineage: each accepted step (diff, effect, skill), the rejections and why the walk stopped."""
-    from skills.record_reads import find_lineage, parse
+    from skills.read_views import lineage_text
 
-    rec = find_lineage(_read_store(store), problem)
-    if rec is None:
-        fail(f"no lineage for {problem!r} in the store (mine it with `skills mine`)")
-    lin = parse(rec)
-    if as_json:
-        typer.echo(json.dumps({k: v for k, v in lin.items() if k != "sources"}, indent=2, ensure_ascii=False))
-        return
-    out = [f"{lin.problem}: {lin.kernel} ({lin.kernel_hash[:12]}), executor {lin.executor}, strategy {lin.strategy}",
-           f"  {len(lin.steps)} steps, {len(lin.rejections)} rejections, termination: {lin.termination}, "
-           f"{lin.wall_s:.1f} s, LLM tokens {lin.llm_tokens}"]
-    for st in lin.steps:
-        eff = next((f"{e.time_ratio}x slower without it ({e.device})" for e in st.effect if e.method == "gpu_timing"), "")
-        if not eff:
-            eff = next((f"regs {e.registers_delta:+d}, smem {e.smem_delta:+d} ({e.device})" for e in st.effect
-                        if e.method == "static"), "")
-        out.append(f"step {st.index}: {st.operator} at line {st.site_line} [{st.carrier}] -> skill {st.skill_id}  {eff}")
-        if diffs:
-            out += ["    " + ln for ln in st.diff.splitlines()[2:60]]
-    if lin.rejections:
-        out.append("rejected:")
-        out += [f"  step {r.index}: {r.operator} at line {r.site_line} [{r.carrier}]: {r.reason[:160]}" for r in lin.rejections]
-    typer.echo("\n".join(out))
+    _read(lineage_text, store, problem, diffs=diffs, as_json=as_json)
 
 
 # --------------------------------------------------------------------------- corpora, backend
