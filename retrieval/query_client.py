@@ -1,8 +1,8 @@
 """`skills query` answered by a running `skills serve`, with nothing heavy imported.
 
 The console entry (skills_entry.py) calls ``fast_query(argv)`` before it loads the CLI framework:
-with a live server for the store, a query costs Python's start, one loopback round trip and the
-printing (docs/query.md, "Latency"). Anything it does not handle itself (no server, an option it
+with a live server for the store, a query costs Python's start, two loopback round trips (/health,
+/query) and the printing (docs/query.md, "The server"). Anything it does not handle itself (no server, an option it
 does not know, --help, a malformed value, a server error) returns None, and the full CLI answers
 as always, with its own error messages.
 """

@@ -246,6 +246,22 @@ def test_server_roundtrip_and_cli_uses_it(indexed, searcher):
                           "--store", str(root), "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["served_by"]["kind"] == "server"
+    # the console entry's thin client: the same answer, and nothing heavy imported (no CLI
+    # framework, numpy, pydantic, duckdb or encoders)
+    entry = [sys.executable, "-X", "importtime", str(ROOT / "skills_entry.py"), "query"]
+    out = subprocess.run(entry + ["--code", str(KERNELS / "softmax" / "naive.cu"), "--store", str(root), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    thin = json.loads(out.stdout)
+    assert thin["served_by"]["kind"] == "server" and [h["skill_id"] for h in thin["hits"]] == \
+        [h["skill_id"] for h in local["hits"]]
+    imported = {ln.split("|")[-1].strip() for ln in out.stderr.splitlines() if ln.startswith("import time:")}
+    heavy = {"typer", "numpy", "pydantic", "duckdb", "onnxruntime", "torch", "chromadb", "rich"}
+    assert not heavy & imported, heavy & imported
+    out = subprocess.run([sys.executable, str(ROOT / "skills_entry.py"), "query", "--text", "x", "--mode", "bogus", "--store", str(root)],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: unknown mode 'bogus'"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
     request(info, "POST", "/shutdown")
     t.join(10)
     assert not (root / "serve.json").exists()
