@@ -267,6 +267,35 @@ def test_server_roundtrip_and_cli_uses_it(indexed, searcher):
     assert not (root / "serve.json").exists()
 
 
+def test_import_updates_the_index(indexed, tmp_path):
+    """`skills import` re-indexes: a hand-written skill is searchable at once (no stale index)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from cli import app
+    from retrieval.skill_search import SkillIndex
+
+    root = tmp_path / "store"
+    shutil.copytree(indexed[0], root)
+    before = SkillIndex.open(root).n_skills
+    hand = tmp_path / "hand" / "keep-the-row-max-in-a-register"
+    hand.mkdir(parents=True)
+    (hand / "SKILL.md").write_text(
+        "---\nname: keep-the-row-max-in-a-register\ndescription: Keep a row's running max in a register.\n"
+        "metadata:\n  carrier: register_cache\n  operator: manual\n---\n\n# Keep the row max in a register\n\n"
+        "Keep the running max in a register instead of re-reading it.\n\n## How to apply\n\n"
+        "### Simpler form (before)\n\n```cuda\nfor (int j = 0; j < N; ++j) y[j] = x[j] - m[row];\n```\n\n"
+        "### Optimized form (after)\n\n```cuda\nfloat mr = m[row];\nfor (int j = 0; j < N; ++j) y[j] = x[j] - mr;\n```\n")
+    r = CliRunner().invoke(app, ["import", str(tmp_path / "hand"), "--store", str(root)])
+    assert r.exit_code == 0, r.output
+    assert f"index updated: {before + 1} skills searchable" in r.stdout
+    idx = SkillIndex.open(root)
+    assert idx.n_skills == before + 1 and idx.find("register_cache:manual") is not None
+    r = CliRunner().invoke(app, ["show", "keep-the-row-max-in-a-register", "--store", str(root), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["carrier"] == "register_cache", r.output
+
+
 def test_cli_bad_input_exit_codes(indexed, tmp_path):
     root, _ = indexed
     bad = tmp_path / "bad.cu"

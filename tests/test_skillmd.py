@@ -313,14 +313,10 @@ def test_cli_export_then_import_round_trip(tmp_path):
     assert sorted(x["skill_id"] for x in json.loads(r.stdout)["imported"]) == sorted(s.skill_id for s in skills)
     assert _by_id(_store_skills(tmp_path / "s2")) == _by_id(skills)
 
-    # again: replaces, and re-indexes (the query index is not left stale)
-    r = runner.invoke(app, ["import", str(tmp_path / "md"), "--store", str(tmp_path / "s2")])
+    # again: replaces (re-indexing is tested on an indexed store: test_skill_retrieval.py)
+    r = runner.invoke(app, ["import", str(tmp_path / "md"), "--store", str(tmp_path / "s2"), "--no-index"])
     assert r.exit_code == 0 and f"{len(skills)} skill(s) imported" in r.stdout, r.output
-    assert f"index updated: {len(skills)} skills searchable" in r.stdout
     assert len(_store_skills(tmp_path / "s2")) == len(skills)
-    from retrieval.skill_search import SkillIndex
-
-    assert SkillIndex.open(tmp_path / "s2").n_skills == len(skills)
 
     # shown by its SKILL.md folder name; an empty name is an error, not an arbitrary skill
     folder = Path(payload["skills"][1]["path"]).parent.name
