@@ -323,6 +323,10 @@ def run_limited(cmd: Sequence[str], *, cwd: Optional[Path] = None, timeout_s: fl
     bwrap = isolation()
     run_env = sandbox_env(env, cwd, cmd[0])
     tools = [r for r in (tool_root(cmd[0]),) if r is not None]
+    if cmd[0] == sys.executable:  # a venv's python needs the venv and the interpreter it points at
+        tools += python_roots()
+    elif os.path.isabs(cmd[0]) and not _covered(os.path.realpath(cmd[0]), _SYSTEM_DIRS):
+        cmd = [os.path.realpath(cmd[0]), *cmd[1:]]  # its folder is shown at its real place
     if bwrap:
         for w in writable:
             grant_writable(Path(w))
@@ -393,6 +397,9 @@ def run_limited(cmd: Sequence[str], *, cwd: Optional[Path] = None, timeout_s: fl
     err = bytes(list(bufs.values())[1]).decode(errors="replace")
     if truncated:
         err += f"\n[kernel-skills: output over {max_output >> 20} MB per stream was dropped]"
-    return RunResult(returncode=proc.returncode, stdout=out, stderr=err, wall_s=time.perf_counter() - start,
+    rc = proc.returncode
+    if bwrap and rc is not None and 128 < rc < 128 + 65:  # bwrap's init reports a signal death as 128 + signal
+        rc = -(rc - 128)
+    return RunResult(returncode=rc, stdout=out, stderr=err, wall_s=time.perf_counter() - start,
                      timed_out=timed_out, mem_exceeded=mem_exceeded, peak_rss_mb=peak,
                      output_truncated=truncated, sandboxed=bool(bwrap))
