@@ -335,6 +335,13 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
                 reason = (f"{spec.label} run, {case['workload']} seed {case['seed']}: output {name!r} has "
                           f"{cmp['wrong']} wrong and {cmp['unwritten']} unwritten of {cmp['elements']} elements "
                           f"(max abs err {cmp['max_abs_err']:.3g}; first bad {cmp['first_bad']})")
+        if res.ok and len(parsed["ok"]) < len(cases) and status == "pass":
+            # a clean exit that did not report every case is no evidence for the missing ones
+            status = "fail"
+            missing = next(c for c in cases if c["case"] not in parsed["ok"])
+            reason = (f"{spec.label} run, {missing['workload']} seed {missing['seed']}: the harness exited without "
+                      "reporting this case" + (" (its output went over the cap and was dropped)"
+                                                if res.output_truncated else ""))
         if not res.ok:
             failed_at = next((c for c in cases if c["case"] not in parsed["ok"]), None)
             why = explain_failure(res, config.timeout_s, kernel_path)
