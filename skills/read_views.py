@@ -21,17 +21,20 @@ class ReadError(ValueError):
 
 def open_store(store: Optional[os.PathLike | str]):
     """The store opened read-only, or ReadError naming the folder and the problem."""
-    from skills.store import Store, resolve_root
+    from skills.store import Store, StoreError, resolve_root
 
     root = resolve_root(store)
-    if not (root / "store.duckdb").is_file():
+    if root.exists() and not root.is_dir():
+        raise ReadError(f"{root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
+    if not (root / "store.duckdb").exists():
         raise ReadError(f"{root}: no store here; build one with `skills mine corpora/kernels` (or pass --store DIR)")
     st = Store(root, read_only=True)
     try:
-        st.con
-    except Exception as exc:  # duckdb's IOException (a writer holds the lock), a corrupt file...
-        raise ReadError(f"{root / 'store.duckdb'}: cannot open the store read-only "
-                        f"({str(exc).splitlines()[0][:200]})") from None
+        st.con  # open now: a corrupt or locked file is one line here, not a traceback later
+        if "skills" not in st.tables():
+            raise ReadError(f"{root}: the store has no kernel tables yet; build them with `skills mine corpora/kernels`")
+    except StoreError as exc:
+        raise ReadError(str(exc)) from None
     return st
 
 
