@@ -71,7 +71,7 @@ def list_text(store, kind: Optional[str] = None, carrier: Optional[str] = None, 
 
 def show_text(store, ident: str, as_json: bool = False) -> str:
     if not ident.strip():
-        raise ReadError("give a skill id, key, name or SKILL.md folder name (see `skills list`)")
+        raise ReadError("no skill named '': give a skill id, key, name or SKILL.md folder name (see `skills list`)")
     rec = find_skill(open_store(store), ident)
     if rec is None:
         raise ReadError(f"no skill {ident!r} in the store (see `skills list`)")
