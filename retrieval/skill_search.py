@@ -681,7 +681,8 @@ class Searcher:
             "risks": rec.get("risks") or [],
             "requires": rec.get("requires") or [], "conflicts": rec.get("conflicts") or [],
             "exemplar": {"before": rec.get("before", ""), "after": rec.get("after", ""), "diff": rec.get("diff", ""),
-                         "anchor": {k: anchor.get(k) for k in ("function", "enclosing_loop", "line", "excerpt")}},
+                         "anchor": {k: anchor.get(k) for k in ("function", "enclosing_loop", "line", "excerpt")},
+                         "example": rec.get("example") or {}},
         }
 
 
