@@ -142,6 +142,6 @@ def test_reads_through_the_console_entry_skip_the_cli_framework(tmp_path):
         assert via_typer.exit_code == 0 and r.stdout == via_typer.stdout, args
     assert json.loads(entry("show", folder, "--json").stdout)["skill_id"] == skill.skill_id
     r = entry("show", "")
-    assert r.returncode == 2 and r.stderr.startswith("error: no skill") and "give a skill id" in r.stderr
+    assert r.returncode == 2 and "error: no skill named '': give a skill id" in r.stderr
     r = entry("show", "no-such-skill")
     assert r.returncode == 2 and "no skill 'no-such-skill'" in r.stderr
