@@ -377,7 +377,12 @@ def _store(store: Optional[Path]):
 
 @corpora_app.command("fetch")
 def corpora_fetch(
-    name: str = typer.Argument(..., help="Corpus to fetch: llvm."),
+    name: str = typer.Argument(..., help="llvm, or a kernel collection: a name from corpora/sources.toml, "
+                                          "a git URL, a local git dir/checkout, or pypi:PACKAGE==VERSION."),
+    from_path: Optional[Path] = typer.Option(None, "--from", help="Kernel collection: fetch NAME from this local git "
+                                             "dir/checkout (git) or sdist archive/folder (sdist) instead of its URL."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="Kernel collection: check out this commit "
+                                         "(default: the pinned one, else HEAD)."),
     version: int = typer.Option(15, "--version", help="LLVM major version."),
     dest: Optional[Path] = typer.Option(None, "--dest", help="Where to put it (default <store>/corpora/llvm-<version>)."),
     source: str = typer.Option("debian", "--source", help="debian (apt source package) | an LLVM checkout folder | a git URL."),
@@ -386,11 +391,12 @@ def corpora_fetch(
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Fetch LLVM's lib/Target and ELF relocation tables (Debian source package, a checkout, or git)."""
+    """Fetch LLVM's lib/Target (Debian source package, a checkout, or git), or a kernel collection into <store>/sources."""
     from corpora.llvm import FetchError, fetch_llvm
 
     if name != "llvm":
-        fail(f"unknown corpus {name!r} (known: llvm)")
+        _fetch_kernel_source(name, from_path, commit, force, store, as_json)
+        return
     try:
         result = fetch_llvm(version, dest=dest, store_root=store, source=source, ref=ref, force=force)
     except FetchError as exc:
@@ -402,6 +408,23 @@ def corpora_fetch(
         typer.echo(f"LLVM {result.version} ({result.method}) {how}: {result.dest}")
         typer.echo(f"{len(result.targets)} targets, {result.n_files} files, {result.bytes / 1e6:.1f} MB: "
                    + " ".join(result.targets))
+
+
+def _fetch_kernel_source(name: str, from_path: Optional[Path], commit: Optional[str], force: bool,
+                         store: Optional[Path], as_json: bool) -> None:
+    from corpora.kernel_sources import SourceError, fetch_source
+    from skills.sources import record_source
+
+    try:
+        dest = fetch_source(name, store, commit=commit, from_path=from_path, force=force, record=record_source)
+    except SourceError as exc:
+        fail(str(exc))
+    info = json.loads((dest / "SOURCE.json").read_text())
+    if as_json:
+        typer.echo(json.dumps({**info, "dir": str(dest)}, indent=2))
+    else:
+        pin = info.get("commit") or info.get("version")
+        typer.echo(f"{info['name']} ({info['kind']}, {info['url']} @ {pin}): {dest}")
 
 
 @backend_app.command("index")
