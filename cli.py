@@ -197,7 +197,8 @@ def mine(
                              "steps": len(lin.steps), "rejections": len(lin.rejections), "new_skills": out.new_skills,
                              "merged_skills": out.merged_skills, "cached": out.cached, "wall_s": round(out.wall_s, 1),
                              "llm_tokens": lin.llm_tokens, "carriers_listed": out.listed_carriers,
-                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers})
+                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers,
+                             "carriers_not_detected": out.undetected_carriers})
     except BadInput as exc:
         fail(str(exc))
     finally:
