@@ -917,6 +917,45 @@ def optimize_cmd(
         typer.echo(f"wrote {out}/final.cu, lineage.json, attempts.jsonl, summary.json")
 
 
+# --------------------------------------------------------------------------- wrap (issue 17)
+@app.command("wrap")
+def wrap_cmd(
+    kernel_file: Path = typer.Argument(..., help="A .cu file with __global__ kernels (and optionally a host entry)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Problem folder to write (default ./<name>)."),
+    kernelbench: Optional[Path] = typer.Option(None, "--kernelbench", help="KernelBench-style problem.py (Model, "
+                                               "get_inputs, get_init_inputs): the definition and reference."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="The __global__ to launch when there is no host entry."),
+    name: Optional[str] = typer.Option(None, "--name", help="Problem name (default: the file's stem)."),
+    executor: str = typer.Option("auto", "--executor", "-e", help="Gate executor: auto | cpu | cuda."),
+    gate_after: bool = typer.Option(True, "--gate/--no-gate", help="Run the gate on the new folder."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (gate cache)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Turn an existing kernel file (and a KernelBench problem) into a problem folder; say what is still missing."""
+    from mining.wrap import WrapError, wrap
+
+    try:
+        rep = wrap(kernel_file, out, kernelbench=kernelbench, kernel_name=kernel, name=name, executor=executor,
+                   run_gate_after=gate_after, force=force, store=store)
+    except WrapError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        typer.echo(f"wrote {rep.out}: entry {rep.entry} ({rep.entry_kind}), kernels {', '.join(rep.kernels)}")
+        for n in rep.notes:
+            typer.echo(f"  note: {n}")
+        if rep.gate:
+            typer.echo(f"  gate ({rep.gate.get('executor', executor)}): {rep.gate.get('verdict')} "
+                       f"{rep.gate.get('cases', '')} {rep.gate.get('reason', '')[:200]}".rstrip())
+        for m in rep.missing:
+            typer.echo(f"  missing: {m}")
+        if rep.complete:
+            typer.echo("  complete: the folder passes the gate")
+    raise typer.Exit(0 if rep.complete or not gate_after else 1)
+
+
 def main() -> None:  # pragma: no cover - console entry
     app()
 
