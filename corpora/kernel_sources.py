@@ -41,13 +41,14 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 
-class SourceMissing(Exception):
+class SourceMissing(FileNotFoundError):
     """A wrapper needs a source that is not fetched into the store."""
 
     def __init__(self, name: str, where: Optional[Path] = None):
+        where_txt = f" ({where} missing)" if where is not None else ""
+        super().__init__(f"source {name!r} is not fetched{where_txt}; run: skills corpora fetch {name}")
         self.name = name
-        at = f" (no {where})" if where is not None else ""
-        super().__init__(f"source {name!r} is not fetched{at}; run: skills corpora fetch {name}")
+        self.where = where
 
 
 class SourceError(Exception):
