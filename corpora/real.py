@@ -256,6 +256,9 @@ _OPTIONAL_HEADERS = {
     "cooperative_groups/memcpy_async.h": re.compile(r"\bmemcpy_async\b"),
     "cuda_bf16.h": re.compile(r"bfloat16|__bf16|bf162"),
     "cuda_fp16.h": re.compile(r"\bhalf|__half|\b__h[a-z]|__float2half|half2"),
+    # host BLAS headers (kept only when the extracted code calls cuBLAS; the CPU executor has none)
+    "cublas_v2.h": re.compile(r"\bcublas"),
+    "cublas.h": re.compile(r"\bcublas"),
 }
 
 
