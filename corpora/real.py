@@ -60,6 +60,10 @@ class Version:
     shim: str  # path inside the wrapper folder
     project: Optional[str] = None  # the project's own kernel file inside the wrapper folder
     steps: list[HumanStep] = field(default_factory=list)
+    # another registered source for this version (an older release of the same package), and the
+    # project's own declarations placed before the extracted code (e.g. `namespace c10 { using Half = __half; }`)
+    source: Optional[str] = None
+    prelude: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,7 @@ def load_expert(dir: Path) -> RealExpert:
         where = f"versions[{i}]."
         if not isinstance(entry, dict):
             raise LineageError(f"{path}: versions[{i}]: expected a table")
-        extra = sorted(set(entry) - {"name", "file", "project", "kernels", "shim", "steps"})
+        extra = sorted(set(entry) - {"name", "file", "project", "kernels", "shim", "steps", "source", "prelude"})
         if extra:
             raise LineageError(f"{path}: {where}{extra[0]}: unknown key")
         name = _req(entry, "name", str, where, path)
@@ -208,7 +212,13 @@ def load_expert(dir: Path) -> RealExpert:
             if not isinstance(note, str):
                 raise LineageError(f"{path}: {swhere}note: expected a string")
             steps.append(HumanStep(carrier=carrier, observe=observe, note=note, version=name))
-        versions.append(Version(name=name, file=file, kernels=kernels, shim=shim, project=project, steps=steps))
+        vsource, prelude = entry.get("source"), entry.get("prelude")
+        if vsource is not None and (not isinstance(vsource, str) or vsource not in registry):
+            raise LineageError(f"{path}: {where}source: {vsource!r} is not in {SOURCES_TOML.name}")
+        if prelude is not None and (not isinstance(prelude, str) or not (dir / prelude).is_file()):
+            raise LineageError(f"{path}: {where}prelude: {dir / str(prelude)} not found")
+        versions.append(Version(name=name, file=file, kernels=kernels, shim=shim, project=project, steps=steps,
+                                source=vsource, prelude=prelude))
     return RealExpert(source=source, problem=dir.name, dir=dir, op_type=op_type, history=history,
                       gpu_only=gpu_only, gpu_only_reason=reason, versions=versions)
 
@@ -277,6 +287,7 @@ class _Item:
     defines: set[str]
     uses: set[str]
     text: str
+    ns: str = ""  # enclosing named namespace(s), `a::b`; the output re-opens it around the item
 
 
 def _defined_names(node: Node, src: bytes) -> tuple[str, set[str]]:
@@ -359,20 +370,26 @@ def _items(raw: bytes) -> list[_Item]:
     tree = _parser().parse(parse_text)
     items: list[_Item] = []
 
-    def visit(nodes: Iterable[Node]) -> None:
+    def visit(nodes: Iterable[Node], ns: str = "") -> None:
         for node in nodes:
             if node.type in ("comment",):
                 continue
             if node.type in ("preproc_ifdef", "preproc_if") and _is_include_guard(node, raw):
                 # an include guard (`#ifndef X_H` / `#define X_H` / ... / `#endif`): look inside
-                visit(c for c in node.named_children if c.type not in ("identifier", "preproc_def")
-                      or c.type == "preproc_def" and c.child_by_field_name("value") is not None)
+                visit((c for c in node.named_children if c.type not in ("identifier", "preproc_def")
+                       or c.type == "preproc_def" and c.child_by_field_name("value") is not None), ns)
+                continue
+            if node.type == "namespace_definition" and node.child_by_field_name("name") is not None:
+                body = node.child_by_field_name("body")  # `namespace vllm { ... }`: its items, tagged
+                name = raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte]
+                if body is not None:
+                    visit(body.named_children, f"{ns}::{name.decode()}" if ns else name.decode())
                 continue
             if node.type == "linkage_specification" or node.type == "namespace_definition" and \
                     node.child_by_field_name("name") is None:
                 body = node.child_by_field_name("body")
                 if body is not None:
-                    visit(body.named_children)
+                    visit(body.named_children, ns)
                 continue
             if node.type == ";":
                 continue
@@ -383,7 +400,7 @@ def _items(raw: bytes) -> list[_Item]:
                 end = nxt.end_byte
             uses = {m.decode() for m in _IDENT.findall(code[node.start_byte:end])} - defines
             items.append(_Item(node.start_byte, end, kind, defines, uses,
-                               raw[node.start_byte:end].decode("utf-8", "replace")))
+                               raw[node.start_byte:end].decode("utf-8", "replace"), ns))
 
     visit(tree.root_node.children)
     return items
@@ -400,15 +417,44 @@ def _is_include_guard(node: Node, raw: bytes) -> bool:
                                                            first.child_by_field_name("name").end_byte])
 
 
-def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterable[str] = ()) -> str:
+def _local_header_items(items: list[_Item], include_dirs: list[Path], seen: set[Path]) -> list[_Item]:
+    """Top-level items of the source's own `#include "x.h"` headers (found in include_dirs), headers
+    first, recursively; each header once."""
+    out: list[_Item] = []
+    for it in items:
+        m = re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()) if it.kind == "include" else None
+        found = next((d / m.group(1) for d in include_dirs if m and (d / m.group(1)).is_file()), None)
+        if found is None or found.resolve() in seen:
+            continue
+        seen.add(found.resolve())
+        sub = _items(found.read_bytes())
+        out += _local_header_items(sub, [found.parent] + include_dirs, seen) + sub
+    return out
+
+
+def _framework(text: str, allow_ns: Iterable[str]) -> bool:
+    for ns in allow_ns:  # namespaces the version's prelude defines (`c10::Half`) are not framework code
+        text = re.sub(rf"\b{re.escape(ns)}::", "", text)
+    return bool(_FRAMEWORK.search(text))
+
+
+def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterable[str] = (),
+                    include_dirs: Iterable[Path] = (), allow_ns: Iterable[str] = ()) -> str:
     """The named `__global__` functions of `raw` plus the closure of the top-level declarations they
     (and `extra_uses`, the names a shim uses) need, in source order; standard includes kept,
-    torch / pybind parts dropped. Raises ExtractError naming the file when a kernel is absent."""
+    torch / pybind parts dropped. The source's own headers (`#include "x.h"` found in
+    `include_dirs`) join the pool ahead of the file, their include lines dropped; items inside a
+    named namespace come out inside it again. Raises ExtractError naming the file when a kernel is absent."""
     data = raw.encode()
     items = _items(data)
+    dirs = [Path(d) for d in include_dirs]
+    local = {it.text.strip() for it in items if it.kind == "include" and any(
+        (d / m.group(1)).is_file() for d in dirs for m in [re.match(r'#\s*include\s*"([^"]+)"', it.text.strip())] if m)}
+    items = _local_header_items(items, dirs, set()) + [it for it in items if it.text.strip() not in local]
+    allow_ns = list(allow_ns)
     by_name: dict[str, list[_Item]] = {}
     for it in items:
-        if _FRAMEWORK.search(it.text) and it.kind != "include":
+        if it.kind != "include" and _framework(it.text, allow_ns):
             continue  # torch bindings and their helper macros
         for n in it.defines:
             by_name.setdefault(n, []).append(it)
@@ -438,13 +484,17 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
             if need is None or need.search(body_text):
                 head.append(it.text.strip())
         elif (it.kind == "using" and not it.defines or it.kind == "other" and it.text.lstrip().startswith(
-                "using namespace")) and not _FRAMEWORK.search(it.text):
+                "using namespace")) and not _framework(it.text, allow_ns) and not it.ns:
             head.append(it.text.strip())  # `using namespace X;` (aliases come with the closure)
     out = [f"// extracted from {path}: {', '.join(kernels)} and what they use"]
-    out += head
-    for it in body:
+    out += list(dict.fromkeys(head))  # a header and the file may include the same system header
+    for i, it in enumerate(body):
+        if it.ns and (i == 0 or body[i - 1].ns != it.ns):
+            out.append(f"\nnamespace {it.ns} {{")
         out.append("")
         out.append(it.text)
+        if it.ns and (i + 1 == len(body) or body[i + 1].ns != it.ns):
+            out.append(f"}}  // namespace {it.ns}")
     return "\n".join(out) + "\n"
 
 
@@ -452,23 +502,26 @@ def _shim_uses(shim_text: str) -> set[str]:
     return {m.decode() for m in _IDENT.findall(_code_of(shim_text.encode()))}
 
 
-def source_root(expert: RealExpert, sources_root: Path) -> Path:
-    """`<sources_root>/<source>` (the sdist's `subdir` inside it when set); SourceMissing when absent."""
-    path = Path(sources_root) / expert.source
+def source_root(expert: RealExpert, sources_root: Path, source: Optional[str] = None) -> Path:
+    """`<sources_root>/<source>` (the sdist's `subdir` inside it when set); SourceMissing when absent.
+    `source` (a version's own source) defaults to the expert's."""
+    source = source or expert.source
+    path = Path(sources_root) / source
     if not path.is_dir():
-        raise SourceMissing(expert.source, path)
-    entry = sources_registry().get(expert.source, {})
+        raise SourceMissing(source, path)
+    entry = sources_registry().get(source, {})
     sub = entry.get("subdir")
     if sub and (path / sub).is_dir():
         return path / sub
     return path
 
 
-def check_pinned(expert: RealExpert, sources_root: Path) -> None:
+def check_pinned(expert: RealExpert, sources_root: Path, source: Optional[str] = None) -> None:
     """A fetched source that records a commit (SOURCE.json) must be the snapshot the wrapper names."""
-    path = Path(sources_root) / expert.source
+    source = source or expert.source
+    path = Path(sources_root) / source
     meta = path / "SOURCE.json"
-    pinned = sources_registry().get(expert.source, {})
+    pinned = sources_registry().get(source, {})
     if not meta.is_file():
         return
     try:
@@ -478,7 +531,7 @@ def check_pinned(expert: RealExpert, sources_root: Path) -> None:
     for key in ("commit", "version"):
         if pinned.get(key) and got.get(key) and got[key] != pinned[key]:
             raise LineageError(f"{meta}: {key} {got[key]} but {SOURCES_TOML.name} pins {pinned[key]} for "
-                               f"{expert.source!r}; run: skills corpora fetch {expert.source} --commit {pinned[key]}")
+                               f"{source!r}; run: skills corpora fetch {source} --commit {pinned[key]}")
 
 
 def version_source(expert: RealExpert, version: Version, sources_root: Path) -> str:
@@ -492,14 +545,20 @@ def version_source(expert: RealExpert, version: Version, sources_root: Path) -> 
             raise ExtractError(f"{expert.dir / version.project}: does not define {', '.join(version.kernels)}")
         head = f"// {origin} (the project's own kernel)\n"
         return head + body.rstrip() + "\n\n// ---- entry shim: " + version.shim + "\n" + shim
-    root = source_root(expert, sources_root)
-    check_pinned(expert, sources_root)
+    source = version.source or expert.source
+    root = source_root(expert, sources_root, source)
+    check_pinned(expert, sources_root, source)
     path = root / version.file
     if not path.is_file():
-        raise ExtractError(f"{path}: not found in the fetched source {expert.source!r} "
+        raise ExtractError(f"{path}: not found in the fetched source {source!r} "
                            f"(named by {expert.dir / 'lineage.toml'})")
     raw = path.read_text(errors="replace")
-    extracted = extract_kernels(raw, version.kernels, f"{expert.source}:{version.file}", _shim_uses(shim))
+    prelude = (expert.dir / version.prelude).read_text() if version.prelude else ""
+    extracted = extract_kernels(raw, version.kernels, f"{source}:{version.file}", _shim_uses(shim),
+                                include_dirs=[path.parent, root],
+                                allow_ns=re.findall(r"\bnamespace\s+(\w+)\s*\{", _code_of(prelude.encode()).decode()))
+    if prelude:
+        extracted = f"// ---- prelude: {version.prelude}\n{prelude.rstrip()}\n\n{extracted}"
     return extracted + "\n// ---- entry shim: " + version.shim + "\n" + shim
 
 
@@ -530,7 +589,7 @@ def materialize(expert: RealExpert, sources_root: Path, out_dir: Path) -> Path:
         (tmp / "SOURCE.json").write_text(json.dumps({
             "source": expert.source, "problem": expert.problem,
             **{k: v for k, v in sources_registry().get(expert.source, {}).items()},
-            "versions": [{"index": i, "name": v.name, "file": v.file or v.project,
+            "versions": [{"index": i, "name": v.name, "file": v.file or v.project, "source": v.source or expert.source,
                           "kernels": v.kernels} for i, v in enumerate(expert.versions)],
         }, indent=1) + "\n")
         old = None
