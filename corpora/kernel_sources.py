@@ -40,7 +40,6 @@ REGISTRY = Path(__file__).parent / "sources.toml"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-
 class SourceMissing(FileNotFoundError):
     """A wrapper needs a source that is not fetched into the store."""
 
