@@ -126,6 +126,8 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
     mine_wall = out.wall_s
     verdicts, static = judge_expert(expert, problem_dir, final, store, arch)
     walk = walk_steps(lin)
+    for v in verdicts:  # which walk steps removed a carrier of this name (what the detectors think happened)
+        v["walk_steps_same_carrier"] = [w["index"] for w in walk if w["carrier"] == v["carrier"]]
     extras = extra_steps(walk, {s.carrier for s in expert.steps})
     ids = {s.skill_id: s.key for s in out.skills if any(e.lineage_id == lin.lineage_id for e in s.evidence)}
     count = lambda v: sum(1 for x in verdicts if x["verdict"] == v)  # noqa: E731
@@ -151,8 +153,10 @@ def aggregate(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any
                 "kept": sum(r["kept"] for r in judged), "unobservable": sum(r["unobservable"] for r in judged),
                 "extra_steps": sum(r["extra_steps"] for r in judged),
                 "end_point_ok": sum(bool(r["end_point_ok"]) for r in judged),
-                "skills_new": sum(r.get("skills_new") or 0 for r in judged),
-                "skills_merged": sum(r.get("skills_merged") or 0 for r in judged),
+                "skills_new": (None if any(r.get("skills_new") is None for r in judged)
+                               else sum(r["skills_new"] for r in judged)),
+                "skills_merged": (None if any(r.get("skills_merged") is None for r in judged)
+                                  else sum(r["skills_merged"] for r in judged)),
                 "skills_new_keys": sorted({k for r in judged for k in r.get("skills_new_keys", [])}),
                 "skipped": [f"{r['source']}/{r['problem']}" for r in rs if r.get("status") == "skipped"],
                 "not_run": [f"{r['source']}/{r['problem']}" for r in rs if r.get("status") == "not_run"],
@@ -314,7 +318,7 @@ def print_table(res: dict[str, Any]) -> None:
               f"{_n(r.get('skills_new')):>3} {_n(r.get('skills_merged')):>3} {r['wall_s']:>7}")
     for src, a in res["by_source"].items():
         print(f"{'  ' + src:34} {a['human_steps']:>5} {a['undone']:>6} {a['kept']:>4} {a['unobservable']:>5} "
-              f"{'':>4} {a['extra_steps']:>5} {a['end_point_ok']:>4} {a['skills_new']:>3} {a['skills_merged']:>3} "
+              f"{'':>4} {a['extra_steps']:>5} {a['end_point_ok']:>4} {_n(a['skills_new']):>3} {_n(a['skills_merged']):>3} "
               f"{a['wall_s']:>7}")
     t = res["totals"]
     print(f"total: {t['experts']} experts judged, {t['human_steps']} human steps, {t['undone']} undone "
