@@ -269,6 +269,10 @@ _OPTIONAL_HEADERS = {
     # host BLAS headers (kept only when the extracted code calls cuBLAS; the CPU executor has none)
     "cublas_v2.h": re.compile(r"\bcublas"),
     "cublas.h": re.compile(r"\bcublas"),
+    # CUB (the CPU executor has none): kept only when the extracted code uses cub::
+    "cub/cub.cuh": re.compile(r"\bcub::"),
+    "cub/util_type.cuh": re.compile(r"\bcub::"),
+    "hipcub/hipcub.hpp": re.compile(r"\bhipcub::"),
 }
 
 
@@ -448,9 +452,11 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
     data = raw.encode()
     items = _items(data)
     dirs = [Path(d) for d in include_dirs]
-    local = {it.text.strip() for it in items if it.kind == "include" and any(
-        (d / m.group(1)).is_file() for d in dirs for m in [re.match(r'#\s*include\s*"([^"]+)"', it.text.strip())] if m)}
-    items = _local_header_items(items, dirs, set()) + [it for it in items if it.text.strip() not in local]
+    inlined: set[Path] = set()
+    items = _local_header_items(items, dirs, inlined) + items
+    inlined_names = {p.name for p in inlined}
+    items = [it for it in items if not (it.kind == "include" and (m := re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))
+                                        and Path(m.group(1)).name in inlined_names)]
     allow_ns = list(allow_ns)
     by_name: dict[str, list[_Item]] = {}
     for it in items:
