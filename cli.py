@@ -216,7 +216,8 @@ def mine(
                              "steps": len(lin.steps), "rejections": len(lin.rejections), "new_skills": out.new_skills,
                              "merged_skills": out.merged_skills, "cached": out.cached, "wall_s": round(out.wall_s, 1),
                              "llm_tokens": lin.llm_tokens, "carriers_listed": out.listed_carriers,
-                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers})
+                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers,
+                             "carriers_not_detected": out.undetected_carriers})
     except BadInput as exc:
         fail(str(exc))
     finally:
@@ -396,7 +397,12 @@ def _store(store: Optional[Path]):
 
 @corpora_app.command("fetch")
 def corpora_fetch(
-    name: str = typer.Argument(..., help="Corpus to fetch: llvm."),
+    name: str = typer.Argument(..., help="llvm, or a kernel collection: a name from corpora/sources.toml, "
+                                          "a git URL, a local git dir/checkout, or pypi:PACKAGE==VERSION."),
+    from_path: Optional[Path] = typer.Option(None, "--from", help="Kernel collection: fetch NAME from this local git "
+                                             "dir/checkout (git) or sdist archive/folder (sdist) instead of its URL."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="Kernel collection: check out this commit "
+                                         "(default: the pinned one, else HEAD)."),
     version: int = typer.Option(15, "--version", help="LLVM major version."),
     dest: Optional[Path] = typer.Option(None, "--dest", help="Where to put it (default <store>/corpora/llvm-<version>)."),
     source: str = typer.Option("debian", "--source", help="debian (apt source package) | an LLVM checkout folder | a git URL."),
@@ -405,11 +411,12 @@ def corpora_fetch(
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Fetch LLVM's lib/Target and ELF relocation tables (Debian source package, a checkout, or git)."""
+    """Fetch LLVM's lib/Target (Debian source package, a checkout, or git), or a kernel collection into <store>/sources."""
     from corpora.llvm import FetchError, fetch_llvm
 
     if name != "llvm":
-        fail(f"unknown corpus {name!r} (known: llvm)")
+        _fetch_kernel_source(name, from_path, commit, force, store, as_json)
+        return
     try:
         result = fetch_llvm(version, dest=dest, store_root=store, source=source, ref=ref, force=force)
     except FetchError as exc:
@@ -421,6 +428,23 @@ def corpora_fetch(
         typer.echo(f"LLVM {result.version} ({result.method}) {how}: {result.dest}")
         typer.echo(f"{len(result.targets)} targets, {result.n_files} files, {result.bytes / 1e6:.1f} MB: "
                    + " ".join(result.targets))
+
+
+def _fetch_kernel_source(name: str, from_path: Optional[Path], commit: Optional[str], force: bool,
+                         store: Optional[Path], as_json: bool) -> None:
+    from corpora.kernel_sources import SourceError, fetch_source
+    from skills.sources import record_source
+
+    try:
+        dest = fetch_source(name, store, commit=commit, from_path=from_path, force=force, record=record_source)
+    except SourceError as exc:
+        fail(str(exc))
+    info = json.loads((dest / "SOURCE.json").read_text())
+    if as_json:
+        typer.echo(json.dumps({**info, "dir": str(dest)}, indent=2))
+    else:
+        pin = info.get("commit") or info.get("version")
+        typer.echo(f"{info['name']} ({info['kind']}, {info['url']} @ {pin}): {dest}")
 
 
 @backend_app.command("index")
@@ -914,6 +938,45 @@ def optimize_cmd(
                                                                   if summary['retrieval']['note'] else ""))
     if out is not None:
         typer.echo(f"wrote {out}/final.cu, lineage.json, attempts.jsonl, summary.json")
+
+
+# --------------------------------------------------------------------------- wrap (issue 17)
+@app.command("wrap")
+def wrap_cmd(
+    kernel_file: Path = typer.Argument(..., help="A .cu file with __global__ kernels (and optionally a host entry)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Problem folder to write (default ./<name>)."),
+    kernelbench: Optional[Path] = typer.Option(None, "--kernelbench", help="KernelBench-style problem.py (Model, "
+                                               "get_inputs, get_init_inputs): the definition and reference."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="The __global__ to launch when there is no host entry."),
+    name: Optional[str] = typer.Option(None, "--name", help="Problem name (default: the file's stem)."),
+    executor: str = typer.Option("auto", "--executor", "-e", help="Gate executor: auto | cpu | cuda."),
+    gate_after: bool = typer.Option(True, "--gate/--no-gate", help="Run the gate on the new folder."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (gate cache)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Turn an existing kernel file (and a KernelBench problem) into a problem folder; say what is still missing."""
+    from mining.wrap import WrapError, wrap
+
+    try:
+        rep = wrap(kernel_file, out, kernelbench=kernelbench, kernel_name=kernel, name=name, executor=executor,
+                   run_gate_after=gate_after, force=force, store=store)
+    except WrapError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        typer.echo(f"wrote {rep.out}: entry {rep.entry} ({rep.entry_kind}), kernels {', '.join(rep.kernels)}")
+        for n in rep.notes:
+            typer.echo(f"  note: {n}")
+        if rep.gate:
+            typer.echo(f"  gate ({rep.gate.get('executor', executor)}): {rep.gate.get('verdict')} "
+                       f"{rep.gate.get('cases', '')} {rep.gate.get('reason', '')[:200]}".rstrip())
+        for m in rep.missing:
+            typer.echo(f"  missing: {m}")
+        if rep.complete:
+            typer.echo("  complete: the folder passes the gate")
+    raise typer.Exit(0 if rep.complete or not gate_after else 1)
 
 
 def main() -> None:  # pragma: no cover - console entry
