@@ -73,10 +73,13 @@ def gate(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trust: bool = typer.Option(False, "--trust", help="Without a sandbox (bubblewrap) on this machine, build and run "
                                "the kernel and reference unisolated anyway (docs/security.md)."),
+    workload: Optional[list[str]] = typer.Option(None, "--workload", "-w", help="An extra workload to check, as "
+                                                 "axes (N=1001,M=3); repeatable. Tagged `extra`."),
 ) -> None:
     """Check kernels: static (parse, nvcc/ptxas, SASS), correctness (workloads x seeds), profile (GPU only)."""
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.report import render_summary, render_text
+    from retrieval.agent_tools import ToolError, gate_payload, problem_with_workloads
 
     problems = _problem_dirs(paths)
     if kernel is not None and len(problems) != 1:
@@ -98,21 +101,24 @@ def gate(
             jobs.extend((problem, k) for k in sorted(problem.glob("*.cu")))
         else:
             jobs.append((problem, kernel))
+    extra = [_parse_axes(w) for w in workload or []]
     results, bad = [], []
     for problem, k in jobs:
         try:
-            results.append(run_gate(problem, kernel=k, config=config))
+            with problem_with_workloads(problem, extra) as pdir:
+                results.append(run_gate(pdir, kernel=k.resolve() if k is not None and pdir != problem and k.exists()
+                                        else k, config=config))
             if len(jobs) > 1:  # progress for corpus runs, on stderr so --json stays clean
                 r = results[-1]
                 typer.echo(f"{r.problem}/{Path(r.kernel).name}: {r.verdict} ({r.wall_s:.1f}s) {r.reason[:160]}", err=True)
-        except BadInput as exc:
+        except (BadInput, ToolError) as exc:
             if len(jobs) == 1:
                 fail(str(exc), 2)
             bad.append(str(exc))  # a corpus run reports every bad problem and goes on
         except KeyboardInterrupt:
             fail("interrupted", 130)
     if as_json:
-        payload = results[0].to_dict() if len(jobs) == 1 else [r.to_dict() for r in results] + \
+        payload = gate_payload(results[0]) if len(jobs) == 1 else [gate_payload(r) for r in results] + \
             [{"verdict": "bad_input", "reason": b} for b in bad]
         typer.echo(json.dumps(payload, indent=2))
     elif len(jobs) == 1:

@@ -88,7 +88,7 @@ def gate_digest(result: dict[str, Any]) -> dict[str, Any]:
         if prof.get("status") == "pass" else None
     return {"verdict": result.get("verdict"), "reason": result.get("reason", ""),
             "cases": f"{corr.get('cases_passed', 0)}/{corr.get('cases_total', 0)}" if corr else None,
-            "failing_case": failing, "first_bad_index": (failing or {}).get("first_bad"),
+            "failing_case": failing, "first_bad_index": ((failing or {}).get("first_bad") or {}).get("index"),
             "race_oob": memory, "static": static, "median_ms": timing,
             "skipped_workloads": corr.get("skipped_workloads", [])}
 
