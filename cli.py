@@ -893,6 +893,8 @@ def serve_cmd(
     port: int = typer.Option(0, "--port", min=0, max=65535, help="TCP port (0: any free port; see <store>/serve.json)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     mcp: bool = typer.Option(False, "--mcp", help="Serve MCP tools on stdin/stdout for coding agents instead of HTTP."),
+    tools: Optional[str] = typer.Option(None, "--tools", help="MCP: expose only these tools (comma-separated), "
+                                        "e.g. gate_kernel,profile_kernel."),
 ) -> None:
     """Keep the skill index and encoders warm for fast queries (HTTP on loopback, or MCP over stdio; docs/query.md)."""
     _blas_one_thread()
@@ -900,9 +902,13 @@ def serve_cmd(
 
     root = resolve_root(store)
     if mcp:
-        from retrieval.mcp_server import serve_mcp
+        from retrieval.mcp_server import build_server
 
-        serve_mcp(root)
+        try:
+            server = build_server(root, tools_only=list(_split(tools) or ()))
+        except ValueError as exc:
+            fail(str(exc))
+        server.run("stdio")
         return
     from retrieval.server import find_server, serve
 

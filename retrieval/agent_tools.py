@@ -73,8 +73,10 @@ def gate_digest(result: dict[str, Any]) -> dict[str, Any]:
             memory.append({"run": run.get("run"), "kind": kind if kind in ("race", "oob", "asan", "compute-sanitizer",
                                                                              "uninit", "barrier") else "crash",
                            "message": err})
-            if failing is None:
-                failing = {"run": run.get("run"), "reason": corr.get("reason", err)}
+            if failing is None:  # the run died: the first case it did not report is where
+                at = next((c for c in run.get("cases", []) if c.get("status") == "not_run"), {})
+                failing = {"run": run.get("run"), "workload": at.get("workload"), "seed": at.get("seed"),
+                           "reason": corr.get("reason", err)}
     static = {}
     for arch, rec in (stages.get("static", {}).get("archs") or {}).items():
         if not rec.get("ok"):
@@ -100,7 +102,8 @@ def gate_payload(result) -> dict[str, Any]:
     return d
 
 
-def _workload_lines(workloads: list[Any]) -> list[str]:
+def workload_lines(workloads: list[Any]) -> list[str]:
+    """Extra workloads as workloads.jsonl lines tagged `extra`; ToolError on a malformed one."""
     if not isinstance(workloads, list) or len(workloads) > MAX_EXTRA_WORKLOADS:
         raise ToolError("bad_input", f"workloads: a list of at most {MAX_EXTRA_WORKLOADS} objects "
                         "like {\"axes\": {\"N\": 1001}}")
@@ -111,7 +114,7 @@ def _workload_lines(workloads: list[Any]) -> list[str]:
         if not (isinstance(w, dict) and isinstance(w.get("axes"), dict)
                 and all(isinstance(v, int) and not isinstance(v, bool) for v in w["axes"].values())):
             raise ToolError("bad_input", f"workloads[{i}]: expected {{\"axes\": {{\"N\": 1001, ...}}}} with integer sizes")
-        w = {k: v for k, v in w.items() if k in ("axes", "scalars", "tags", "inputs")}
+        w = {k: v for k, v in w.items() if k in ("axes", "scalars", "tags", "inputs", "init")}
         w["tags"] = sorted(set(w.get("tags") or []) | {"extra"})
         lines.append(json.dumps(w))
     return lines
@@ -124,7 +127,7 @@ def problem_with_workloads(problem_dir: Path, workloads: Optional[list[Any]]) ->
     if not workloads:
         yield problem_dir
         return
-    lines = _workload_lines(workloads)
+    lines = workload_lines(workloads)
     with tempfile.TemporaryDirectory(prefix="ks-extra-") as tmp:
         copy = Path(tmp) / problem_dir.name
         shutil.copytree(problem_dir, copy, symlinks=True,

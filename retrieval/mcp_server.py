@@ -81,8 +81,9 @@ async def _with_progress(ctx, fn, **kw) -> dict[str, Any]:
     return box["out"]
 
 
-def build_server(root: Path, warm: bool = True):
-    """The MCPServer answering for the store at ``root`` (not started)."""
+def build_server(root: Path, warm: bool = True, tools_only: Optional[list[str]] = None):
+    """The MCPServer answering for the store at ``root`` (not started); ``tools_only``: expose just these
+    tools (an A/B arm with the gate but not the skills, eval/bench_agent.py)."""
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -183,9 +184,16 @@ def build_server(root: Path, warm: bool = True):
         """What the store's skill index holds: number of skills and documents, build, models."""
         return searcher().index.info()
 
+    if tools_only:
+        every = {t.name for t in mcp._tool_manager.list_tools()}
+        unknown = set(tools_only) - every
+        if unknown:
+            raise ValueError(f"--tools: no tool {', '.join(sorted(unknown))} ({', '.join(sorted(every))})")
+        for name in every - set(tools_only):
+            mcp.remove_tool(name)
     return mcp
 
 
-def serve_mcp(root: Path) -> None:
+def serve_mcp(root: Path, tools_only: Optional[list[str]] = None) -> None:
     """Run the MCP server on stdin/stdout until the client closes it."""
-    build_server(root).run("stdio")
+    build_server(root, tools_only=tools_only).run("stdio")
