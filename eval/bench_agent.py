@@ -15,8 +15,12 @@ to improve), a solution.toml that names optimized.cu and lists no carriers, and 
   skills exported as SKILL.md folders in {skills_dir}.
 
 The command template is run with ``bash -c`` in the work folder under the time budget; placeholders:
-{workdir} {problem_dir} {prompt_file} {prompt} (shell-quoted) {budget_s} {arm} {mcp_config} {skills_dir}
-{python} {root}. Afterwards optimized.cu is gated against the *full* problem (visible and hidden
+{workdir} {problem_dir} {prompt_file} {prompt} (shell-quoted) {budget_s} {arm} {case} {mcp_config}
+(a Claude Code --mcp-config JSON file) {codex_mcp} (the same server as Codex `-c mcp_servers...` overrides)
+{skills_dir} {python} {root}. Codex, for example:
+
+    --agent 'codex exec --json --full-auto -C {workdir} {codex_mcp} "$(cat {prompt_file})"'
+ Afterwards optimized.cu is gated against the *full* problem (visible and hidden
 workloads, all seeds) and, on a GPU, timed by the gate's profile stage next to the naive kernel,
 the expert and `skills optimize` (deterministic, from naive.cu, with the same store). Tokens and cost
 are read from what the agent prints (Claude Code ``--output-format json`` result objects, Codex
@@ -201,7 +205,7 @@ def run_optimize(problem_dir: Path, executor: str, store: Optional[Path], budget
 def run_agent(template: str, case: dict[str, Any], arm: str, workdir: Path, budget_s: float, store: Optional[Path],
               skills_dir: Optional[Path]) -> dict[str, Any]:
     pdir = agent_folder(case, workdir)
-    mcp_config = ""
+    mcp_config, codex_mcp = "", ""
     if arm != "bare":
         # the agent's gate cache lives in its own store when none is given (never the checkout's ./.skills)
         args = ["-m", "cli", "serve", "--mcp", "--store", str(store or workdir / "store")]
@@ -211,6 +215,12 @@ def run_agent(template: str, case: dict[str, Any], arm: str, workdir: Path, budg
                                                 "env": {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}}}}
         (workdir / "mcp.json").write_text(json.dumps(cfg, indent=2))
         mcp_config = str(workdir / "mcp.json")
+        srv = cfg["mcpServers"]["kernel-skills"]
+        env = ",".join(f"{k}={json.dumps(v)}" for k, v in srv["env"].items())
+        parts = [f"mcp_servers.kernel-skills.{k}={v}" for k, v in (
+            ("command", json.dumps(srv["command"])), ("args", json.dumps(args)), ("cwd", json.dumps(srv["cwd"])),
+            ("env", "{" + env + "}"))]
+        codex_mcp = " ".join(f"-c {shlex.quote(p)}" for p in parts)
     sdir = str(skills_dir) if arm == "skills" and skills_dir else ""
     prompt = PROMPT.format(name=case["name"], problem_dir=pdir, budget_s=int(budget_s),
                            entry=tomllib.loads((pdir / "solution.toml").read_text())["entry"],
@@ -218,7 +228,8 @@ def run_agent(template: str, case: dict[str, Any], arm: str, workdir: Path, budg
     (workdir / "PROMPT.md").write_text(prompt)
     cmd = template.format(workdir=shlex.quote(str(workdir)), problem_dir=shlex.quote(str(pdir)),
                           prompt_file=shlex.quote(str(workdir / "PROMPT.md")), prompt=shlex.quote(prompt),
-                          budget_s=int(budget_s), arm=arm, mcp_config=shlex.quote(mcp_config),
+                          budget_s=int(budget_s), arm=arm, case=case["name"], mcp_config=shlex.quote(mcp_config),
+                          codex_mcp=codex_mcp,
                           skills_dir=shlex.quote(sdir), python=shlex.quote(sys.executable), root=shlex.quote(str(ROOT)))
     t0 = time.monotonic()
     proc = subprocess.Popen(["bash", "-c", cmd], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -43,7 +43,7 @@ def test_ab_run_with_the_scripted_agent(tmp_path, capsys):
 
     before = set((ROOT / "eval" / "results").iterdir())
     template = (f"{{python}} {FIX / 'scripted_agent.py'} --problem {{problem_dir}} --edits {FIX / 'edits.toml'} "
-                "--case scale4 --mcp-config {mcp_config}")
+                "--case {case} --mcp-config {mcp_config}")
     out = tmp_path / "res.json"
     rc = main(["--agent", template, "--arms", "bare,gate", "--only", "scale4", "--executor", "cpu",
                "--budget-s", "300", "--keep", str(tmp_path / "work"), "--out", str(out)])
