@@ -185,8 +185,8 @@ def mine(
                      slowdown_ceiling=slowdown_ceiling, trust=trust)
     console = Console(stderr=True)
     rows, t0, failed, bad = [], _time.perf_counter(), 0, 0
-    say = _stamped(lambda m: console.print(m, highlight=False, soft_wrap=True), t0)
     current = ""
+    say = _stamped(lambda m: console.print(m, highlight=False, soft_wrap=True), t0)
     pool = make_pool(jobs)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -323,7 +323,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                  on_event: Callable[[WalkEvent], None] = lambda e: None,
                  pool: Optional[ProcessPoolExecutor] = None, llm_kwargs: Optional[dict] = None) -> MineOutcome:
     from skills.kernel_store import KernelStore
-    from skills.store import Store, StoreBusy
+    from skills.store import Store
 
     t0 = time.perf_counter()
     try:
@@ -339,7 +339,8 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     model = config.model or os.environ.get("SKILLS_MODEL") or None
     store_root = Path(config.store or os.environ.get("SKILLS_STORE") or ".skills")
     store = Store(store_root)
-    ks = KernelStore(store)
+    if store.root.exists() and not store.root.is_dir():
+        raise BadInput(f"{store.root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
     solution = problem.solution.for_file(kernel_path.name)
     listed = list(solution.carriers)
     kernel_hash = sha256(expert)
@@ -466,20 +467,36 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
                  for h, d in checker.results.items()]
     problem_info = {"definition": problem.definition.model_dump(mode="json")}
+    merged, existing_ids = save_to_store(store_root, lineage, skills, problem_info, gate_runs)
+    new = len({s.skill_id for s in skills} - existing_ids)
+    if config.index and merged:
+        with store.session():
+            _index(store, merged)
+    return _outcome(problem, lineage, merged, new, len({s.skill_id for s in skills}) - new, False,
+                    time.perf_counter() - t0, listed, expert, walk.states[-1])
+
+
+def save_to_store(store_root: Path, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
+                  gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
+    """Save a finished lineage, holding the store's write lock for this transaction only; lineages
+    spilled earlier by a process that found the store locked go in first. Returns (merged skills,
+    skill ids the store had before). When the lock stays taken past the wait limit the lineage
+    is written to <store>/pending/ and LineageNotSaved says where: a finished walk is never lost."""
+    from skills.kernel_store import KernelStore
+    from skills.store import Store, StoreBusy
+
+    store = Store(store_root)
+    ks = KernelStore(store)
     try:
-        with store.session():  # the write lock is held for this transaction only
+        with store.session():
             ks.save_pending()
-            existing_ids = {s.skill_id for s in ks.skills()} if store.exists() else set()
+            existing_ids = {s.skill_id for s in ks.skills()}
             merged = ks.save_lineage(lineage, skills, problem_info, gate_runs)
     except StoreBusy as exc:
         spilled = ks.spill_pending(lineage, skills, problem_info, gate_runs)
         raise LineageNotSaved(f"{exc}; the finished lineage was kept in {spilled} and is saved by the next "
                               "`skills mine` into this store") from None
-    new = len({s.skill_id for s in skills} - existing_ids)
-    if config.index and merged:
-        _index(store, merged)
-    return _outcome(problem, lineage, merged, new, len({s.skill_id for s in skills}) - new, False,
-                    time.perf_counter() - t0, listed, expert, walk.states[-1])
+    return merged, existing_ids
 
 
 def _cost_ceiling(problem: Problem, checker: KernelGateChecker, ratio: float) -> tuple[Optional[float], Optional[float]]:

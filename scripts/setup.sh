@@ -30,6 +30,10 @@ if ! dpkg -s libboost-context-dev >/dev/null 2>&1; then
 else
   phase "1/4 apt: libboost-context-dev already installed"
 fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  phase "1/4 apt: bubblewrap (the gate's sandbox, docs/security.md)"
+  apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null
+fi
 phase "2/4 python3 -m venv .venv"
 python3 -m venv .venv
 log=.venv/setup-pip.log

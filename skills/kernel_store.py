@@ -230,6 +230,8 @@ class KernelStore:
 
     def skill(self, ident: str) -> Optional[Skill]:
         """By id, id prefix, key or name."""
+        if not ident.strip():  # an empty prefix would match every skill
+            return None
         rows = self.store.query("SELECT record FROM skills WHERE skill_id = ? OR key = ? OR name = ? "
                                 "OR skill_id LIKE ? ORDER BY skill_id", [ident, ident, ident, ident + "%"])
         return Skill.model_validate_json(rows[0]["record"]) if len(rows) >= 1 else None

@@ -24,7 +24,7 @@ from mining.gate.data import compare, make_inputs
 from mining.gate.errors import BadInput
 from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
 from mining.gate.reference import ReferenceRun, write_case as write_reference_case
-from mining.gate.sandbox import require_isolation
+from mining.gate.sandbox import abort_runs, require_isolation
 from mining.gate.harness import HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_manifest
 from mining.gate.static import nvcc_path, static_stage
 
@@ -136,9 +136,9 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
                 lambda: _correctness(problem, binding, source, kernel_path, solution.flags, solution.gpu_only,
                                      executor, workdir, cache, config))
         if static_future is not None:
-            result.stages["static"] = static_future.result()
+            result.stages["static"] = _result(static_future)
         if correctness_future is not None:
-            result.stages["correctness"] = correctness_future.result()
+            result.stages["correctness"] = _result(correctness_future)
         if result.stages.get("static", {}).get("status") in ("fail", "error"):
             # nvcc rejects the file: what the CPU build said adds nothing, and nothing can be timed.
             for stage in ("correctness", "profile"):
@@ -161,6 +161,17 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
                                      workdir, cache, config))
     result.wall_s = time.perf_counter() - start
     return result
+
+
+def _result(future) -> dict[str, Any]:
+    """A stage thread's result; Ctrl-C (or SIGTERM) while waiting kills the sandboxed runs of every
+    thread at once, so leaving the thread pool does not wait for a hung harness's timeout."""
+    try:
+        return future.result()
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            abort_runs()
+        raise
 
 
 MAX_KERNEL_BYTES = int(os.environ.get("KS_MAX_KERNEL_BYTES", 4 << 20))  # the largest corpus kernel is ~60 KB

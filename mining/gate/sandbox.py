@@ -309,6 +309,17 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
+_ABORT_LOCK = threading.Lock()
+_abort_generation = 0
+
+
+def abort_runs() -> None:
+    """Kill every run started so far, in every thread (Ctrl-C or SIGTERM while gate threads wait)."""
+    global _abort_generation
+    with _ABORT_LOCK:
+        _abort_generation += 1
+
+
 def run_limited(cmd: Sequence[str], *, cwd: Optional[Path] = None, timeout_s: float = 60.0,
                 mem_mb: float = 4096.0, env: Optional[dict[str, str]] = None,
                 readable: Sequence[Path] = (), writable: Sequence[Path] = (), gpu: bool = False,
@@ -320,6 +331,7 @@ def run_limited(cmd: Sequence[str], *, cwd: Optional[Path] = None, timeout_s: fl
     Without isolation (the caller checked --trust) it runs in a process group with the same limits
     but the gate's own view of the machine. Setting `cancel` kills the run (as a timeout would)."""
     start = time.perf_counter()
+    generation = _abort_generation
     bwrap = isolation()
     run_env = sandbox_env(env, cwd, cmd[0])
     tools = [r for r in (tool_root(cmd[0]),) if r is not None]
@@ -376,7 +388,8 @@ def run_limited(cmd: Sequence[str], *, cwd: Optional[Path] = None, timeout_s: fl
                     mem_exceeded = True
             if now >= deadline:
                 timed_out = True
-            if timed_out or mem_exceeded or (cancel is not None and cancel.is_set()):
+            if timed_out or mem_exceeded or (cancel is not None and cancel.is_set()) or \
+                    generation != _abort_generation:
                 _kill_tree(proc)
                 break
         try:
