@@ -8,7 +8,8 @@ HTTP/1.1, JSON in and out (docs/query.md documents the API):
     GET  /skills/<id>       the full skill record
     POST /reload            re-read the index snapshot now (it is also re-read when `CURRENT` changes)
     GET  /tools             the agent tools (retrieval/agent_tools.py) and their arguments
-    POST /tools/<name>      body: the tool's arguments -> its answer (the CLI's --json; 400/404/503 + {"error"})
+    POST /tools/<name>      body: the tool's arguments -> its answer (the CLI's --json; 400/404/503 + {"error"});
+                            needs the token (X-Skills-Token), as /reload and /shutdown do
     POST /shutdown          stop the server
 
 On start it writes ``<store>/serve.json`` ({"host", "port", "pid", "store", "started_at",
@@ -282,11 +283,6 @@ def _handler(state: _State, server_ref: dict):
             from retrieval import agent_tools as tools
             from retrieval.skill_search import QueryError
 
-            # code runs behind these routes (sandboxed): refuse what a browser page could send to loopback
-            if self.headers.get("Origin") or (self.headers.get("Host") or "").split(":")[0] not in \
-                    ("127.0.0.1", "localhost", "[::1]", ""):
-                return self._send(403, {"error": {"kind": "forbidden", "message": "tool calls only from local "
-                                                  "programs (no Origin header, a loopback Host)"}})
             if name not in tools.TOOL_NAMES:
                 return self._send(404, {"error": {"kind": "not_found", "message": f"no tool {name!r} "
                                                   f"({', '.join(tools.TOOL_NAMES)})"}})
@@ -294,6 +290,10 @@ def _handler(state: _State, server_ref: dict):
             if req is None:
                 return
             try:
+                for key in ("source", "code", "text"):
+                    if isinstance(req.get(key), str) and len(req[key]) > MAX_CODE:
+                        raise tools.ToolError("bad_input", f"{key} is {len(req[key]) >> 10} KB, over the "
+                                              f"{MAX_CODE >> 10} KB limit")
                 if name in ("query_skills", "get_skill"):
                     s = state.searcher_now()
                     if name == "get_skill":
@@ -313,15 +313,15 @@ def _handler(state: _State, server_ref: dict):
                                   exc.to_dict())
             except QueryError as exc:
                 return self._send(400 if exc.kind in ("bad_input", "parse_error") else 503, exc.to_dict())
-            except TypeError as exc:
-                return self._send(400, {"error": {"kind": "bad_input", "message": str(exc)}})
             except Exception as exc:  # a bug must not kill the server
                 return self._send(500, {"error": {"kind": "internal", "message": f"{exc.__class__.__name__}: {exc}"}})
 
         def do_POST(self):
             from retrieval.skill_search import QueryError
 
-            if not self._allowed(post=True, privileged=self.path in ("/reload", "/shutdown")):
+            # the tools build and run code (sandboxed): like /reload and /shutdown they need the token
+            if not self._allowed(post=True, privileged=self.path in ("/reload", "/shutdown")
+                                 or self.path.startswith("/tools/")):
                 return
             if self.path == "/query":
                 req = self._body()
@@ -376,13 +376,19 @@ def _handler(state: _State, server_ref: dict):
 
 
 def _args(req: dict, fn, skip: tuple[str, ...] = ()) -> dict:
-    """The request's fields that are parameters of ``fn``; an unknown field is bad input (TypeError)."""
+    """The request's fields that are parameters of ``fn``; an unknown field is bad input."""
     import inspect
 
-    params = set(inspect.signature(fn).parameters) - set(skip)
+    from retrieval.agent_tools import ToolError
+
+    sig = inspect.signature(fn).parameters
+    params = set(sig) - set(skip)
+    missing = sorted(p for p in params if sig[p].default is inspect.Parameter.empty and p not in req)
+    if missing:
+        raise ToolError("bad_input", f"missing argument(s) {', '.join(missing)} for {fn.__name__}")
     unknown = sorted(set(req) - params)
     if unknown:
-        raise TypeError(f"unknown argument(s) {', '.join(unknown)} for {fn.__name__} ({', '.join(sorted(params))})")
+        raise ToolError("bad_input", f"unknown argument(s) {', '.join(unknown)} for {fn.__name__} ({', '.join(sorted(params))})")
     return dict(req)
 
 

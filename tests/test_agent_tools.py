@@ -184,16 +184,19 @@ def test_http_server_serves_the_same_tools(session):
         assert lin.pop("_status") == 200 and lin == session["lineage"].structured_content
         bad = request(info, "POST", "/tools/gate_kernel", {"problem": str(SCALE), "bogus": 1})
         assert bad["_status"] == 400 and "bogus" in bad["error"]["message"]
+        missing = request(info, "POST", "/tools/gate_kernel", {"source": WRONG})
+        assert missing["_status"] == 400 and "problem" in missing["error"]["message"]
         if gpu_info() is None:
             prof = request(info, "POST", "/tools/profile_kernel", {"problem": str(SCALE)})
             assert prof["_status"] == 503 and prof["error"]["kind"] == "no_gpu"
         import http.client
 
-        conn = http.client.HTTPConnection(info["host"], info["port"], timeout=30)
-        conn.request("POST", "/tools/lineage", body=b'{"problem": "scale"}',
-                     headers={"Content-Type": "application/json", "Origin": "http://evil.example"})
-        assert conn.getresponse().status == 403
-        conn.close()
+        for headers in ({"Origin": "http://evil.example", "X-Skills-Token": info["token"]}, {}):  # foreign page; no token
+            conn = http.client.HTTPConnection(info["host"], info["port"], timeout=30)
+            conn.request("POST", "/tools/lineage", body=b'{"problem": "scale"}',
+                         headers={"Content-Type": "application/json", **headers})
+            assert conn.getresponse().status == 403
+            conn.close()
     finally:
         request(info, "POST", "/shutdown")
         t.join(10)
