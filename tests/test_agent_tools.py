@@ -22,6 +22,7 @@ SCALE = ROOT / "tests" / "fixtures" / "hostile" / "scale"
 HONEST = (SCALE / "kernel.cu").read_text()
 WRONG = HONEST.replace("if (i < n)", "if (i < n - 1)")  # the last element is never written
 OOB = HONEST.replace("if (i < n)", "if (i <= n)")  # reads and writes one past the end
+BARE_KERNEL = HONEST.split("void scale(")[0]  # the __global__ alone, no host entry
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"]}
 needs_sandbox = pytest.mark.skipif(isolation() is None, reason="bubblewrap is not usable here")
 
@@ -72,12 +73,14 @@ def session(tmp_path_factory):
             out["bad_workload"] = await c.call_tool("gate_kernel", {**gate, "workloads": [{"axes": {"N": "big"}}]})
             out["not_a_problem"] = await c.call_tool("gate_kernel", {**gate, "problem": str(tmp)})
             out["profile"] = await c.call_tool("profile_kernel", {"problem": str(SCALE)})
+            out["wrap"] = await c.call_tool("wrap_kernel", {"source": BARE_KERNEL, "name": "scale2", "executor": "cpu",
+                                                            "out": str(tmp / "wrapped")})
             out["lineage"] = await c.call_tool("lineage", {"problem": "scale"})
             out["no_lineage"] = await c.call_tool("lineage", {"problem": "nope"})
             out["no_index"] = await c.call_tool("get_skill", {"skill_id": "sk-0"})
         return out
 
-    return {"store": store, "target": target, "token": token, **asyncio.run(run())}
+    return {"store": store, "target": target, "token": token, "tmp": tmp, **asyncio.run(run())}
 
 
 def _err(res) -> dict:
@@ -151,6 +154,13 @@ def test_bad_input_is_a_structured_error(session):
 def test_profile_without_a_gpu_says_so(session):
     e = _err(session["profile"])
     assert e["kind"] == "no_gpu" and "GPU" in e["message"]
+
+
+def test_wrap_kernel_writes_a_folder_and_says_what_is_missing(session):
+    out = session["wrap"].structured_content
+    assert not session["wrap"].is_error and out["entry_kind"] == "kernel" and out["kernels"] == ["scale_kernel"]
+    assert (session["tmp"] / "wrapped" / "definition.json").is_file()
+    assert any("reference" in m for m in out["missing"]) and out["complete"] is False
 
 
 def test_lineage_is_the_cli_json(session):
