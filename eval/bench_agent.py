@@ -182,9 +182,15 @@ def judge(problem_dir: Path, kernel: Path, executor: str, store: Path, source: O
 
 
 def primary_ms(res: dict[str, Any]) -> Optional[float]:
-    """The time on the largest workload (last timed), or None."""
+    """The time on the largest workload (by the product of its sizes, read off the label
+    `w4[M=32768,N=2048]`), or None."""
+    import re
+
     ms = res.get("median_ms") or {}
-    return list(ms.values())[-1] if ms else None
+    if not ms:
+        return None
+    size = lambda label: math.prod(int(v) for v in re.findall(r"=(\d+)", label))  # noqa: E731
+    return ms[max(ms, key=size)]
 
 
 def run_optimize(problem_dir: Path, executor: str, store: Optional[Path], budget: int) -> dict[str, Any]:

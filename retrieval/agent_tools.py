@@ -214,10 +214,16 @@ def wrap_kernel(source: Optional[str] = None, kernel_file: Optional[str] = None,
                 executor: str = "auto", gate: bool = True, force: bool = False, store: Optional[Path] = None,
                 progress: Progress = None) -> dict[str, Any]:
     """`skills wrap`: a .cu file (or its source) -> a problem folder the gate accepts, and what is missing."""
+    from mining.gate import BadInput
+    from mining.gate.sandbox import require_isolation
     from mining.wrap import WrapError, wrap
 
     if (source is None) == (kernel_file is None):
         raise ToolError("bad_input", "give exactly one of source (the .cu text) or kernel_file (a path)")
+    try:  # wrap evaluates a KernelBench problem.py in run_limited, which runs unisolated without bubblewrap
+        require_isolation(False)
+    except BadInput as exc:
+        raise ToolError("bad_input", str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="ks-wrap-") as tmp:
         if source is not None:
             stem = name or "kernel"

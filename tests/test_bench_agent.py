@@ -38,6 +38,13 @@ def test_parse_usage_formats(tmp_path):
     assert parse_usage("no usage here", tmp_path) == {}
 
 
+def test_primary_time_is_the_largest_workload():
+    from eval.bench_agent import primary_ms
+
+    assert primary_ms({"median_ms": {"w0[M=64,N=128]": 1.0, "w4[M=32768,N=2048]": 5.0, "w6[M=5,N=1]": 0.1}}) == 5.0
+    assert primary_ms({"median_ms": None}) is None
+
+
 def test_ab_run_with_the_scripted_agent(tmp_path, capsys):
     from eval.bench_agent import main
 
