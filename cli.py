@@ -101,7 +101,7 @@ def gate(
             jobs.extend((problem, k) for k in sorted(problem.glob("*.cu")))
         else:
             jobs.append((problem, kernel))
-    extra = [_parse_axes(w) for w in workload or []]
+    extra = [_parse_axes(w, "--workload") for w in workload or []]
     results, bad = [], []
     for problem, k in jobs:
         try:
@@ -770,7 +770,7 @@ def _blas_one_thread() -> None:
         os.environ.setdefault(var, os.environ.get("SKILLS_BLAS_THREADS", "1"))
 
 
-def _parse_axes(axes: Optional[str]) -> Optional[dict]:
+def _parse_axes(axes: Optional[str], option: str = "--axes") -> Optional[dict]:
     if not axes:
         return None
     out = {}
@@ -779,9 +779,9 @@ def _parse_axes(axes: Optional[str]) -> Optional[dict]:
         try:
             out[name.strip()] = int(value)
         except ValueError:
-            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
+            fail(f"{option}: expected NAME=INT[,NAME=INT...], got {part!r}")
         if not name.strip():
-            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
+            fail(f"{option}: expected NAME=INT[,NAME=INT...], got {part!r}")
     return out
 
 

@@ -134,8 +134,25 @@ def problem_with_workloads(problem_dir: Path, workloads: Optional[list[Any]]) ->
                         ignore=shutil.ignore_patterns(".git", "__pycache__", "*.o", "*.bin"))
         wl = copy / "workloads.jsonl"
         base = wl.read_text() if wl.exists() else ""
-        wl.write_text(base + ("" if not base or base.endswith("\n") else "\n") + "\n".join(lines) + "\n")
+        base = base + ("" if not base or base.endswith("\n") else "\n")
+        wl.write_text(base + "\n".join(lines) + "\n")
+        _check_extra(copy, base.count("\n"))
         yield copy
+
+
+def _check_extra(copy: Path, base_lines: int) -> None:
+    """Load the copy now so a bad extra workload is named as such (not as a line of a temporary file)."""
+    import re
+
+    from corpora.problem import ProblemError, load_problem
+
+    try:
+        load_problem(copy)
+    except ProblemError as exc:
+        m = re.search(r"workloads\.jsonl:(\d+): (.*)", str(exc))
+        if m and int(m.group(1)) > base_lines:
+            raise ToolError("bad_input", f"extra workload {int(m.group(1)) - base_lines}: {m.group(2)}") from None
+        raise ToolError("bad_input", str(exc).replace(str(copy), "(problem copy)")) from None
 
 
 def _problem(problem: str | Path) -> Path:
