@@ -25,6 +25,31 @@ def test_agent_folder_hides_the_expert(tmp_path):
     assert 'kernel = "optimized.cu"' in sol and "carriers" not in sol
 
 
+def test_arms_wire_the_tools(tmp_path):
+    """bare: no MCP config; gate: the server restricted to gate/profile; skills: every tool and the cards.
+    The command sees the placeholders filled (Claude's JSON config, Codex's -c overrides)."""
+    from eval.bench_agent import load_problem_set, run_agent
+
+    case = load_problem_set(only=["scale4"])[0]
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    seen = {}
+    for arm in ("bare", "gate", "skills"):
+        wd = tmp_path / arm
+        r = run_agent("printf '%s\\n' {arm} {case} {mcp_config} {skills_dir} {codex_mcp}", case, arm, wd, 30, None, cards)
+        assert r["rc"] == 0 and not r["timed_out"]
+        seen[arm] = (wd / "agent.stdout").read_text().split("\n")
+        cfg = wd / "mcp.json"
+        if arm == "bare":
+            assert not cfg.exists() and seen[arm][2:4] == ["", ""]
+            continue
+        args = json.loads(cfg.read_text())["mcpServers"]["kernel-skills"]["args"]
+        assert ("--tools" in args) == (arm == "gate") and str(wd / "store") in args
+        assert "-c\nmcp_servers.kernel-skills.command=" in "\n".join(seen[arm])
+        assert (seen[arm][3] == str(cards)) == (arm == "skills")
+        assert ("query_skills" in (wd / "PROMPT.md").read_text()) == (arm == "skills")
+
+
 def test_parse_usage_formats(tmp_path):
     from eval.bench_agent import parse_usage
 
