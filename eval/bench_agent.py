@@ -354,7 +354,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--executor", default="auto")
     ap.add_argument("--store", type=Path, help="skills store for the skills arm and `skills optimize`")
     ap.add_argument("--optimize-budget", type=int, default=10)
-    ap.add_argument("--keep", type=Path, help="make the work folders under this folder (kept for inspection)")
+    ap.add_argument("--keep", type=Path, help="make the work folders under this folder and keep them (else removed)")
     ap.add_argument("--out", type=Path, help="write the JSON here (eval/results/...)")
     args = ap.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -373,6 +373,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not args.keep:  # the work folders are kept only on request
+        shutil.rmtree(res["workdir"], ignore_errors=True)
+        res["workdir"] = None
     text = json.dumps(res, indent=2, default=str)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
