@@ -243,6 +243,29 @@ def sandbox_env(extra: Optional[dict[str, str]], cwd: Optional[Path], tool: str)
     return env
 
 
+# --------------------------------------------------------------------------- reading what a run wrote
+def open_output(path: Path):
+    """Open a file a sandboxed run wrote, refusing a symlink (it could point at a host file the
+    gate may read and the run may not) and anything but a regular file. OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        import stat as _stat
+
+        if not _stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_output(path: Path, max_bytes: int) -> bytes:
+    """At most max_bytes + 1 bytes of a file a run wrote (one more shows it is too long)."""
+    with open_output(path) as fh:
+        return fh.read(max_bytes + 1)
+
+
 # --------------------------------------------------------------------------- limits
 def _libc():
     try:
