@@ -283,6 +283,18 @@ def die_with_parent() -> None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def gate_worker_init() -> None:
+    """Initializer of processes that run gates for a parent (`skills mine`/`optimize` pools):
+    Ctrl-C is the parent's to handle (no worker tracebacks); SIGTERM unwinds (temporary folders
+    removed, sandboxes killed); the parent's death kills them (no orphans)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def _term(*_):
+        raise SystemExit(143)
+    signal.signal(signal.SIGTERM, _term)
+    die_with_parent()
+
+
 def _child_setup(as_mb: Optional[float]):
     def setup() -> None:  # runs in the child before exec
         os.setsid()
