@@ -231,6 +231,18 @@ def grant_writable(path: Path) -> None:
             os.chown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
 
 
+def reclaim(path: Path) -> None:
+    """Give a sandbox's output back to the gate's user before it goes into a shared cache, so that
+    no other process of the sandbox uid can change it later."""
+    if os.geteuid() != 0:
+        return
+    for root, dirs, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [os.path.basename(path)])]:
+        if os.path.isdir(path):
+            os.chown(root, 0, 0, follow_symlinks=False)
+        for name in files:
+            os.chown(os.path.join(root, name), 0, 0, follow_symlinks=False)
+
+
 def sandbox_env(extra: Optional[dict[str, str]], cwd: Optional[Path], tool: str) -> dict[str, str]:
     """A scrubbed environment: nothing of the gate's own (no tokens, no keys) reaches the command."""
     path = _PATH
