@@ -214,14 +214,15 @@ def problem_folder(expert, sources_root: Path, work: Path, materialized: Optiona
 
 def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path, jobs: int, max_steps: int,
         time_limit_s: Optional[float], probe: bool, arch: str, materialized: Optional[Path],
-        house_skills: Optional[Path], log=print, no_house: bool = False) -> list[dict[str, Any]]:
+        house_skills: Optional[Path], log=print, no_house: bool = False,
+        real_root: Optional[Path] = None) -> list[dict[str, Any]]:
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
     from mining.mine import make_pool
 
     executor = resolve_executor(executor)
-    experts = select(list_experts(), only)
+    experts = select(list_experts(real_root) if real_root else list_experts(), only)
     pool = make_pool(jobs)
     rows: list[dict[str, Any]] = []
     try:
@@ -344,6 +345,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="recompute skills new/merged of this result against the house store, write --out, exit")
     ap.add_argument("--materialized", type=Path, default=None,
                     help="problem folders from --prepare, used where a source is not fetched")
+    ap.add_argument("--real-root", type=Path, default=None, help="wrappers folder (default corpora/real)")
     ap.add_argument("--prepare", type=Path, default=None, help="materialize the experts into DIR and exit")
     ap.add_argument("--max-steps", type=int, default=100)
     ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per walk (termination time_limit)")
@@ -377,7 +379,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     res: dict[str, Any] = stamp(executor, argv)
     rows = run(executor, only, store, house_store, args.jobs, args.max_steps, args.time_limit, args.probe,
-               args.arch, args.materialized, args.house_skills, log, no_house=args.no_house)
+               args.arch, args.materialized, args.house_skills, log, no_house=args.no_house,
+               real_root=args.real_root)
     if args.merge and args.merge.is_file():
         old = json.loads(args.merge.read_text())
         now = {(r["source"], r["problem"]) for r in rows}

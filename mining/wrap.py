@@ -362,7 +362,8 @@ def torch_shim(src: str, fn: Node, definition: dict, entry: str) -> tuple[str, l
         if unbound:
             missing.append(f"shim: the host function's non-tensor parameters {unbound} bind to nothing in the "
                            "definition: replace them in the shim")
-    shim = (f"// ---- entry shim written by `skills wrap` from {text(fn.child_by_field_name('declarator'))[:80]}\n"
+    fname = next((text(d.child_by_field_name("declarator")) for d in walk(fn) if d.type == "function_declarator"), "")
+    shim = (f"// ---- entry shim written by `skills wrap` from the host function {fname}\n"
             f"{_signature(entry, definition)} {{\n    {shim_body}\n}}\n")
     return shim, missing
 
@@ -491,7 +492,7 @@ def wrap(kernel_file: Path, out: Optional[Path] = None, kernelbench: Optional[Pa
     for s, e in cut:
         body = body[:s] + b"// (torch host function moved into the entry shim below)\n" + body[e:]
     code = TORCH_INCLUDE.sub("", body.decode())
-    code = re.sub(r"(?ms)^PYBIND11_MODULE\s*\([^)]*\)\s*\{.*?^\}\s*$", "", code)
+    code = _drop_pybind(code)
     if "#include <cuda_runtime.h>" not in code:
         code = "#include <cuda_runtime.h>\n" + code
     dtypes = {s["dtype"] for s in list(definition["inputs"].values()) + list(definition["outputs"].values())}
@@ -572,6 +573,22 @@ def _kb_kernel_shim(k: FunctionSig, definition: dict, entry: str) -> tuple[str, 
             f"{_signature(entry, definition)} {{\n    long long n = {n};\n"
             f"    {k.name}<<<(unsigned)((n + 255) / 256), 256>>>({', '.join(args)});\n}}\n")
     return shim, missing + [f"shim: the launch configuration of {k.name} was guessed (1-D over the output): check it"]
+
+
+def _drop_pybind(code: str) -> str:
+    """Remove `PYBIND11_MODULE(...) { ... }` blocks (braces matched)."""
+    while (i := code.find("PYBIND11_MODULE")) >= 0:
+        j = code.find("{", i)
+        if j < 0:
+            return code[:i]
+        depth, k = 0, j
+        while k < len(code):
+            depth += {"{": 1, "}": -1}.get(code[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        code = code[:i] + code[k + 1:]
+    return code
 
 
 def _head(raw: str, f: FunctionSig) -> str:
