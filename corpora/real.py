@@ -452,11 +452,11 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
     data = raw.encode()
     items = _items(data)
     dirs = [Path(d) for d in include_dirs]
-    inlined: set[Path] = set()
-    items = _local_header_items(items, dirs, inlined) + items
-    inlined_names = {p.name for p in inlined}
-    items = [it for it in items if not (it.kind == "include" and (m := re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))
-                                        and Path(m.group(1)).name in inlined_names)]
+    items = _local_header_items(items, dirs, set()) + items
+    # a quoted include is the source project's own header: inlined above when the snapshot has it,
+    # else (e.g. apex's type_shim.h outside the copied file) it cannot be included either
+    items = [it for it in items if not (it.kind == "include" and dirs
+                                        and re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))]
     allow_ns = list(allow_ns)
     by_name: dict[str, list[_Item]] = {}
     for it in items:
