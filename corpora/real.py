@@ -249,7 +249,7 @@ def _parser() -> Parser:
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
 _COMMENT_OR_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
 # Host-framework parts that never reach a standalone kernel file.
-_DROP_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/|Python\.h|cuda/std/|helper_)")
+_DROP_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|THC/|pybind11/|Python\.h|cuda/std/|helper_)")
 _FRAMEWORK = re.compile(r"\btorch::|\bat::|\bc10::|\bpybind11\b|\bPYBIND11_|\bTORCH_\w+\(|\bAT_DISPATCH")
 # Optional CUDA headers: kept only when the extracted code uses what they declare (the CPU
 # executor has no fp8 / tensor-core / pipeline headers, and an unused include must not bar it).
