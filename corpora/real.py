@@ -8,6 +8,11 @@ and how an independent judge can see it). The kernels themselves stay in the fet
 with the closure of top-level macros, types, device functions, templates and constants they use,
 drops torch / pybind parts, and appends the version's shim. `materialize` writes a complete
 problem folder (docs/problem-format.md) from that, atomically.
+
+For framework sources (vLLM's csrc/): kernels inside a named namespace come out inside it, the
+source's own quoted headers join the closure, a version may name another registered source (an
+older release) with `source = "..."`, and a `prelude = "shims/..."` of project declarations
+(`namespace c10 { using Half = __half; }`) is placed before the extracted code.
 """
 from __future__ import annotations
 
