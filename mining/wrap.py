@@ -100,14 +100,25 @@ def read_kernelbench(path: Path, timeout_s: float = 120.0) -> dict[str, Any]:
     return info
 
 
-def _cpu_sizes(values: dict[str, int]) -> dict[str, int]:
-    """A CPU-sized value per axis: at most 64, keeping divisibility by 32 / 16 / 8 where the GPU size has it."""
+def _cpu_sizes(values: dict[str, int], shapes: list[list] = ()) -> dict[str, int]:
+    """A CPU-sized value per axis: a sixteenth of the GPU size within [16, 128] (kept distinct where
+    the GPU sizes differ, multiples of 16 where they are), then halved until every tensor is small."""
     out = {}
     for name, v in values.items():
         if v <= 64:
             out[name] = v
-        else:
-            out[name] = next((d for d in (64, 32, 16, 8) if v % d == 0), 61)
+            continue
+        c = min(128, max(16, v // 16))
+        out[name] = c - c % 16 if v % 16 == 0 else c
+    for _ in range(16):
+        big = [sh for sh in shapes if _prod(out.get(d, d) if isinstance(d, str) else d for d in sh) > CPU_MAX_ELEMS]
+        if not big:
+            break
+        axis = max((d for d in big[0] if isinstance(d, str) and d in out), key=lambda d: out[d], default=None)
+        if axis is None or out[axis] <= 8:
+            break
+        half = out[axis] // 2
+        out[axis] = half - half % 8 if half >= 16 and values[axis] % 8 == 0 else half
     return out
 
 
@@ -161,7 +172,8 @@ def definition_from_kernelbench(info: dict[str, Any], name: str, problem_file: s
     if fixed:
         notes.append(f"axes fixed at the problem's size (model state or derived outputs): {sorted(fixed)}")
     gpu_sizes = {nm: v for v, nm in axis_of.items()}
-    cpu = _cpu_sizes({k: v for k, v in gpu_sizes.items() if k not in fixed})
+    shapes = [spec["shape"] for spec in list(inputs.values()) + list(outputs.values()) if spec["shape"]]
+    cpu = _cpu_sizes({k: v for k, v in gpu_sizes.items() if k not in fixed}, shapes)
     cpu.update({k: gpu_sizes[k] for k in fixed})
     definition = {
         "name": name, "op_type": "kernelbench",

@@ -72,7 +72,7 @@ def test_kernelbench_problem_and_torch_solution_pass_the_cpu_gate(tmp_path):
     assert list(p.definition.inputs) == ["x", "y"] and list(p.definition.outputs) == ["out"]
     assert list(p.definition.axes) == ["N"]  # named after the problem's module constant
     sizes = sorted(w.axes["N"] for w in p.workloads)
-    assert sizes == [64, 2048] and any("large" in w.tags for w in p.workloads)
+    assert sizes == [128, 2048] and any("large" in w.tags for w in p.workloads)
     kernel = (out / "kernel.cu").read_text()
     assert "torch" not in kernel.replace("torch host function", "") and "PYBIND11" not in kernel
     assert "relu_axpy<<<" in kernel and "void ks_entry(const float* x, const float* y, float* out, int N)" in kernel
@@ -109,3 +109,57 @@ def test_bad_inputs_name_the_file_and_write_nothing(tmp_path):
     (tmp_path / "o3").mkdir()
     r = runner.invoke(app, ["wrap", str(tmp_path / "k.cu"), "--out", str(tmp_path / "o3"), "--no-gate"])
     assert r.exit_code == 2 and "o3: already exists (pass --force to replace it)" in r.output
+
+
+MM_PROBLEM = """import torch
+import torch.nn as nn
+
+M = 1024
+K = 512
+N = 2048
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+MM_SOLUTION = """#include <torch/extension.h>
+#define TILE 16
+__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+    int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;
+    if (row < M && col < N) { float acc = 0.f; for (int k = 0; k < K; ++k) acc += A[row * K + k] * B[k * N + col];
+                              C[row * N + col] = acc; }
+}
+torch::Tensor mm_cuda(torch::Tensor A, torch::Tensor B) {
+    int M = A.size(0);
+    int K = A.size(1);
+    int N = B.size(1);
+    auto C = torch::zeros({M, N}, A.options());
+    dim3 threads(TILE, TILE);
+    dim3 blocks((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);
+    mm<<<blocks, threads>>>(A.data_ptr<float>(), B.data_ptr<float>(), C.data_ptr<float>(), M, N, K);
+    return C;
+}
+"""
+
+
+def test_torch_host_with_2d_launch_translates_to_the_definitions_names(tmp_path):
+    (tmp_path / "p.py").write_text(MM_PROBLEM)
+    (tmp_path / "s.cu").write_text(MM_SOLUTION)
+    rep = wrap(tmp_path / "s.cu", tmp_path / "mm", kernelbench=tmp_path / "p.py", run_gate_after=False)
+    assert rep.entry_kind == "torch_host" and rep.missing == []
+    kernel = (tmp_path / "mm" / "kernel.cu").read_text()
+    shim = kernel.split("void ks_entry", 1)[1]
+    assert shim.startswith("(const float* A, const float* B, float* out, int M, int K, int N)")
+    assert "mm<<<blocks, threads>>>(A, B, out, M, N, K);" in shim and "int M =" not in shim and "torch" not in shim
+    p = load_problem(tmp_path / "mm")
+    cpu = next(w for w in p.workloads if "large" not in w.tags)
+    assert cpu.axes == {"M": 64, "K": 32, "N": 128}  # rectangular stays rectangular
