@@ -189,19 +189,59 @@ def _unpack_sdist(archive: Path, staging: Path) -> None:
 
 
 def _pip_download(package: str, version: str, work: Path) -> Path:
+    """The sdist of package==version: `pip download` first; where pip cannot prepare the sdist's
+    metadata (vllm's setup.py needs torch and CUDA), the file itself from the package index's
+    simple API (PEP 503), checked against the index's sha256."""
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
            f"{package}=={version}", "-d", str(work)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        pip_error = (proc.stderr.strip().splitlines() or ["(no output)"])[-1] if proc.returncode else ""
     except subprocess.TimeoutExpired:
-        raise SourceError(f"pip download {package}=={version} timed out") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SourceError(f"pip download {package}=={version} failed: {last}")
+        pip_error = "timed out"
     found = [p for p in work.iterdir() if p.name.endswith((".tar.gz", ".zip", ".tgz"))]
-    if not found:
-        raise SourceError(f"pip download {package}=={version} produced no sdist")
-    return found[0]
+    if found:
+        return found[0]
+    try:
+        return _simple_index_download(package, version, work)
+    except SourceError as exc:
+        raise SourceError(f"pip download {package}=={version} failed ({pip_error}); {exc}") from None
+
+
+def _simple_index_download(package: str, version: str, work: Path) -> Path:
+    import hashlib
+    import html
+    import urllib.request
+
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    norm = re.sub(r"[-_.]+", "-", package).lower()
+    try:
+        with urllib.request.urlopen(f"{index}/{norm}/", timeout=60) as resp:
+            page = resp.read().decode("utf-8", "replace")
+    except OSError as exc:
+        raise SourceError(f"the package index {index} did not answer for {package} ({exc})") from None
+    want = re.compile(rf"^{re.escape(norm).replace('-', '[-_.]')}-{re.escape(version)}\.(tar\.gz|zip)$", re.I)
+    for href, name in re.findall(r'<a[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', page):
+        if not want.match(name.strip()):
+            continue
+        url = html.unescape(href)
+        url, _, frag = url.partition("#")
+        if not url.startswith(("http://", "https://")):
+            from urllib.parse import urljoin
+
+            url = urljoin(f"{index}/{norm}/", url)
+        dest = work / name.strip()
+        try:
+            with urllib.request.urlopen(url, timeout=600) as resp, open(dest, "wb") as fh:
+                shutil.copyfileobj(resp, fh)
+        except OSError as exc:
+            raise SourceError(f"downloading {name.strip()} failed ({exc})") from None
+        if frag.startswith("sha256="):
+            digest = hashlib.sha256(dest.read_bytes()).hexdigest()
+            if digest != frag.split("=", 1)[1]:
+                raise SourceError(f"{name.strip()}: sha256 {digest} does not match the index's")
+        return dest
+    raise SourceError(f"no sdist {package}-{version} on {index}")
 
 
 # --------------------------------------------------------------------------- fetch
@@ -257,6 +297,7 @@ def fetch_source(name_or_url: str, store_root: Optional[os.PathLike | str] = Non
                 (old.get("version") == info.get("version") if info["kind"] == "sdist"
                  else info.get("commit") is None or old.get("commit", "").startswith(info["commit"])))
         if same:
+            _record(record, root, old, dest)
             return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".fetch-{name}-", dir=dest.parent) as tmp:
@@ -288,6 +329,16 @@ def fetch_source(name_or_url: str, store_root: Optional[os.PathLike | str] = Non
         if dest.exists():
             os.replace(dest, old_dir)  # the old tree goes away with the temporary folder
         os.replace(staging, dest)
-    if record is not None:
-        record(root, info, dest)
+    _record(record, root, info, dest)
     return dest
+
+
+def _record(record, root: Path, info: dict[str, Any], dest: Path) -> None:
+    if record is None:
+        return
+    try:
+        record(root, info, dest)
+    except Exception as exc:  # e.g. another process holds the store's lock: the tree itself is complete
+        first = (str(exc).splitlines() or [exc.__class__.__name__])[0][:200]
+        raise SourceError(f"{dest}: fetched, but the store's sources table was not written ({first}); "
+                          "run the same fetch again when the store is free") from None

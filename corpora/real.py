@@ -8,6 +8,11 @@ and how an independent judge can see it). The kernels themselves stay in the fet
 with the closure of top-level macros, types, device functions, templates and constants they use,
 drops torch / pybind parts, and appends the version's shim. `materialize` writes a complete
 problem folder (docs/problem-format.md) from that, atomically.
+
+For framework sources (vLLM's csrc/): kernels inside a named namespace come out inside it, the
+source's own quoted headers join the closure, a version may name another registered source (an
+older release) with `source = "..."`, and a `prelude = "shims/..."` of project declarations
+(`namespace c10 { using Half = __half; }`) is placed before the extracted code.
 """
 from __future__ import annotations
 
@@ -249,7 +254,7 @@ def _parser() -> Parser:
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
 _COMMENT_OR_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
 # Host-framework parts that never reach a standalone kernel file.
-_DROP_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/|Python\.h|cuda/std/|helper_)")
+_DROP_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|THC/|pybind11/|Python\.h|cuda/std/|helper_)")
 _FRAMEWORK = re.compile(r"\btorch::|\bat::|\bc10::|\bpybind11\b|\bPYBIND11_|\bTORCH_\w+\(|\bAT_DISPATCH")
 # Optional CUDA headers: kept only when the extracted code uses what they declare (the CPU
 # executor has no fp8 / tensor-core / pipeline headers, and an unused include must not bar it).
@@ -452,11 +457,11 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
     data = raw.encode()
     items = _items(data)
     dirs = [Path(d) for d in include_dirs]
-    inlined: set[Path] = set()
-    items = _local_header_items(items, dirs, inlined) + items
-    inlined_names = {p.name for p in inlined}
-    items = [it for it in items if not (it.kind == "include" and (m := re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))
-                                        and Path(m.group(1)).name in inlined_names)]
+    items = _local_header_items(items, dirs, set()) + items
+    # a quoted include is the source project's own header: inlined above when the snapshot has it,
+    # else (e.g. apex's type_shim.h outside the copied file) it cannot be included either
+    items = [it for it in items if not (it.kind == "include" and dirs
+                                        and re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))]
     allow_ns = list(allow_ns)
     by_name: dict[str, list[_Item]] = {}
     for it in items:

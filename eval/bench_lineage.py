@@ -101,7 +101,8 @@ def judge_expert(expert, problem_dir: Path, end_source: str, store: Path, arch: 
 
 
 def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int, pool,
-               max_steps: int, time_limit_s: Optional[float], probe: bool, arch: str) -> dict[str, Any]:
+               max_steps: int, time_limit_s: Optional[float], probe: bool, arch: str,
+               strategy: Optional[str] = None) -> dict[str, Any]:
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.mine import MineConfig, mine_problem
     from skills.kernel_store import KernelStore
@@ -112,7 +113,7 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
                            "human_steps": len(expert.steps)}
     t0 = time.perf_counter()
     cfg = MineConfig(executor=executor, jobs=jobs, store=store, max_steps=max_steps, time_limit_s=time_limit_s,
-                     probe=probe)
+                     probe=probe, strategy=strategy)
     try:
         out = mine_problem(problem_dir, cfg, pool=pool)
     except BadInput as exc:
@@ -187,7 +188,9 @@ def stamp(executor: str, argv: list[str]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- driver
-def select(experts: list, only: Optional[list[str]]) -> list:
+def select(experts: list, only: Optional[list[str]], gpu_only: bool = False) -> list:
+    if gpu_only:
+        experts = [e for e in experts if e.gpu_only]
     if not only:
         return experts
     keys = set(only)
@@ -214,14 +217,15 @@ def problem_folder(expert, sources_root: Path, work: Path, materialized: Optiona
 
 def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path, jobs: int, max_steps: int,
         time_limit_s: Optional[float], probe: bool, arch: str, materialized: Optional[Path],
-        house_skills: Optional[Path], log=print, no_house: bool = False) -> list[dict[str, Any]]:
+        house_skills: Optional[Path], log=print, no_house: bool = False,
+        real_root: Optional[Path] = None, gpu_only: bool = False, strategy: Optional[str] = None) -> list[dict[str, Any]]:
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
     from mining.mine import make_pool
 
     executor = resolve_executor(executor)
-    experts = select(list_experts(), only)
+    experts = select(list_experts(real_root) if real_root else list_experts(), only, gpu_only)
     pool = make_pool(jobs)
     rows: list[dict[str, Any]] = []
     try:
@@ -245,7 +249,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
                 rows.append({**base, "status": "not_run", "reason": f"materialize: {exc}", "wall_s": 0.0})
                 log(f"[bench_lineage]   not run: materialize: {exc}")
                 continue
-            row = run_expert(e, d, executor, store, jobs, pool, max_steps, time_limit_s, probe, arch)
+            row = run_expert(e, d, executor, store, jobs, pool, max_steps, time_limit_s, probe, arch, strategy)
             row["gpu_only"] = e.gpu_only
             rows.append(row)
             if row["status"] == "judged":
@@ -282,7 +286,7 @@ def score_skills(rows: list[dict[str, Any]], house: Optional[dict[str, str]]) ->
         r.update(skills_new=len(r["skills_new_keys"]), skills_merged=len(r["skills_merged_keys"]))
 
 
-def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Path, executor: str = "cpu",
+def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Path, gpu_only: bool = False,
             log=print) -> None:
     """Materialize experts into DEST (for a machine without the sources or network) and write
     DEST/house_skills.json from the house store (skill identity does not depend on the executor)."""
@@ -290,7 +294,9 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     from skills.kernel_store import KernelStore
     from skills.store import Store
 
-    experts = select(list_experts(), only)
+    if not (Path(house_store) / "store.duckdb").is_file():
+        raise SystemExit(f"error: {house_store}: no house store (run a CPU bench_lineage first, or pass --house-store)")
+    experts = select(list_experts(), only, gpu_only)
     dest.mkdir(parents=True, exist_ok=True)
     for e in experts:
         materialize(e, store.resolve() / "sources", dest / e.source / e.problem)
@@ -344,6 +350,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="recompute skills new/merged of this result against the house store, write --out, exit")
     ap.add_argument("--materialized", type=Path, default=None,
                     help="problem folders from --prepare, used where a source is not fetched")
+    ap.add_argument("--gpu-only", action="store_true", help="only the experts marked gpu_only")
+    ap.add_argument("--strategy", default=None, help="walk strategy (default: smallest_effect on cuda, priority on cpu)")
+    ap.add_argument("--real-root", type=Path, default=None, help="wrappers folder (default corpora/real)")
     ap.add_argument("--prepare", type=Path, default=None, help="materialize the experts into DIR and exit")
     ap.add_argument("--max-steps", type=int, default=100)
     ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per walk (termination time_limit)")
@@ -364,7 +373,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     house_store = args.house_store or ROOT / f".skills-house-{executor}"
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.prepare:
-        prepare(only, store, args.house_store or ROOT / ".skills-house-cpu", args.prepare, log=log)
+        prepare(only, store, args.house_store or ROOT / ".skills-house-cpu", args.prepare, args.gpu_only, log=log)
         return 0
     if args.rescore:
         res = json.loads(args.rescore.read_text())
@@ -376,8 +385,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         _finish(res, args)
         return 0
     res: dict[str, Any] = stamp(executor, argv)
+    res["strategy"] = args.strategy or ("smallest_effect" if executor == "cuda" else "priority")
     rows = run(executor, only, store, house_store, args.jobs, args.max_steps, args.time_limit, args.probe,
-               args.arch, args.materialized, args.house_skills, log, no_house=args.no_house)
+               args.arch, args.materialized, args.house_skills, log, no_house=args.no_house,
+               real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy)
     if args.merge and args.merge.is_file():
         old = json.loads(args.merge.read_text())
         now = {(r["source"], r["problem"]) for r in rows}

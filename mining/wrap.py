@@ -100,14 +100,25 @@ def read_kernelbench(path: Path, timeout_s: float = 120.0) -> dict[str, Any]:
     return info
 
 
-def _cpu_sizes(values: dict[str, int]) -> dict[str, int]:
-    """A CPU-sized value per axis: at most 64, keeping divisibility by 32 / 16 / 8 where the GPU size has it."""
+def _cpu_sizes(values: dict[str, int], shapes: list[list] = ()) -> dict[str, int]:
+    """A CPU-sized value per axis: a sixteenth of the GPU size within [16, 128] (kept distinct where
+    the GPU sizes differ, multiples of 16 where they are), then halved until every tensor is small."""
     out = {}
     for name, v in values.items():
         if v <= 64:
             out[name] = v
-        else:
-            out[name] = next((d for d in (64, 32, 16, 8) if v % d == 0), 61)
+            continue
+        c = min(128, max(16, v // 16))
+        out[name] = c - c % 16 if v % 16 == 0 else c
+    for _ in range(16):
+        big = [sh for sh in shapes if _prod(out.get(d, d) if isinstance(d, str) else d for d in sh) > CPU_MAX_ELEMS]
+        if not big:
+            break
+        axis = max((d for d in big[0] if isinstance(d, str) and d in out), key=lambda d: out[d], default=None)
+        if axis is None or out[axis] <= 8:
+            break
+        half = out[axis] // 2
+        out[axis] = half - half % 8 if half >= 16 and values[axis] % 8 == 0 else half
     return out
 
 
@@ -161,7 +172,8 @@ def definition_from_kernelbench(info: dict[str, Any], name: str, problem_file: s
     if fixed:
         notes.append(f"axes fixed at the problem's size (model state or derived outputs): {sorted(fixed)}")
     gpu_sizes = {nm: v for v, nm in axis_of.items()}
-    cpu = _cpu_sizes({k: v for k, v in gpu_sizes.items() if k not in fixed})
+    shapes = [spec["shape"] for spec in list(inputs.values()) + list(outputs.values()) if spec["shape"]]
+    cpu = _cpu_sizes({k: v for k, v in gpu_sizes.items() if k not in fixed}, shapes)
     cpu.update({k: gpu_sizes[k] for k in fixed})
     definition = {
         "name": name, "op_type": "kernelbench",
@@ -362,7 +374,8 @@ def torch_shim(src: str, fn: Node, definition: dict, entry: str) -> tuple[str, l
         if unbound:
             missing.append(f"shim: the host function's non-tensor parameters {unbound} bind to nothing in the "
                            "definition: replace them in the shim")
-    shim = (f"// ---- entry shim written by `skills wrap` from {text(fn.child_by_field_name('declarator'))[:80]}\n"
+    fname = next((text(d.child_by_field_name("declarator")) for d in walk(fn) if d.type == "function_declarator"), "")
+    shim = (f"// ---- entry shim written by `skills wrap` from the host function {fname}\n"
             f"{_signature(entry, definition)} {{\n    {shim_body}\n}}\n")
     return shim, missing
 
@@ -491,7 +504,7 @@ def wrap(kernel_file: Path, out: Optional[Path] = None, kernelbench: Optional[Pa
     for s, e in cut:
         body = body[:s] + b"// (torch host function moved into the entry shim below)\n" + body[e:]
     code = TORCH_INCLUDE.sub("", body.decode())
-    code = re.sub(r"(?ms)^PYBIND11_MODULE\s*\([^)]*\)\s*\{.*?^\}\s*$", "", code)
+    code = _drop_pybind(code)
     if "#include <cuda_runtime.h>" not in code:
         code = "#include <cuda_runtime.h>\n" + code
     dtypes = {s["dtype"] for s in list(definition["inputs"].values()) + list(definition["outputs"].values())}
@@ -572,6 +585,22 @@ def _kb_kernel_shim(k: FunctionSig, definition: dict, entry: str) -> tuple[str, 
             f"{_signature(entry, definition)} {{\n    long long n = {n};\n"
             f"    {k.name}<<<(unsigned)((n + 255) / 256), 256>>>({', '.join(args)});\n}}\n")
     return shim, missing + [f"shim: the launch configuration of {k.name} was guessed (1-D over the output): check it"]
+
+
+def _drop_pybind(code: str) -> str:
+    """Remove `PYBIND11_MODULE(...) { ... }` blocks (braces matched)."""
+    while (i := code.find("PYBIND11_MODULE")) >= 0:
+        j = code.find("{", i)
+        if j < 0:
+            return code[:i]
+        depth, k = 0, j
+        while k < len(code):
+            depth += {"{": 1, "}": -1}.get(code[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        code = code[:i] + code[k + 1:]
+    return code
 
 
 def _head(raw: str, f: FunctionSig) -> str:
