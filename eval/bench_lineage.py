@@ -364,6 +364,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--arch", default="sm_90", help="static-stage target the judge reads")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (e.g. eval/results/bench_lineage_cpu.json)")
     ap.add_argument("--merge", type=Path, default=None, help="start from this result; replace only the experts run now")
+    ap.add_argument("--combine", type=Path, nargs="+", default=None,
+                    help="combine result files (a later file's expert replaces an earlier one's), write --out, exit")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     args = ap.parse_args(argv)
     only = [p for p in args.only.split(",") if p] or None
@@ -377,6 +379,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.prepare:
         prepare(only, store, args.house_store or ROOT / ".skills-house-cpu", args.prepare, args.gpu_only, log=log)
+        return 0
+    if args.combine:
+        _finish(combine(args.combine), args)
         return 0
     if args.rescore:
         res = json.loads(args.rescore.read_text())
@@ -404,6 +409,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     res.update(experts=rows, by_source=by_source, totals=totals)
     _finish(res, args)
     return 0
+
+
+def combine(paths: list[Path]) -> dict[str, Any]:
+    """One result from several runs over parts of the corpus (runs on a loaded machine are split)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    stamps = []
+    for path, r in zip(paths, runs):
+        stamps += r.get("runs") or [{k: r.get(k) for k in ("commit", "command", "date", "load_at_start")}]
+        for row in r["experts"]:
+            rows[(row["source"], row["problem"])] = {**row, "from": Path(path).name}
+    first = runs[-1]
+    res = {k: first.get(k) for k in ("executor", "machine", "strategy")}
+    res.update(commit=first.get("commit"), command="python -m eval.bench_lineage --combine " +
+               " ".join(str(p) for p in paths), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               runs=stamps, experts=sorted(rows.values(), key=lambda r: (r["source"], r["problem"])))
+    res["by_source"], res["totals"] = aggregate(res["experts"])
+    return res
 
 
 def _finish(res: dict[str, Any], args) -> None:
