@@ -102,7 +102,7 @@ def judge_expert(expert, problem_dir: Path, end_source: str, store: Path, arch: 
 
 def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int, pool,
                max_steps: int, time_limit_s: Optional[float], probe: bool, arch: str,
-               strategy: Optional[str] = None) -> dict[str, Any]:
+               strategy: Optional[str] = None, timeout_s: float = 120.0) -> dict[str, Any]:
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.mine import MineConfig, mine_problem
     from skills.kernel_store import KernelStore
@@ -113,7 +113,7 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
                            "human_steps": len(expert.steps)}
     t0 = time.perf_counter()
     cfg = MineConfig(executor=executor, jobs=jobs, store=store, max_steps=max_steps, time_limit_s=time_limit_s,
-                     probe=probe, strategy=strategy)
+                     probe=probe, strategy=strategy, timeout_s=timeout_s)
     try:
         out = mine_problem(problem_dir, cfg, pool=pool)
     except BadInput as exc:
@@ -218,7 +218,8 @@ def problem_folder(expert, sources_root: Path, work: Path, materialized: Optiona
 def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path, jobs: int, max_steps: int,
         time_limit_s: Optional[float], probe: bool, arch: str, materialized: Optional[Path],
         house_skills: Optional[Path], log=print, no_house: bool = False,
-        real_root: Optional[Path] = None, gpu_only: bool = False, strategy: Optional[str] = None) -> list[dict[str, Any]]:
+        real_root: Optional[Path] = None, gpu_only: bool = False, strategy: Optional[str] = None,
+        timeout_s: float = 120.0) -> list[dict[str, Any]]:
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
@@ -249,7 +250,8 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
                 rows.append({**base, "status": "not_run", "reason": f"materialize: {exc}", "wall_s": 0.0})
                 log(f"[bench_lineage]   not run: materialize: {exc}")
                 continue
-            row = run_expert(e, d, executor, store, jobs, pool, max_steps, time_limit_s, probe, arch, strategy)
+            row = run_expert(e, d, executor, store, jobs, pool, max_steps, time_limit_s, probe, arch, strategy,
+                             timeout_s)
             row["gpu_only"] = e.gpu_only
             rows.append(row)
             if row["status"] == "judged":
@@ -352,6 +354,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="problem folders from --prepare, used where a source is not fetched")
     ap.add_argument("--gpu-only", action="store_true", help="only the experts marked gpu_only")
     ap.add_argument("--strategy", default=None, help="walk strategy (default: smallest_effect on cuda, priority on cpu)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per gate run (builds included)")
     ap.add_argument("--real-root", type=Path, default=None, help="wrappers folder (default corpora/real)")
     ap.add_argument("--prepare", type=Path, default=None, help="materialize the experts into DIR and exit")
     ap.add_argument("--max-steps", type=int, default=100)
@@ -361,6 +364,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--arch", default="sm_90", help="static-stage target the judge reads")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (e.g. eval/results/bench_lineage_cpu.json)")
     ap.add_argument("--merge", type=Path, default=None, help="start from this result; replace only the experts run now")
+    ap.add_argument("--combine", type=Path, nargs="+", default=None,
+                    help="combine result files (a later file's expert replaces an earlier one's), write --out, exit")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     args = ap.parse_args(argv)
     only = [p for p in args.only.split(",") if p] or None
@@ -375,6 +380,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.prepare:
         prepare(only, store, args.house_store or ROOT / ".skills-house-cpu", args.prepare, args.gpu_only, log=log)
         return 0
+    if args.combine:
+        _finish(combine(args.combine), args)
+        return 0
     if args.rescore:
         res = json.loads(args.rescore.read_text())
         house = (json.loads(args.house_skills.read_text()) if args.house_skills
@@ -388,7 +396,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     res["strategy"] = args.strategy or ("smallest_effect" if executor == "cuda" else "priority")
     rows = run(executor, only, store, house_store, args.jobs, args.max_steps, args.time_limit, args.probe,
                args.arch, args.materialized, args.house_skills, log, no_house=args.no_house,
-               real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy)
+               real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy, timeout_s=args.timeout)
     if args.merge and args.merge.is_file():
         old = json.loads(args.merge.read_text())
         now = {(r["source"], r["problem"]) for r in rows}
@@ -401,6 +409,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     res.update(experts=rows, by_source=by_source, totals=totals)
     _finish(res, args)
     return 0
+
+
+def combine(paths: list[Path]) -> dict[str, Any]:
+    """One result from several runs over parts of the corpus (runs on a loaded machine are split)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    stamps = []
+    for path, r in zip(paths, runs):
+        stamps += r.get("runs") or [{k: r.get(k) for k in ("commit", "command", "date", "load_at_start")}]
+        for row in r["experts"]:
+            rows[(row["source"], row["problem"])] = {**row, "from": Path(path).name}
+    first = runs[-1]
+    res = {k: first.get(k) for k in ("executor", "machine", "strategy")}
+    res.update(commit=first.get("commit"), command="python -m eval.bench_lineage --combine " +
+               " ".join(str(p) for p in paths), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               runs=stamps, experts=sorted(rows.values(), key=lambda r: (r["source"], r["problem"])))
+    res["by_source"], res["totals"] = aggregate(res["experts"])
+    return res
 
 
 def _finish(res: dict[str, Any], args) -> None:
