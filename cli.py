@@ -76,10 +76,13 @@ def gate(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trust: bool = typer.Option(False, "--trust", help="Without a sandbox (bubblewrap) on this machine, build and run "
                                "the kernel and reference unisolated anyway (docs/security.md)."),
+    workload: Optional[list[str]] = typer.Option(None, "--workload", "-w", help="An extra workload to check, as "
+                                                 "axes (N=1001,M=3); repeatable. Tagged `extra`."),
 ) -> None:
     """Check kernels: static (parse, nvcc/ptxas, SASS), correctness (workloads x seeds), profile (GPU only)."""
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.report import render_summary, render_text
+    from retrieval.agent_tools import ToolError, gate_payload, problem_with_workloads
 
     problems = _problem_dirs(paths)
     if kernel is not None and len(problems) != 1:
@@ -101,21 +104,24 @@ def gate(
             jobs.extend((problem, k) for k in sorted(problem.glob("*.cu")))
         else:
             jobs.append((problem, kernel))
+    extra = [_parse_axes(w, "--workload") for w in workload or []]
     results, bad = [], []
     for problem, k in jobs:
         try:
-            results.append(run_gate(problem, kernel=k, config=config))
+            with problem_with_workloads(problem, extra) as pdir:
+                results.append(run_gate(pdir, kernel=k.resolve() if k is not None and pdir != problem and k.exists()
+                                        else k, config=config))
             if len(jobs) > 1:  # progress for corpus runs, on stderr so --json stays clean
                 r = results[-1]
                 typer.echo(f"{r.problem}/{Path(r.kernel).name}: {r.verdict} ({r.wall_s:.1f}s) {r.reason[:160]}", err=True)
-        except BadInput as exc:
+        except (BadInput, ToolError) as exc:
             if len(jobs) == 1:
                 fail(str(exc), 2)
             bad.append(str(exc))  # a corpus run reports every bad problem and goes on
         except KeyboardInterrupt:
             fail("interrupted", 130)
     if as_json:
-        payload = results[0].to_dict() if len(jobs) == 1 else [r.to_dict() for r in results] + \
+        payload = gate_payload(results[0]) if len(jobs) == 1 else [gate_payload(r) for r in results] + \
             [{"verdict": "bad_input", "reason": b} for b in bad]
         typer.echo(json.dumps(payload, indent=2))
     elif len(jobs) == 1:
@@ -231,7 +237,8 @@ def mine(
                              "steps": len(lin.steps), "rejections": len(lin.rejections), "new_skills": out.new_skills,
                              "merged_skills": out.merged_skills, "cached": out.cached, "wall_s": round(out.wall_s, 1),
                              "llm_tokens": lin.llm_tokens, "carriers_listed": out.listed_carriers,
-                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers})
+                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers,
+                             "carriers_not_detected": out.undetected_carriers})
     except BadInput as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -357,7 +364,12 @@ def _store(store: Optional[Path]):
 
 @corpora_app.command("fetch")
 def corpora_fetch(
-    name: str = typer.Argument(..., help="Corpus to fetch: llvm."),
+    name: str = typer.Argument(..., help="llvm, or a kernel collection: a name from corpora/sources.toml, "
+                                          "a git URL, a local git dir/checkout, or pypi:PACKAGE==VERSION."),
+    from_path: Optional[Path] = typer.Option(None, "--from", help="Kernel collection: fetch NAME from this local git "
+                                             "dir/checkout (git) or sdist archive/folder (sdist) instead of its URL."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="Kernel collection: check out this commit "
+                                         "(default: the pinned one, else HEAD)."),
     version: int = typer.Option(15, "--version", help="LLVM major version."),
     dest: Optional[Path] = typer.Option(None, "--dest", help="Where to put it (default <store>/corpora/llvm-<version>)."),
     source: str = typer.Option("debian", "--source", help="debian (apt source package) | an LLVM checkout folder | a git URL."),
@@ -366,11 +378,12 @@ def corpora_fetch(
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Fetch LLVM's lib/Target and ELF relocation tables (Debian source package, a checkout, or git)."""
+    """Fetch LLVM's lib/Target (Debian source package, a checkout, or git), or a kernel collection into <store>/sources."""
     from corpora.llvm import FetchError, fetch_llvm
 
     if name != "llvm":
-        fail(f"unknown corpus {name!r} (known: llvm)")
+        _fetch_kernel_source(name, from_path, commit, force, store, as_json)
+        return
     try:
         result = fetch_llvm(version, dest=dest, store_root=store, source=source, ref=ref, force=force)
     except FetchError as exc:
@@ -382,6 +395,23 @@ def corpora_fetch(
         typer.echo(f"LLVM {result.version} ({result.method}) {how}: {result.dest}")
         typer.echo(f"{len(result.targets)} targets, {result.n_files} files, {result.bytes / 1e6:.1f} MB: "
                    + " ".join(result.targets))
+
+
+def _fetch_kernel_source(name: str, from_path: Optional[Path], commit: Optional[str], force: bool,
+                         store: Optional[Path], as_json: bool) -> None:
+    from corpora.kernel_sources import SourceError, fetch_source
+    from skills.sources import record_source
+
+    try:
+        dest = fetch_source(name, store, commit=commit, from_path=from_path, force=force, record=record_source)
+    except SourceError as exc:
+        fail(str(exc))
+    info = json.loads((dest / "SOURCE.json").read_text())
+    if as_json:
+        typer.echo(json.dumps({**info, "dir": str(dest)}, indent=2))
+    else:
+        pin = info.get("commit") or info.get("version")
+        typer.echo(f"{info['name']} ({info['kind']}, {info['url']} @ {pin}): {dest}")
 
 
 @backend_app.command("index")
@@ -673,11 +703,11 @@ def _blas_one_thread() -> None:
         os.environ.setdefault(var, os.environ.get("SKILLS_BLAS_THREADS", "1"))
 
 
-def _parse_axes(axes: Optional[str]) -> Optional[dict]:
+def _parse_axes(axes: Optional[str], option: str = "--axes") -> Optional[dict]:
     from retrieval.query_client import parse_axes
 
     try:
-        return parse_axes(axes)
+        return parse_axes(axes, option)
     except ValueError as exc:
         fail(str(exc))
 
@@ -780,6 +810,8 @@ def serve_cmd(
     port: int = typer.Option(0, "--port", min=0, max=65535, help="TCP port (0: any free port; see <store>/serve.json)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     mcp: bool = typer.Option(False, "--mcp", help="Serve MCP tools on stdin/stdout for coding agents instead of HTTP."),
+    tools: Optional[str] = typer.Option(None, "--tools", help="MCP: expose only these tools (comma-separated), "
+                                        "e.g. gate_kernel,profile_kernel."),
 ) -> None:
     """Keep the skill index and encoders warm for fast queries (HTTP on loopback, or MCP over stdio; docs/query.md)."""
     _blas_one_thread()
@@ -787,9 +819,13 @@ def serve_cmd(
 
     root = resolve_root(store)
     if mcp:
-        from retrieval.mcp_server import serve_mcp
+        from retrieval.mcp_server import build_server
 
-        serve_mcp(root)
+        try:
+            server = build_server(root, tools_only=list(_split(tools) or ()))
+        except ValueError as exc:
+            fail(str(exc))
+        server.run("stdio")
         return
     from retrieval.server import find_server, serve
 
@@ -873,6 +909,45 @@ def optimize_cmd(
                                                                   if summary['retrieval']['note'] else ""))
     if out is not None:
         typer.echo(f"wrote {out}/final.cu, lineage.json, attempts.jsonl, summary.json")
+
+
+# --------------------------------------------------------------------------- wrap (issue 17)
+@app.command("wrap")
+def wrap_cmd(
+    kernel_file: Path = typer.Argument(..., help="A .cu file with __global__ kernels (and optionally a host entry)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Problem folder to write (default ./<name>)."),
+    kernelbench: Optional[Path] = typer.Option(None, "--kernelbench", help="KernelBench-style problem.py (Model, "
+                                               "get_inputs, get_init_inputs): the definition and reference."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="The __global__ to launch when there is no host entry."),
+    name: Optional[str] = typer.Option(None, "--name", help="Problem name (default: the file's stem)."),
+    executor: str = typer.Option("auto", "--executor", "-e", help="Gate executor: auto | cpu | cuda."),
+    gate_after: bool = typer.Option(True, "--gate/--no-gate", help="Run the gate on the new folder."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (gate cache)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Turn an existing kernel file (and a KernelBench problem) into a problem folder; say what is still missing."""
+    from mining.wrap import WrapError, wrap
+
+    try:
+        rep = wrap(kernel_file, out, kernelbench=kernelbench, kernel_name=kernel, name=name, executor=executor,
+                   run_gate_after=gate_after, force=force, store=store)
+    except WrapError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        typer.echo(f"wrote {rep.out}: entry {rep.entry} ({rep.entry_kind}), kernels {', '.join(rep.kernels)}")
+        for n in rep.notes:
+            typer.echo(f"  note: {n}")
+        if rep.gate:
+            typer.echo(f"  gate ({rep.gate.get('executor', executor)}): {rep.gate.get('verdict')} "
+                       f"{rep.gate.get('cases', '')} {rep.gate.get('reason', '')[:200]}".rstrip())
+        for m in rep.missing:
+            typer.echo(f"  missing: {m}")
+        if rep.complete:
+            typer.echo("  complete: the folder passes the gate")
+    raise typer.Exit(0 if rep.complete or not gate_after else 1)
 
 
 def main() -> None:  # pragma: no cover - console entry

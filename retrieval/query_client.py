@@ -19,19 +19,19 @@ _OPTIONS = {"--code": ("code", True), "--text": ("text", True), "--k": ("k", Tru
             "--mode": ("mode", True), "--store": ("store", True), "--json": ("json", False)}
 
 
-def parse_axes(text: Optional[str]) -> Optional[dict]:
-    """"M=4096,N=1000" -> {"M": 4096, "N": 1000}; ValueError naming the bad part."""
+def parse_axes(text: Optional[str], option: str = "--axes") -> Optional[dict]:
+    """"M=4096,N=1000" -> {"M": 4096, "N": 1000}; ValueError naming the option and the bad part."""
     if not text:
         return None
     out = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
         if not name.strip():
-            raise ValueError(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
+            raise ValueError(f"{option}: expected NAME=INT[,NAME=INT...], got {part!r}")
         try:
             out[name.strip()] = int(value)
         except ValueError:
-            raise ValueError(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}") from None
+            raise ValueError(f"{option}: expected NAME=INT[,NAME=INT...], got {part!r}") from None
     return out
 
 

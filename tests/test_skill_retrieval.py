@@ -433,7 +433,7 @@ def test_mcp_stdio_server_answers_like_the_searcher(indexed, searcher, tmp_path)
         return names, ans, bad, rec, info, missing
 
     names, ans, bad, rec, info, missing = asyncio.run(session())
-    assert names == {"query_skills", "get_skill", "index_info"}
+    assert names == {"query_skills", "get_skill", "index_info", "gate_kernel", "profile_kernel", "wrap_kernel", "lineage"}
     assert not ans.is_error and ans.structured_content["served_by"]["kind"] == "mcp"
     local = searcher.query(code=src, path="naive.cu", k=5, axes={"N": 1000})
     assert [h["skill_id"] for h in ans.structured_content["hits"]] == [h["skill_id"] for h in local["hits"]]

@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from mining.gate.sandbox import reclaim
+
 RUNTIME_DIR = Path(__file__).resolve().parent / "cpu_runtime"
 HEADER = RUNTIME_DIR / "ks_cpu.h"
 RUNTIME_SRC = RUNTIME_DIR / "ks_cpu_runtime.cpp"
@@ -171,6 +173,7 @@ def build_runtime_object(cache_dir: Path, mode: str) -> Path:
         if rc != 0:
             raise RuntimeError(f"building the CPU runtime failed ({'timed out' if timed_out else f'exit {rc}'}): "
                                f"{' '.join(cmd)}\n{err[-4000:]}")
+        reclaim(tmp)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -218,6 +221,7 @@ def precompiled_header(cache_dir: Path, mode: str, extra_flags: Sequence[str] = 
         rc, _, _ = _run(cmd, 300, writable=[tmp])
         if rc != 0:
             return None
+        reclaim(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -295,8 +299,13 @@ _FEATURES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"#\s*include\s*[<\"](cub/|thrust/|cublas|cudnn|cufft|curand|cusparse|cutlass/|cute/|cuda/std/|"
                 r"cuda/atomic|cuda/annotated_ptr)|\bcub::|\bthrust::|\bcublas[A-Z]\w*\s*\(|\bcutlass::|\bcute::|"
                 r"\bcuda::std::|\bcuda::atomic"), "CUDA libraries (cub, thrust, cuBLAS, CUTLASS, libcu++)"),
-    (re.compile(r"#\s*include\s*[<\"]cooperative_groups|\bcooperative_groups::|\bnamespace\s+cg\s*="),
-     "cooperative groups"),
+    # cooperative groups: thread_block, warp tiles (<= 32) and cg::reduce are in cpu_runtime/include;
+    # the rest (grid / cluster groups, coalesced / labeled partitions, multi-warp tiles, async copies) is not
+    (re.compile(r"#\s*include\s*[<\"]cooperative_groups/(?!reduce\.h)|\b(this_grid|this_multi_grid|grid_group|"
+                r"multi_grid_group|this_cluster|cluster_group|coalesced_threads|coalesced_group|labeled_partition|"
+                r"binary_partition|block_tile_memory|thread_block_tile\s*<\s*(64|128|256|512)|"
+                r"tiled_partition\s*<\s*(64|128|256|512)|invoke_one|reduce_update_async|reduce_store_async)\b"),
+     "cooperative groups beyond thread_block and warp tiles"),
     (re.compile(r"\b__nv_fp8\w*|cuda_fp8\.h|\b__nv_fp4\w*|cuda_fp4\.h|\b__nv_fp6\w*"), "fp8 / fp6 / fp4 types"),
     (re.compile(r"\bcudaGraph\w*"), "CUDA graphs"),
     (re.compile(r"\bcudaLaunchKernel\s*\(|\bcuLaunchKernel\s*\("), "cudaLaunchKernel (launch through the runtime API)"),
