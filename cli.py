@@ -36,6 +36,14 @@ def fail(message: str, code: int = 2) -> None:
 
 
 # --------------------------------------------------------------------------- gate
+def _stamped(echo, t0: Optional[float] = None):
+    """``echo`` with the seconds since ``t0`` (now) before each line: progress that reads in a log."""
+    import time as _time
+
+    t0 = _time.perf_counter() if t0 is None else t0
+    return lambda msg: echo(f"[{_time.perf_counter() - t0:6.1f}s] {msg}")
+
+
 def _problem_dirs(paths: list[Path]) -> list[Path]:
     """Each path is a problem folder, or a folder whose subfolders are problems (a corpus)."""
     found: list[Path] = []
@@ -172,6 +180,7 @@ def mine(
     console = Console(stderr=True)
     rows, t0, failed, bad = [], _time.perf_counter(), 0, 0
     current = ""
+    say = _stamped(lambda m: console.print(m, highlight=False, soft_wrap=True), t0)
     pool = make_pool(jobs)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -186,8 +195,15 @@ def mine(
                                    completed=0)
                     elif e.kind == "evaluated":
                         bar.advance(cand)
+                    if console.is_terminal:
+                        return
+                    # no bar in a log: one line per accepted step and per phase
+                    if e.kind == "accepted" and e.candidate is not None:
+                        say(f"{name}: step {e.step} accepted: {e.candidate.operator} ({e.candidate.carrier})")
+                    elif e.kind == "done":
+                        say(f"{name}: walk done ({e.message}); probing preconditions, static stats, lifting skills")
                 if not console.is_terminal:
-                    console.print(f"mining {d.name} ...")
+                    say(f"mining {d.name} ({len(rows) + 1}/{len(problems)})")
                 current = d.name
                 try:
                     out = mine_problem(d, cfg, on_event=on_event, pool=pool)
@@ -205,6 +221,9 @@ def mine(
                 bar.remove_task(cand)
                 bar.advance(overall)
                 lin = out.lineage
+                if not console.is_terminal:
+                    say(f"{d.name}: {'stored lineage reused' if out.cached else 'stored'}: {len(lin.steps)} steps, "
+                        f"{len(lin.rejections)} rejections, {out.new_skills} new skills ({out.wall_s:.1f}s)")
                 rows.append({"problem": out.problem, "lineage": lin.lineage_id, "termination": lin.termination,
                              "steps": len(lin.steps), "rejections": len(lin.rejections), "new_skills": out.new_skills,
                              "merged_skills": out.merged_skills, "cached": out.cached, "wall_s": round(out.wall_s, 1),
@@ -232,7 +251,7 @@ def mine(
 
             st = Store(resolve_root(store))
             if changed or not index_is_current(st):
-                rep = index_skills(st, log=lambda m: console.print(f"index: {m}"))
+                rep = index_skills(st, log=lambda m: say(f"index: {m}"))
                 console.print(f"indexed {getattr(rep, 'n_skills', '?')} skills for `skills query`")
         except ImportError as exc:  # retrieval extras not installed: mining still stands on its own
             console.print(f"index: skipped ({exc})")
@@ -458,9 +477,11 @@ def backend_index(
     from corpora.backend_tree import BackendInputError
     from retrieval.backend_index import index_backends
 
+    stamped = _stamped(lambda m: typer.echo(m, err=True))
+
     def log(msg: str) -> None:
         if not as_json:
-            typer.echo(msg, err=True)
+            stamped(msg)
 
     st = _store(store)
     try:
@@ -748,9 +769,11 @@ def index_cmd(
     if not st.exists():
         fail(f"no store at {st.root}: build one with `skills mine corpora/kernels --executor cpu --store {st.root}`")
 
+    stamped = _stamped(lambda m: typer.echo(m, err=True))
+
     def log(msg: str) -> None:
         if not as_json:
-            typer.echo(msg, err=True)
+            stamped(msg)
     try:
         report = index_skills(st, retrain=retrain, seed=seed, log=log)
     except IndexError_ as exc:

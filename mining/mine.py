@@ -432,7 +432,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                           profile_optimized=profiles[k - 1], profile_simpler=profiles[k],
                           function=(Source(before).function_at(cand.site_start).name
                                     if Source(before).function_at(cand.site_start) else ""),
-                          axes=list(problem.definition.axes))
+                          axes=list(problem.definition.axes), expert=expert, problem_dir=str(problem.root))
         if state_outcomes:
             ctx.probes_optimized, ctx.probes_simpler = state_outcomes[k - 1], state_outcomes[k]
             ctx.induced = induce(ctx.probes_optimized, ctx.probes_simpler, space)

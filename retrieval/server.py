@@ -256,6 +256,7 @@ def _handler(state: _State, server_ref: dict):
                     s = state.searcher_now()
                     info["index"] = s.index.info()
                     info["cache"] = dict(s.stats)
+                    info["text_encoder"] = s.encoder_info()
                 except QueryError as exc:
                     info["index"] = None
                     info["index_error"] = exc.to_dict()["error"]

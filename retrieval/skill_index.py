@@ -308,6 +308,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     docs = [d for s in all_skills for d in skill_docs(s)]
     report.n_skills, report.n_docs = len(all_skills), len(docs)
     report.phases["load"] = round(time.perf_counter() - t0, 2)
+    _log(log, f"text: {len(all_skills)} skills, {len(docs)} documents; reconciling the text collection", report)
     tp = time.perf_counter()
 
     from retrieval.vector_index import VectorIndex
@@ -333,6 +334,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     report.text = {"collection": TEXT_COLLECTION, "embedded": len(new), "deleted": len(stale), "total": len(docs)}
 
     report.phases["text"] = round(time.perf_counter() - tp, 2)
+    _log(log, f"graph: {len(docs)} documents", report)
     tp = time.perf_counter()
     # ---- graph
     models = store.models_dir
@@ -383,6 +385,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         _log(log, f"graph model {GNN_NAME} kept: {why}", report)
 
     report.phases["graph"] = round(time.perf_counter() - tp, 2)
+    _log(log, "snapshot: vectors, BM25, fusion calibration", report)
     tp = time.perf_counter()
     # ---- snapshot (vectors read back from chroma: the persistent copy is the source of truth)
     import numpy as np
@@ -419,6 +422,15 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         export_prepared(mdir)
         _log(log, f"exported MiniLM for numpy queries to {mdir}", report)
     manifest["minilm_prepared"] = "models/minilm-numpy"  # relative to the store root
+    from retrieval.minilm_onnx import query_precision
+
+    if query_precision() == "int8":
+        # queries embed with int8 only where it ranks like fp32 on this CPU: decide now, not at the first query
+        from retrieval.int8_check import describe, resolve_precision
+
+        check = resolve_precision(mdir, TEXT_MAX_TOKENS, log=lambda m: _log(log, m, report))
+        report.text["query_precision"] = check["precision"]
+        _log(log, describe(check), report)
     from retrieval.skill_fusion import lineage_queries
     from skills.kernel_store import KernelStore
 
