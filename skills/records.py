@@ -37,9 +37,9 @@ class Anchor(_Record):
 
 class Precondition(_Record):
     """A condition under which the optimized form is valid."""
-    kind: Literal["divisible", "minimum", "alignment", "power_of_two", "guarded", "none_found"]
+    kind: Literal["divisible", "minimum", "maximum", "alignment", "power_of_two", "guarded", "none_found"]
     axis: str = ""  # the definition axis it constrains ('' for alignment of a pointer)
-    value: int = 0  # divisor, minimum, alignment bytes
+    value: int = 0  # divisor, minimum, maximum, alignment bytes
     text: str = ""  # human form, e.g. "N % 4 == 0"
     source: Literal["probe", "code_guard"] = "probe"
     probes: list[dict[str, Any]] = Field(default_factory=list)  # workload axes tried and their verdicts
