@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 22 on the GPU machine (device tool): the gate soundness suite on the cuda executor, in the
+# default mode (plain run with the harness's guard regions) and with --sanitize (plus one
+# compute-sanitizer run per tool: memcheck, racecheck, initcheck, synccheck), then a summary of
+# which planted bugs each mode missed, written under $OUT.
+#   usage: bash scripts/gpu_soundness.sh            (both modes)
+#          MODES=default bash scripts/gpu_soundness.sh
+# Comes back under $OUT:
+#   gate_soundness_cuda.json            default mode (stamped with commit, command, machine)
+#   gate_soundness_cuda_sanitize.json   --sanitize
+#   soundness_gpu_summary.txt           per mode: rejected/planted, false rejects, every missed bug
+#   soundness.log                       progress and the sanitizer check
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/device_env.sh || exit 1
+OUT=${OUT:-/tmp/ks-out}; mkdir -p "$OUT"
+LOG="$OUT/soundness.log"
+log() { echo "[$(date +%T)] $*" | tee -a "$LOG"; }
+nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | tee -a "$LOG"
+command -v compute-sanitizer >/dev/null && compute-sanitizer --version | tail -1 | tee -a "$LOG" \
+  || log "compute-sanitizer not on PATH: the --sanitize mode will report bad input"
+for mode in ${MODES:-default sanitize}; do
+  flag=""; suffix=""
+  if [ "$mode" = sanitize ]; then flag="--sanitize"; suffix="_sanitize"; fi
+  # compute-sanitizer runs are slow (racecheck serializes shared accesses): fewer jobs, longer limits
+  jobs=${JOBS:-4}; per_run=${RUN_TIMEOUT:-30}; limit=${LIMIT:-270}
+  if [ "$mode" = sanitize ]; then jobs=${JOBS:-3}; per_run=${RUN_TIMEOUT:-90}; limit=${LIMIT:-500}; fi
+  log "soundness on cuda, mode $mode (jobs $jobs, ${per_run}s per harness run, ${limit}s in all)"
+  timeout "$limit" python3 -m eval.gate_soundness --executor cuda $flag --jobs "$jobs" --timeout "$per_run" \
+    --json --out "$OUT/gate_soundness_cuda$suffix.json" > /dev/null 2>>"$LOG"
+  log "mode $mode rc=$? (0: every planted bug rejected and no false reject)"
+done
+python3 - "$OUT" <<'PY' | tee "$OUT/soundness_gpu_summary.txt"
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for name in ("gate_soundness_cuda.json", "gate_soundness_cuda_sanitize.json"):
+    path = out / name
+    if not path.exists():
+        print(f"{name}: missing (the mode did not finish)"); continue
+    d = json.loads(path.read_text())
+    print(f"{name}: rejected {d['rejected']}/{d['planted']}, false rejects {d['false_rejects']}/{d['correct']}, "
+          f"{d.get('wall_s')} s, commit {d.get('commit')}")
+    for e in d["entries"]:
+        if not e["ok"]:
+            tag = "MISSED" if e["expect"] == "reject" else "FALSE-REJECT"
+            print(f"  {tag} {e['problem']}/{e['kernel']} ({e['class']}): {e['verdict']} {e.get('reason', '')[:160]}")
+    for e in d["entries"]:
+        if e["ok"] and e["expect"] == "reject":
+            print(f"  caught {e['problem']}/{e['kernel']}: {e['why']}")
+PY
+log "done"
