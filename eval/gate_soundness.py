@@ -325,10 +325,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                   file=sys.stderr, flush=True)
 
     start = time.perf_counter()
+    origin = stamp(raw_argv, executor, args.jobs)  # the code that runs, before anything can change
     summary = run_suite(executor, jobs=max(1, args.jobs), store=args.store, timeout_s=args.timeout,
                         sanitize=args.sanitize, only=args.only, manifest=args.manifest, progress=progress)
     wall = time.perf_counter() - start
-    summary = {**stamp(raw_argv, executor, args.jobs), "wall_s": round(wall, 1), **summary}
+    summary = {**origin, "wall_s": round(wall, 1), **summary}
     text = json.dumps(summary, indent=1)
     if not args.only and not args.out:  # a subset, or a run told where to write (tests), leaves the record alone
         RESULTS.mkdir(parents=True, exist_ok=True)

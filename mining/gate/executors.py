@@ -116,9 +116,7 @@ class CudaExecutor:
             exe = shutil.which("compute-sanitizer")
             if not exe:
                 raise BadInput("--sanitize on cuda needs compute-sanitizer on PATH")
-            extra = {"racecheck": ["--racecheck-report", "all"], "initcheck": ["--track-unused-memory", "no"]}
-            return [exe, "--tool", spec.tool, *extra.get(spec.tool, []), "--error-exitcode", "89",
-                    str(binary), str(manifest)]
+            return [exe, "--tool", spec.tool, "--error-exitcode", "89", str(binary), str(manifest)]
         return [str(binary), str(manifest)]
 
     def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,

@@ -1,4 +1,4 @@
-// block_sum, planted (lost_update, same warp): one block; lanes 0 and 16 of warp 0 each += their half-warp total to out[0] without an atomic (two lanes of one warp race on a global word).
+// PLANTED BUG: one block; lanes 0 and 16 of warp 0 each += their half-warp total to out[0] without an atomic (two lanes of one warp race on a global word).
 #include <cuda_runtime.h>
 
 #define THREADS 256

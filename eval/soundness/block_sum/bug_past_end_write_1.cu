@@ -1,4 +1,4 @@
-// block_sum, planted (past_end_write): block 0 thread 0 also clears out[1], one element past the 1-element output (values stay right; the GPU allocator's slack hides it).
+// PLANTED BUG: block 0 thread 0 also clears out[1], one element past the 1-element output (values stay right; the GPU allocator's slack hides it).
 #include <cuda_runtime.h>
 
 #define THREADS 256

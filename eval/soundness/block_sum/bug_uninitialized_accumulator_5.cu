@@ -1,4 +1,4 @@
-// block_sum, planted (uninitialized_accumulator, shared): warp partials are summed with shared atomics into a static __shared__ total that is never zeroed.
+// PLANTED BUG: warp partials are summed with shared atomics into a static __shared__ total that is never zeroed.
 #include <cuda_runtime.h>
 
 #define THREADS 256

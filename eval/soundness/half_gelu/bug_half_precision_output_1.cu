@@ -1,4 +1,4 @@
-// half_gelu, planted (half_precision_output): the bf16 output receives the fp16 bit pattern (type confusion between the two 16-bit formats): wrong bf16 values.
+// PLANTED BUG: the bf16 output receives the fp16 bit pattern (type confusion between the two 16-bit formats): wrong bf16 values.
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

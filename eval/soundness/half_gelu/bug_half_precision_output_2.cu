@@ -1,4 +1,4 @@
-// half_gelu, planted (half_precision_output): the fp16 output reads its neighbour's input (i ^ 1): wrong fp16 values, bf16 right.
+// PLANTED BUG: the fp16 output reads its neighbour's input (i ^ 1): wrong fp16 values, bf16 right.
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

@@ -1,4 +1,4 @@
-// row_rmsnorm, planted (size_bound): the block-stride staging loop collapsed into one unrolled pass of UNROLL x 256 threads: right while C <= 1024; every workload has C <= 1000, so only probe sizes from the kernel's own geometry (256 x 4 = 1024, and 1025) show it.
+// PLANTED BUG: the block-stride staging loop collapsed into one unrolled pass of UNROLL x 256 threads: right while C <= 1024; every workload has C <= 1000, so only probe sizes from the kernel's own geometry (256 x 4 = 1024, and 1025) show it.
 #include <cuda_runtime.h>
 
 #define THREADS 256

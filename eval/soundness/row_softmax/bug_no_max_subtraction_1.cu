@@ -1,4 +1,4 @@
-// row_softmax, planted (no_max_subtraction): exp of the raw values: right for moderate inputs, inf/inf = NaN once a row has values above about 88.
+// PLANTED BUG: exp of the raw values: right for moderate inputs, inf/inf = NaN once a row has values above about 88.
 #include <cuda_runtime.h>
 
 #define WARPS_PER_BLOCK 4

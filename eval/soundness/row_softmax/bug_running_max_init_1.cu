@@ -1,4 +1,4 @@
-// row_softmax, planted (running_max_init): the row max starts at 0 instead of -inf: right whenever a row has a positive value, NaN for rows entirely below about -87 (every exp underflows).
+// PLANTED BUG: the row max starts at 0 instead of -inf: right whenever a row has a positive value, NaN for rows entirely below about -87 (every exp underflows).
 #include <cuda_runtime.h>
 
 #define WARPS_PER_BLOCK 4

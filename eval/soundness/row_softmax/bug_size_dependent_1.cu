@@ -1,4 +1,4 @@
-// row_softmax, planted (size_dependent): each warp caches its row in a fixed 2048-float shared slot: right while C <= 2048; the large workload (C = 3000) writes past the slot (only its reduced CPU form shows it).
+// PLANTED BUG: each warp caches its row in a fixed 2048-float shared slot: right while C <= 2048; the large workload (C = 3000) writes past the slot (only its reduced CPU form shows it).
 #include <cuda_runtime.h>
 
 #define WARPS_PER_BLOCK 4

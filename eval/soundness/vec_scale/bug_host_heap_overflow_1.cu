@@ -1,4 +1,4 @@
-// vec_scale, planted (host_heap_overflow): the entry fills a 2-int host launch table one slot past its end (host memory: only AddressSanitizer sees it; the kernel is right).
+// PLANTED BUG: the entry fills a 2-int host launch table one slot past its end (host memory: only AddressSanitizer sees it; the kernel is right).
 #include <cuda_runtime.h>
 #include <cstdlib>
 
