@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -104,12 +105,20 @@ def default_cache_dir() -> Path:
 
 
 def _run(cmd: Sequence[str], timeout_s: float, cwd: Optional[Path] = None) -> tuple[int, str, bool]:
+    # Own process group: on a timeout the whole group goes (g++ *and* its cc1plus/as/ld children;
+    # killing the driver alone leaves the compiler running as an orphan on a loaded machine).
+    p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                         cwd=cwd, start_new_session=True)
     try:
-        p = subprocess.run(list(cmd), capture_output=True, text=True, errors="replace", timeout=timeout_s, cwd=cwd)
-        return p.returncode, p.stderr, False
-    except subprocess.TimeoutExpired as e:
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return -1, err, True
+        _, err = p.communicate(timeout=timeout_s)
+        return p.returncode, err, False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _, err = p.communicate()
+        return -1, err or "", True
 
 
 _STALE_S = 2 * 3600
