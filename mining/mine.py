@@ -121,6 +121,11 @@ def _gate_worker(args: tuple) -> dict[str, Any]:
         return {"passed": False, "verdict": "error", "reason": str(exc), "stages": {}, "wall_s": 0.0}
 
 
+def _environment_build_failure(d: dict[str, Any]) -> bool:
+    c = d.get("stages", {}).get("correctness", {})
+    return bool(c.get("transient")) and str(c.get("reason", "")).startswith("build failed")
+
+
 def _summary(d: dict[str, Any]) -> dict[str, Any]:
     st = d.get("stages", {})
     c = st.get("correctness", {})
@@ -148,6 +153,13 @@ class KernelGateChecker:
             dicts = list(self.pool.map(_gate_worker, args))
         else:
             dicts = [_gate_worker(a) for a in args]
+        # A build that failed for the machine's sake (compiler timed out on a loaded machine, a
+        # missing header) says nothing about the candidate: retry it once with more time rather
+        # than record a rejection (issue 22: environment failures are not verdicts).
+        for i, d in enumerate(dicts):
+            if _environment_build_failure(d):
+                cfg = GateConfig(**{**asdict(self.cfg), "timeout_s": self.cfg.timeout_s * 3})
+                dicts[i] = _gate_worker((args[i][0], args[i][1], cfg, args[i][3]))
         out = []
         for s, d in zip(sources, dicts):
             self.results[sha256(s)] = d
