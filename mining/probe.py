@@ -307,12 +307,26 @@ def induce(optimized: list[ProbeOutcome], simpler: list[ProbeOutcome], space: li
     good = [o.axes for o, s in zip(optimized, simpler) if o.passed]
     if not bad:
         return None
-    consistent = [h for h in space if all(not h.holds(a) for a in bad) and all(h.holds(a) for a in good)]
+    consistent = _on_varied_axes([h for h in space if all(not h.holds(a) for a in bad) and all(h.holds(a) for a in good)],
+                                 bad, [o.axes for o in optimized])
     if not consistent:
         return None
     order = {"alignment": 0, "divisible": 1, "minimum": 2, "maximum": 3, "power_of_two": 4}
     # weakest: the smallest divisor or minimum, the largest maximum
     return min(consistent, key=lambda h: (order[h.kind], -h.value if h.kind == "maximum" else h.value))
+
+
+def _on_varied_axes(consistent: list[Hypothesis], bad: list[dict[str, int]],
+                    probes: list[dict[str, int]]) -> list[Hypothesis]:
+    """Probes vary one axis at a time around a base, so an axis a failing probe did not vary (its
+    value is the base's, the most common one) cannot explain the failure: `M % 64 == 0` must not
+    stand for failures that all came from varying N. Keeps the hypotheses on varied axes, if any."""
+    from collections import Counter
+
+    base = {a: Counter(p.get(a) for p in probes).most_common(1)[0][0] for a in (probes[0] if probes else {})}
+    varied = {a for p in bad for a, v in p.items() if base.get(a) != v}
+    kept = [h for h in consistent if h.axis in varied]
+    return kept if varied else consistent
 
 
 def induce_step_bound(optimized: list[ProbeOutcome], simpler: list[ProbeOutcome],
@@ -326,7 +340,8 @@ def induce_step_bound(optimized: list[ProbeOutcome], simpler: list[ProbeOutcome]
     good = [s.axes for s in simpler if s.passed]
     if not bad:
         return None
-    consistent = [h for h in space if all(not h.holds(a) for a in bad) and all(h.holds(a) for a in good)]
+    consistent = _on_varied_axes([h for h in space if all(not h.holds(a) for a in bad) and all(h.holds(a) for a in good)],
+                                 bad, [s.axes for s in simpler])
     if not consistent:
         return None
     order = {"maximum": 0, "alignment": 1, "divisible": 2, "minimum": 3, "power_of_two": 4}

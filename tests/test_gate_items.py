@@ -356,3 +356,16 @@ def test_stored_lineage_is_keyed_by_the_problems_content(problem_copy):
     (root / "workloads.jsonl").write_text((root / "workloads.jsonl").read_text() + '{"axes": {"N": 5}}\n')
     p2 = load_problem(root)
     assert _lineage_fingerprint(cfg, p2, p2.solution.for_file("kernel.cu"), "cpu") != before
+
+
+def test_a_precondition_names_the_axis_the_failing_probes_varied():
+    from mining.probe import ProbeOutcome, hypotheses, induce
+
+    # one axis at a time around the base M=5, N=3: failures come from N alone; M=64 passing
+    # (a reference for M) must not turn into `M % 64 == 0`
+    probes = [{"M": 5, "N": 3}, {"M": 64, "N": 3}, {"M": 5, "N": 1024}, {"M": 5, "N": 1025}, {"M": 5, "N": 4096}]
+    opt = [ProbeOutcome(a, a["M"] == 64) for a in probes]  # fails wherever M = 5, the base included
+    simple = [ProbeOutcome(a, True) for a in probes]
+    space = hypotheses(["M", "N"], [], {}, [1024])
+    h = induce(opt, simple, space)
+    assert h is None or h.axis == "N", h.text
