@@ -18,6 +18,18 @@ OUT=${OUT:-/tmp/ks-out}; mkdir -p "$OUT"
 LOG="$OUT/soundness.log"
 log() { echo "[$(date +%T)] $*" | tee -a "$LOG"; }
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | tee -a "$LOG"
+# The gate runs builds and harnesses only in its bubblewrap sandbox: without bwrap on the device,
+# carry the Debian package (mkdir -p .carry/bwrap && (cd .carry/bwrap && apt-get download bubblewrap))
+# and pass .carry in the run's carry list; it is unpacked here (dpkg -x, no root needed).
+if ! command -v bwrap >/dev/null; then
+  deb=$(ls .carry/bwrap/bubblewrap_*.deb 2>/dev/null | head -1)
+  if [ -n "$deb" ]; then
+    rm -rf /tmp/ks-bwrap && dpkg -x "$deb" /tmp/ks-bwrap && export KS_BWRAP=/tmp/ks-bwrap/usr/bin/bwrap
+    log "bwrap unpacked from $deb"
+  else
+    log "no bwrap and no carried .deb (.carry/bwrap/bubblewrap_*.deb): every gate will refuse to run"
+  fi
+fi
 command -v compute-sanitizer >/dev/null && compute-sanitizer --version | tail -1 | tee -a "$LOG" \
   || log "compute-sanitizer not on PATH: the --sanitize mode will report bad input"
 # One gate_soundness call per suite family, each with its own time limit, merged afterwards: a slow
