@@ -256,6 +256,7 @@ _OPTIONAL_HEADERS = {
     "cooperative_groups/memcpy_async.h": re.compile(r"\bmemcpy_async\b"),
     "cuda_bf16.h": re.compile(r"bfloat16|__bf16|bf162"),
     "cuda_fp16.h": re.compile(r"\bhalf|__half|\b__h[a-z]|__float2half|half2"),
+    "cuda_profiler_api.h": re.compile(r"\bcudaProfiler"),
 }
 
 
@@ -429,6 +430,8 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
     body_text = "\n".join(it.text for it in body)
     head: list[str] = []
     for it in items:
+        if it.kind == "include" and re.match(r'#\s*include\s*"', it.text.strip()):
+            continue  # the source's own headers: what a kernel needs from them is not extracted (say so in the lineage)
         if it.kind == "include" and not _DROP_INCLUDE.match(it.text.strip()):
             header = re.search(r"[<\"]([^>\"]+)[>\"]", it.text)
             need = _OPTIONAL_HEADERS.get(header.group(1)) if header else None

@@ -52,6 +52,7 @@ FIXTURE_KERNELS = textwrap.dedent("""\
     #include <cuda_fp8.h>
     #include <torch/extension.h>
     #include <stdio.h>
+    #include "local_helper.h"
 
     #define BLOCK 128
     #define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])
@@ -156,6 +157,7 @@ def test_extraction_takes_the_kernel_and_its_closure_and_drops_torch(fixture_exp
     assert "UNUSED_MACRO" not in text and "unused_helper" not in text
     assert "torch" not in text and "PYBIND11" not in text
     assert "cuda_fp8.h" not in text  # optional header the extracted code does not use
+    assert "local_helper.h" not in text  # the source's own headers are not carried along
     assert "#include <cuda_runtime.h>" in text and "#include <stdio.h>" in text
     assert text.rstrip().endswith("}") and "void scale(const float* x" in text
 
