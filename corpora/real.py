@@ -370,7 +370,7 @@ def _items(raw: bytes) -> list[_Item]:
                     node.child_by_field_name("name") is None:
                 body = node.child_by_field_name("body")
                 if body is not None:
-                    visit(body.named_children)
+                    visit(body.named_children if body.type == "declaration_list" else [body])
                 continue
             if node.type == ";":
                 continue
@@ -398,12 +398,14 @@ def _is_include_guard(node: Node, raw: bytes) -> bool:
                                                            first.child_by_field_name("name").end_byte])
 
 
-def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterable[str] = ()) -> str:
+def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterable[str] = (),
+                    headers: Iterable[str] = ()) -> str:
     """The named `__global__` functions of `raw` plus the closure of the top-level declarations they
     (and `extra_uses`, the names a shim uses) need, in source order; standard includes kept,
-    torch / pybind parts dropped. Raises ExtractError naming the file when a kernel is absent."""
-    data = raw.encode()
-    items = _items(data)
+    torch / pybind parts dropped. `headers`: texts of the source's own headers that `raw` includes
+    (their declarations join the pool, ahead of the file's). Raises ExtractError naming the file
+    when a kernel is absent."""
+    items = [it for h in headers for it in _items(h.encode())] + _items(raw.encode())
     by_name: dict[str, list[_Item]] = {}
     for it in items:
         if _FRAMEWORK.search(it.text) and it.kind != "include":
@@ -499,8 +501,31 @@ def version_source(expert: RealExpert, version: Version, sources_root: Path) -> 
         raise ExtractError(f"{path}: not found in the fetched source {expert.source!r} "
                            f"(named by {expert.dir / 'lineage.toml'})")
     raw = path.read_text(errors="replace")
-    extracted = extract_kernels(raw, version.kernels, f"{expert.source}:{version.file}", _shim_uses(shim))
+    headers = [h.read_text(errors="replace") for h in _local_headers(path, root)]
+    extracted = extract_kernels(raw, version.kernels, f"{expert.source}:{version.file}", _shim_uses(shim), headers)
     return extracted + "\n// ---- entry shim: " + version.shim + "\n" + shim
+
+
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def _local_headers(path: Path, root: Path, depth: int = 3) -> list[Path]:
+    """The source's own headers `path` includes with quotes (found beside it, inside the source
+    tree), transitively, included-first order, each once."""
+    out: list[Path] = []
+
+    def visit(p: Path, d: int) -> None:
+        for name in _QUOTED_INCLUDE.findall(p.read_text(errors="replace")):
+            h = (p.parent / name).resolve()
+            if h in out or not h.is_file() or root.resolve() not in h.parents:
+                continue
+            if d > 0:
+                visit(h, d - 1)
+            if h not in out:
+                out.append(h)
+
+    visit(path, depth)
+    return out
 
 
 _PROBLEM_FILES = ("definition.json", "workloads.jsonl", "solution.toml")
