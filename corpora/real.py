@@ -442,6 +442,8 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
         elif (it.kind == "using" and not it.defines or it.kind == "other" and it.text.lstrip().startswith(
                 "using namespace")) and not _FRAMEWORK.search(it.text):
             head.append(it.text.strip())  # `using namespace X;` (aliases come with the closure)
+    if any(it.kind == "include" and _DROP_INCLUDE.match(it.text.strip()) for it in items):
+        head.append("#include <cstdint>  // the dropped framework headers brought the fixed-width integer types")
     out = [f"// extracted from {path}: {', '.join(kernels)} and what they use"]
     out += head
     for it in body:
