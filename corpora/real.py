@@ -530,6 +530,23 @@ def _local_headers(path: Path, root: Path, depth: int = 3) -> list[Path]:
     return out
 
 
+def source_files(expert: RealExpert, sources_root: Path) -> list[Path]:
+    """The files of the fetched source the wrapper reads (its versions' files and their own
+    headers), relative to `<sources_root>/<source>`: what a copy of the source must keep."""
+    base = Path(sources_root) / expert.source
+    root = source_root(expert, sources_root)
+    files: list[Path] = []
+    for v in expert.versions:
+        if v.file is None:
+            continue
+        path = root / v.file
+        for f in _local_headers(path, root) + [path.resolve()] if path.is_file() else []:
+            rel = f.relative_to(base.resolve())
+            if rel not in files:
+                files.append(rel)
+    return files
+
+
 _PROBLEM_FILES = ("definition.json", "workloads.jsonl", "solution.toml")
 
 
