@@ -8,6 +8,11 @@ and how an independent judge can see it). The kernels themselves stay in the fet
 with the closure of top-level macros, types, device functions, templates and constants they use,
 drops torch / pybind parts, and appends the version's shim. `materialize` writes a complete
 problem folder (docs/problem-format.md) from that, atomically.
+
+For framework sources (vLLM's csrc/): kernels inside a named namespace come out inside it, the
+source's own quoted headers join the closure, a version may name another registered source (an
+older release) with `source = "..."`, and a `prelude = "shims/..."` of project declarations
+(`namespace c10 { using Half = __half; }`) is placed before the extracted code.
 """
 from __future__ import annotations
 
@@ -60,6 +65,10 @@ class Version:
     shim: str  # path inside the wrapper folder
     project: Optional[str] = None  # the project's own kernel file inside the wrapper folder
     steps: list[HumanStep] = field(default_factory=list)
+    # another registered source for this version (an older release of the same package), and the
+    # project's own declarations placed before the extracted code (e.g. `namespace c10 { using Half = __half; }`)
+    source: Optional[str] = None
+    prelude: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +169,7 @@ def load_expert(dir: Path) -> RealExpert:
         where = f"versions[{i}]."
         if not isinstance(entry, dict):
             raise LineageError(f"{path}: versions[{i}]: expected a table")
-        extra = sorted(set(entry) - {"name", "file", "project", "kernels", "shim", "steps"})
+        extra = sorted(set(entry) - {"name", "file", "project", "kernels", "shim", "steps", "source", "prelude"})
         if extra:
             raise LineageError(f"{path}: {where}{extra[0]}: unknown key")
         name = _req(entry, "name", str, where, path)
@@ -208,7 +217,13 @@ def load_expert(dir: Path) -> RealExpert:
             if not isinstance(note, str):
                 raise LineageError(f"{path}: {swhere}note: expected a string")
             steps.append(HumanStep(carrier=carrier, observe=observe, note=note, version=name))
-        versions.append(Version(name=name, file=file, kernels=kernels, shim=shim, project=project, steps=steps))
+        vsource, prelude = entry.get("source"), entry.get("prelude")
+        if vsource is not None and (not isinstance(vsource, str) or vsource not in registry):
+            raise LineageError(f"{path}: {where}source: {vsource!r} is not in {SOURCES_TOML.name}")
+        if prelude is not None and (not isinstance(prelude, str) or not (dir / prelude).is_file()):
+            raise LineageError(f"{path}: {where}prelude: {dir / str(prelude)} not found")
+        versions.append(Version(name=name, file=file, kernels=kernels, shim=shim, project=project, steps=steps,
+                                source=vsource, prelude=prelude))
     return RealExpert(source=source, problem=dir.name, dir=dir, op_type=op_type, history=history,
                       gpu_only=gpu_only, gpu_only_reason=reason, versions=versions)
 
@@ -239,7 +254,7 @@ def _parser() -> Parser:
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
 _COMMENT_OR_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
 # Host-framework parts that never reach a standalone kernel file.
-_DROP_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/|Python\.h|cuda/std/|helper_)")
+_DROP_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|THC/|pybind11/|Python\.h|cuda/std/|helper_)")
 _FRAMEWORK = re.compile(r"\btorch::|\bat::|\bc10::|\bpybind11\b|\bPYBIND11_|\bTORCH_\w+\(|\bAT_DISPATCH")
 # Optional CUDA headers: kept only when the extracted code uses what they declare (the CPU
 # executor has no fp8 / tensor-core / pipeline headers, and an unused include must not bar it).
@@ -257,6 +272,13 @@ _OPTIONAL_HEADERS = {
     "cuda_bf16.h": re.compile(r"bfloat16|__bf16|bf162"),
     "cuda_fp16.h": re.compile(r"\bhalf|__half|\b__h[a-z]|__float2half|half2"),
     "cuda_profiler_api.h": re.compile(r"\bcudaProfiler"),
+    # host BLAS headers (kept only when the extracted code calls cuBLAS; the CPU executor has none)
+    "cublas_v2.h": re.compile(r"\bcublas"),
+    "cublas.h": re.compile(r"\bcublas"),
+    # CUB (the CPU executor has none): kept only when the extracted code uses cub::
+    "cub/cub.cuh": re.compile(r"\bcub::"),
+    "cub/util_type.cuh": re.compile(r"\bcub::"),
+    "hipcub/hipcub.hpp": re.compile(r"\bhipcub::"),
 }
 
 
@@ -275,6 +297,7 @@ class _Item:
     defines: set[str]
     uses: set[str]
     text: str
+    ns: str = ""  # enclosing named namespace(s), `a::b`; the output re-opens it around the item
 
 
 def _defined_names(node: Node, src: bytes) -> tuple[str, set[str]]:
@@ -357,20 +380,26 @@ def _items(raw: bytes) -> list[_Item]:
     tree = _parser().parse(parse_text)
     items: list[_Item] = []
 
-    def visit(nodes: Iterable[Node]) -> None:
+    def visit(nodes: Iterable[Node], ns: str = "") -> None:
         for node in nodes:
             if node.type in ("comment",):
                 continue
             if node.type in ("preproc_ifdef", "preproc_if") and _is_include_guard(node, raw):
                 # an include guard (`#ifndef X_H` / `#define X_H` / ... / `#endif`): look inside
-                visit(c for c in node.named_children if c.type not in ("identifier", "preproc_def")
-                      or c.type == "preproc_def" and c.child_by_field_name("value") is not None)
+                visit((c for c in node.named_children if c.type not in ("identifier", "preproc_def")
+                       or c.type == "preproc_def" and c.child_by_field_name("value") is not None), ns)
+                continue
+            if node.type == "namespace_definition" and node.child_by_field_name("name") is not None:
+                body = node.child_by_field_name("body")  # `namespace vllm { ... }`: its items, tagged
+                name = raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte]
+                if body is not None:
+                    visit(body.named_children, f"{ns}::{name.decode()}" if ns else name.decode())
                 continue
             if node.type == "linkage_specification" or node.type == "namespace_definition" and \
                     node.child_by_field_name("name") is None:
                 body = node.child_by_field_name("body")
                 if body is not None:
-                    visit(body.named_children if body.type == "declaration_list" else [body])
+                    visit(body.named_children if body.type == "declaration_list" else [body], ns)
                 continue
             if node.type == ";":
                 continue
@@ -381,7 +410,7 @@ def _items(raw: bytes) -> list[_Item]:
                 end = nxt.end_byte
             uses = {m.decode() for m in _IDENT.findall(code[node.start_byte:end])} - defines
             items.append(_Item(node.start_byte, end, kind, defines, uses,
-                               raw[node.start_byte:end].decode("utf-8", "replace")))
+                               raw[node.start_byte:end].decode("utf-8", "replace"), ns))
 
     visit(tree.root_node.children)
     return items
@@ -398,17 +427,46 @@ def _is_include_guard(node: Node, raw: bytes) -> bool:
                                                            first.child_by_field_name("name").end_byte])
 
 
+def _local_header_items(items: list[_Item], include_dirs: list[Path], seen: set[Path]) -> list[_Item]:
+    """Top-level items of the source's own `#include "x.h"` headers (found in include_dirs), headers
+    first, recursively; each header once."""
+    out: list[_Item] = []
+    for it in items:
+        m = re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()) if it.kind == "include" else None
+        found = next((d / m.group(1) for d in include_dirs if m and (d / m.group(1)).is_file()), None)
+        if found is None or found.resolve() in seen:
+            continue
+        seen.add(found.resolve())
+        sub = _items(found.read_bytes())
+        out += _local_header_items(sub, [found.parent] + include_dirs, seen) + sub
+    return out
+
+
+def _framework(text: str, allow_ns: Iterable[str]) -> bool:
+    for ns in allow_ns:  # namespaces the version's prelude defines (`c10::Half`) are not framework code
+        text = re.sub(rf"\b{re.escape(ns)}::", "", text)
+    return bool(_FRAMEWORK.search(text))
+
+
 def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterable[str] = (),
-                    headers: Iterable[str] = ()) -> str:
+                    include_dirs: Iterable[Path] = (), allow_ns: Iterable[str] = ()) -> str:
     """The named `__global__` functions of `raw` plus the closure of the top-level declarations they
     (and `extra_uses`, the names a shim uses) need, in source order; standard includes kept,
-    torch / pybind parts dropped. `headers`: texts of the source's own headers that `raw` includes
-    (their declarations join the pool, ahead of the file's). Raises ExtractError naming the file
-    when a kernel is absent."""
-    items = [it for h in headers for it in _items(h.encode())] + _items(raw.encode())
+    torch / pybind parts dropped. The source's own headers (`#include "x.h"` found in
+    `include_dirs`) join the pool ahead of the file, their include lines dropped; items inside a
+    named namespace come out inside it again. Raises ExtractError naming the file when a kernel is absent."""
+    data = raw.encode()
+    items = _items(data)
+    dirs = [Path(d) for d in include_dirs]
+    items = _local_header_items(items, dirs, set()) + items
+    # a quoted include is the source project's own header: inlined above when the snapshot has it,
+    # else (e.g. apex's type_shim.h outside the copied file) it cannot be included either
+    items = [it for it in items if not (it.kind == "include" and dirs
+                                        and re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))]
+    allow_ns = list(allow_ns)
     by_name: dict[str, list[_Item]] = {}
     for it in items:
-        if _FRAMEWORK.search(it.text) and it.kind != "include":
+        if it.kind != "include" and _framework(it.text, allow_ns):
             continue  # torch bindings and their helper macros
         for n in it.defines:
             by_name.setdefault(n, []).append(it)
@@ -440,15 +498,19 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
             if need is None or need.search(body_text):
                 head.append(it.text.strip())
         elif (it.kind == "using" and not it.defines or it.kind == "other" and it.text.lstrip().startswith(
-                "using namespace")) and not _FRAMEWORK.search(it.text):
+                "using namespace")) and not _framework(it.text, allow_ns) and not it.ns:
             head.append(it.text.strip())  # `using namespace X;` (aliases come with the closure)
     if any(it.kind == "include" and _DROP_INCLUDE.match(it.text.strip()) for it in items):
         head.append("#include <cstdint>  // the dropped framework headers brought the fixed-width integer types")
     out = [f"// extracted from {path}: {', '.join(kernels)} and what they use"]
-    out += head
-    for it in body:
+    out += list(dict.fromkeys(head))  # a header and the file may include the same system header
+    for i, it in enumerate(body):
+        if it.ns and (i == 0 or body[i - 1].ns != it.ns):
+            out.append(f"\nnamespace {it.ns} {{")
         out.append("")
         out.append(it.text)
+        if it.ns and (i + 1 == len(body) or body[i + 1].ns != it.ns):
+            out.append(f"}}  // namespace {it.ns}")
     return "\n".join(out) + "\n"
 
 
@@ -456,23 +518,26 @@ def _shim_uses(shim_text: str) -> set[str]:
     return {m.decode() for m in _IDENT.findall(_code_of(shim_text.encode()))}
 
 
-def source_root(expert: RealExpert, sources_root: Path) -> Path:
-    """`<sources_root>/<source>` (the sdist's `subdir` inside it when set); SourceMissing when absent."""
-    path = Path(sources_root) / expert.source
+def source_root(expert: RealExpert, sources_root: Path, source: Optional[str] = None) -> Path:
+    """`<sources_root>/<source>` (the sdist's `subdir` inside it when set); SourceMissing when absent.
+    `source` (a version's own source) defaults to the expert's."""
+    source = source or expert.source
+    path = Path(sources_root) / source
     if not path.is_dir():
-        raise SourceMissing(expert.source, path)
-    entry = sources_registry().get(expert.source, {})
+        raise SourceMissing(source, path)
+    entry = sources_registry().get(source, {})
     sub = entry.get("subdir")
     if sub and (path / sub).is_dir():
         return path / sub
     return path
 
 
-def check_pinned(expert: RealExpert, sources_root: Path) -> None:
+def check_pinned(expert: RealExpert, sources_root: Path, source: Optional[str] = None) -> None:
     """A fetched source that records a commit (SOURCE.json) must be the snapshot the wrapper names."""
-    path = Path(sources_root) / expert.source
+    source = source or expert.source
+    path = Path(sources_root) / source
     meta = path / "SOURCE.json"
-    pinned = sources_registry().get(expert.source, {})
+    pinned = sources_registry().get(source, {})
     if not meta.is_file():
         return
     try:
@@ -482,7 +547,7 @@ def check_pinned(expert: RealExpert, sources_root: Path) -> None:
     for key in ("commit", "version"):
         if pinned.get(key) and got.get(key) and got[key] != pinned[key]:
             raise LineageError(f"{meta}: {key} {got[key]} but {SOURCES_TOML.name} pins {pinned[key]} for "
-                               f"{expert.source!r}; run: skills corpora fetch {expert.source} --commit {pinned[key]}")
+                               f"{source!r}; run: skills corpora fetch {source} --commit {pinned[key]}")
 
 
 def version_source(expert: RealExpert, version: Version, sources_root: Path) -> str:
@@ -496,15 +561,20 @@ def version_source(expert: RealExpert, version: Version, sources_root: Path) -> 
             raise ExtractError(f"{expert.dir / version.project}: does not define {', '.join(version.kernels)}")
         head = f"// {origin} (the project's own kernel)\n"
         return head + body.rstrip() + "\n\n// ---- entry shim: " + version.shim + "\n" + shim
-    root = source_root(expert, sources_root)
-    check_pinned(expert, sources_root)
+    source = version.source or expert.source
+    root = source_root(expert, sources_root, source)
+    check_pinned(expert, sources_root, source)
     path = root / version.file
     if not path.is_file():
-        raise ExtractError(f"{path}: not found in the fetched source {expert.source!r} "
+        raise ExtractError(f"{path}: not found in the fetched source {source!r} "
                            f"(named by {expert.dir / 'lineage.toml'})")
     raw = path.read_text(errors="replace")
-    headers = [h.read_text(errors="replace") for h in _local_headers(path, root)]
-    extracted = extract_kernels(raw, version.kernels, f"{expert.source}:{version.file}", _shim_uses(shim), headers)
+    prelude = (expert.dir / version.prelude).read_text() if version.prelude else ""
+    extracted = extract_kernels(raw, version.kernels, f"{source}:{version.file}", _shim_uses(shim),
+                                include_dirs=[path.parent, root],
+                                allow_ns=re.findall(r"\bnamespace\s+(\w+)\s*\{", _code_of(prelude.encode()).decode()))
+    if prelude:
+        extracted = f"// ---- prelude: {version.prelude}\n{prelude.rstrip()}\n\n{extracted}"
     return extracted + "\n// ---- entry shim: " + version.shim + "\n" + shim
 
 
@@ -531,17 +601,18 @@ def _local_headers(path: Path, root: Path, depth: int = 3) -> list[Path]:
 
 
 def source_files(expert: RealExpert, sources_root: Path) -> list[Path]:
-    """The files of the fetched source the wrapper reads (its versions' files and their own
-    headers), relative to `<sources_root>/<source>`: what a copy of the source must keep."""
-    base = Path(sources_root) / expert.source
-    root = source_root(expert, sources_root)
+    """The files of the fetched sources the wrapper reads (its versions' files and their own
+    headers), relative to `sources_root` (`<source>/<path>`): what a copy of the sources must keep."""
     files: list[Path] = []
     for v in expert.versions:
         if v.file is None:
             continue
+        source = v.source or expert.source
+        base = (Path(sources_root) / source).resolve()
+        root = source_root(expert, sources_root, source)
         path = root / v.file
-        for f in _local_headers(path, root) + [path.resolve()] if path.is_file() else []:
-            rel = f.relative_to(base.resolve())
+        for f in (_local_headers(path, root) + [path.resolve()]) if path.is_file() else []:
+            rel = Path(source) / f.relative_to(base)
             if rel not in files:
                 files.append(rel)
     return files
@@ -574,7 +645,7 @@ def materialize(expert: RealExpert, sources_root: Path, out_dir: Path) -> Path:
         (tmp / "SOURCE.json").write_text(json.dumps({
             "source": expert.source, "problem": expert.problem,
             **{k: v for k, v in sources_registry().get(expert.source, {}).items()},
-            "versions": [{"index": i, "name": v.name, "file": v.file or v.project,
+            "versions": [{"index": i, "name": v.name, "file": v.file or v.project, "source": v.source or expert.source,
                           "kernels": v.kernels} for i, v in enumerate(expert.versions)],
         }, indent=1) + "\n")
         old = None

@@ -30,7 +30,7 @@ from corpora.problem import Problem, ProblemError, load_problem
 from mining.carriers import Source, detect_carriers
 from mining.gate import BadInput, GateConfig, run_gate
 from mining.gate.gate import read_kernel
-from mining.gate.sandbox import die_with_parent, require_isolation
+from mining.gate.sandbox import gate_worker_init, require_isolation
 from mining.gate.executors import resolve_executor
 from mining.lift import StepContext, lift_step
 from mining.operators import all_operators
@@ -108,6 +108,7 @@ class MineOutcome:
     remaining_carriers: list[str] = field(default_factory=list)
     removed_carriers: list[str] = field(default_factory=list)
     listed_carriers: list[str] = field(default_factory=list)
+    undetected_carriers: list[str] = field(default_factory=list)  # listed, never detected in the expert
 
 
 # --------------------------------------------------------------------------- gate in worker processes
@@ -551,35 +552,32 @@ def _compact_static(static: dict[str, Any]) -> dict[str, Any]:
 
 def _outcome(problem: Problem, lineage: Lineage, skills: list[Skill], new: int, merged: int, cached: bool, wall: float,
              listed: list[str], expert: str, final: str) -> MineOutcome:
-    flags = problem.solution.flags
-    final_carriers = {n for n, sites in detect_carriers(final, flags).items() if sites}
-    removed = [c for c in listed if c not in final_carriers]
+    removed, remaining, undetected = carrier_accounting(listed, expert, final, problem.solution.flags)
     return MineOutcome(problem=problem.name, lineage=lineage, skills=skills, new_skills=new, merged_skills=merged,
-                       cached=cached, wall_s=wall, remaining_carriers=[c for c in listed if c in final_carriers],
-                       removed_carriers=removed, listed_carriers=listed)
+                       cached=cached, wall_s=wall, remaining_carriers=remaining, removed_carriers=removed,
+                       listed_carriers=listed, undetected_carriers=undetected)
+
+
+def carrier_accounting(listed: Sequence[str], expert: str, final: str,
+                       flags: Sequence[str] = ()) -> tuple[list[str], list[str], list[str]]:
+    """(removed, remaining, not detected) of the listed carriers. Removed = the detectors see it
+    in the expert and not at the end point; a listed carrier they never saw in the expert was not
+    removed by anything: it is "not detected", never "removed"."""
+    final_carriers = {n for n, sites in detect_carriers(final, list(flags)).items() if sites}
+    expert_carriers = {n for n, sites in detect_carriers(expert, list(flags)).items() if sites}
+    return ([c for c in listed if c in expert_carriers and c not in final_carriers],
+            [c for c in listed if c in final_carriers],
+            [c for c in listed if c not in expert_carriers])
 
 
 class LineageNotSaved(RuntimeError):
     """The walk finished but the store stayed locked; the lineage waits in <store>/pending/."""
 
 
-def _worker_init() -> None:
-    """Gate workers: Ctrl-C is the parent's to handle (no worker tracebacks); SIGTERM unwinds
-    (temporary folders removed, sandboxes killed); the parent's death kills them (no orphans)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def _term(*_):
-        raise SystemExit(143)
-    signal.signal(signal.SIGTERM, _term)
-    die_with_parent()
-
-
 def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
     """Worker processes for gate runs (spawned: the parent holds threads and a duckdb handle)."""
     return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=_worker_init) if jobs > 1 else None
+                               initializer=gate_worker_init) if jobs > 1 else None
 
 
 def stop_pool(pool: Optional[ProcessPoolExecutor], grace_s: float = 5.0) -> None:

@@ -225,3 +225,118 @@ def test_a_fetched_source_at_another_commit_is_refused(fixture_expert, tmp_path:
     (sources / "leetcuda" / "SOURCE.json").write_text(json.dumps({"name": "leetcuda", "commit": "0" * 40}))
     with pytest.raises(real.LineageError, match="pins .* run: skills corpora fetch leetcuda --commit"):
         real.version_source(expert, expert.versions[0], sources)
+
+
+# --------------------------------------------------------------------------- vLLM-style sources
+# (corpus-data-b) kernels inside `namespace vllm`, helpers in the source's own quoted headers,
+# torch scalar types supplied by a project prelude, and a version taken from an older release.
+
+VLLM_HEADER = textwrap.dedent("""\
+    #pragma once
+    #include "compat.h"
+    namespace vllm {
+    template <typename T> __device__ __forceinline__ T twice(T v) { return v + v; }
+    __device__ float unused_helper(float v) { return v; }
+    }  // namespace vllm
+    """)
+VLLM_COMPAT = "#pragma once\n#ifndef USE_ROCM\n  #define KS_LANES 32\n#else\n  #define KS_LANES 64\n#endif\n"
+VLLM_OLD = textwrap.dedent("""\
+    #include <torch/extension.h>
+    #include "helpers.cuh"
+    namespace vllm {
+    template <typename scalar_t>
+    __global__ void scale_kernel(scalar_t* __restrict__ y, const scalar_t* __restrict__ x, int n) {
+      for (int i = blockIdx.x * KS_LANES + threadIdx.x; i < n; i += gridDim.x * KS_LANES) y[i] = twice(x[i]);
+    }
+    }  // namespace vllm
+    void scale(torch::Tensor& y, torch::Tensor& x) {}
+    """)
+VLLM_NEW = textwrap.dedent("""\
+    #include <torch/all.h>
+    #include "helpers.cuh"
+    namespace vllm {
+    template <typename T> struct Width { static constexpr int value = 1; };
+    template <> struct Width<c10::Half> { static constexpr int value = 2; };
+    template <typename scalar_t>
+    __global__ void scale_kernel(scalar_t* __restrict__ y, const scalar_t* __restrict__ x, int n) {
+      for (int i = blockIdx.x * KS_LANES + threadIdx.x; i < n; i += gridDim.x * KS_LANES)
+        y[i] = twice(x[i]) * (float)(Width<c10::Half>::value - 1);
+    }
+    }  // namespace vllm
+    """)
+VLLM_LINEAGE = textwrap.dedent("""\
+    source = "vllm"
+    op_type = "elementwise"
+    history = true
+
+    [[versions]]
+    name = "old"
+    source = "vllm-0.2.7"
+    file = "k.cu"
+    kernels = ["scale_kernel"]
+    shim = "shims/s.cu"
+
+    [[versions]]
+    name = "new"
+    file = "k.cu"
+    kernels = ["scale_kernel"]
+    prelude = "shims/prelude.cu"
+    shim = "shims/s.cu"
+      [[versions.steps]]
+      carrier = "grid_stride"
+      observe = ["none:fixture"]
+    """)
+
+
+@pytest.fixture
+def vllm_style_expert(tmp_path: Path) -> tuple[real.RealExpert, Path]:
+    sources = tmp_path / "store" / "sources"
+    for name, kernel in (("vllm-0.2.7", VLLM_OLD), ("vllm", VLLM_NEW)):
+        csrc = sources / name / "csrc"  # sources.toml: subdir = "csrc"
+        csrc.mkdir(parents=True)
+        (csrc / "k.cu").write_text(kernel)
+        (csrc / "helpers.cuh").write_text(VLLM_HEADER)
+        (csrc / "compat.h").write_text(VLLM_COMPAT)
+    d = tmp_path / "real" / "vllm" / "fixture_scale"
+    (d / "shims").mkdir(parents=True)
+    (d / "definition.json").write_text(json.dumps(DEFINITION))
+    (d / "reference.py").write_text("def run(x):\n    return 2 * x\n")
+    (d / "workloads.jsonl").write_text('{"axes": {"N": 1000}}\n{"axes": {"N": 16777216}, "tags": ["large"]}\n')
+    (d / "solution.toml").write_text('entry = "scale"\n')
+    (d / "lineage.toml").write_text(VLLM_LINEAGE)
+    (d / "shims" / "prelude.cu").write_text("#include <cuda_fp16.h>\nnamespace c10 { using Half = __half; }\n")
+    (d / "shims" / "s.cu").write_text(
+        "void scale(const float* x, float* y, int N) {\n"
+        "    vllm::scale_kernel<float><<<(N + KS_LANES - 1) / KS_LANES, KS_LANES>>>(y, x, N);\n}\n")
+    return real.load_expert(d), sources
+
+
+def test_namespaced_kernels_with_local_headers_prelude_and_an_older_release(vllm_style_expert, tmp_path: Path):
+    expert, sources = vllm_style_expert
+    old = real.version_source(expert, expert.versions[0], sources)
+    new = real.version_source(expert, expert.versions[1], sources)
+    for text in (old, new):
+        assert "namespace vllm {" in text and "}  // namespace vllm" in text
+        assert "T twice(T v)" in text and "unused_helper" not in text  # from helpers.cuh, closure only
+        assert '#include "helpers.cuh"' not in text and '#include "compat.h"' not in text
+        assert "#define KS_LANES 32" in text  # the header's header, its conditional kept whole
+        assert "#include <torch" not in text and "torch::Tensor" not in text
+    assert "extracted from vllm-0.2.7:k.cu" in old and "Width" not in old
+    # the prelude comes first and makes c10::Half project-provided: the specialization survives
+    assert new.index("namespace c10 { using Half = __half; }") < new.index("template <> struct Width<c10::Half>")
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ for the CPU executor")
+    out = real.materialize(expert, sources, tmp_path / "mat" / "fixture_scale")
+    assert [v["source"] for v in json.loads((out / "SOURCE.json").read_text())["versions"]] == ["vllm-0.2.7", "vllm"]
+    config = GateConfig(executor="cpu", stages=("correctness",), seeds=(0,), store=tmp_path / "gstore")
+    for kernel in ("naive.cu", "kernel.cu"):
+        result = run_gate(out, out / kernel, config)
+        assert result.passed, result.reason
+
+
+def test_a_version_source_outside_the_registry_is_refused(vllm_style_expert):
+    expert, _ = vllm_style_expert
+    path = expert.dir / "lineage.toml"
+    path.write_text(VLLM_LINEAGE.replace('source = "vllm-0.2.7"', 'source = "vllm-9"'))
+    with pytest.raises(real.LineageError, match=r"versions\[0\]\.source: 'vllm-9' is not in sources.toml"):
+        real.load_expert(expert.dir)

@@ -20,11 +20,11 @@ from typing import Any, Optional
 from corpora.problem import Problem, ProblemError, Workload, load_problem
 from mining.gate.binding import EntryBinding, bind_entry
 from mining.gate.cache import GateCache, content_key
-from mining.gate.data import compare, make_inputs
+from mining.gate.data import ITEMSIZE, compare, make_inputs
 from mining.gate.errors import BadInput
 from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
 from mining.gate.reference import ReferenceRun, write_case as write_reference_case
-from mining.gate.sandbox import abort_runs, require_isolation
+from mining.gate.sandbox import abort_runs, read_output, require_isolation
 from mining.gate.harness import HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_manifest
 from mining.gate.static import nvcc_path, static_stage
 
@@ -249,8 +249,10 @@ def _build(executor, binding: EntryBinding, source: str, kernel_path: Path, flag
         return BuildResult(True, hit, cached=True), hit
     res = executor.build(harness, build_dir / kernel_path.name, flags, build_dir / "harness", config.sanitize,
                          config.timeout_s)
-    if res.ok and res.binary is not None:
-        res.binary = cache.put_file(key, res.binary)
+    if res.ok and res.binary is not None and not res.binary.is_symlink() and res.binary.is_file():
+        res.binary = cache.put_file(key, res.binary)  # (a symlink from the build is not followed into the cache)
+    elif res.ok:
+        res.ok, res.reason = False, "the build did not produce a regular file"
         # keep the CPU binary's debug info resolvable (addr2line) from the cache location
     if not res.ok:
         res.reason = res.reason.replace(str(build_dir / kernel_path.name), str(kernel_path))
@@ -333,7 +335,10 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
             ok = True
             for name, ref in references[cid].items():
                 rtol, atol = problem.definition.tolerance_for(name)
-                raw = (data_dir / f"c{cid}_{name}.out").read_bytes()
+                try:  # a hostile harness may have swapped the file for a symlink or a huge file
+                    raw = read_output(data_dir / f"c{cid}_{name}.out", ref.size * ITEMSIZE[problem.definition.outputs[name].dtype])
+                except OSError:
+                    raw = b""
                 cmp = compare(raw, ref, problem.definition.outputs[name].dtype, rtol, atol)
                 outputs[name] = cmp.to_dict()
                 ok = ok and cmp.ok
