@@ -278,6 +278,7 @@ _OPTIONAL_HEADERS = {
     "cub/cub.cuh": re.compile(r"\bcub::"),
     "cub/util_type.cuh": re.compile(r"\bcub::"),
     "hipcub/hipcub.hpp": re.compile(r"\bhipcub::"),
+    "cuda_profiler_api.h": re.compile(r"\bcudaProfiler"),
 }
 
 
@@ -409,7 +410,7 @@ def _items(raw: bytes) -> list[_Item]:
                     node.child_by_field_name("name") is None:
                 body = node.child_by_field_name("body")
                 if body is not None:
-                    visit(body.named_children, ns)
+                    visit(body.named_children if body.type == "declaration_list" else [body], ns)
                 continue
             if node.type == ";":
                 continue
@@ -437,21 +438,6 @@ def _is_include_guard(node: Node, raw: bytes) -> bool:
                                                            first.child_by_field_name("name").end_byte])
 
 
-def _local_header_items(items: list[_Item], include_dirs: list[Path], seen: set[Path]) -> list[_Item]:
-    """Top-level items of the source's own `#include "x.h"` headers (found in include_dirs), headers
-    first, recursively; each header once."""
-    out: list[_Item] = []
-    for it in items:
-        m = re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()) if it.kind == "include" else None
-        found = next((d / m.group(1) for d in include_dirs if m and (d / m.group(1)).is_file()), None)
-        if found is None or found.resolve() in seen:
-            continue
-        seen.add(found.resolve())
-        sub = _items(found.read_bytes())
-        out += _local_header_items(sub, [found.parent] + include_dirs, seen) + sub
-    return out
-
-
 def _framework(text: str, allow_ns: Iterable[str]) -> bool:
     for ns in allow_ns:  # namespaces the version's prelude defines (`c10::Half`) are not framework code
         text = re.sub(rf"\b{re.escape(ns)}::", "", text)
@@ -459,20 +445,14 @@ def _framework(text: str, allow_ns: Iterable[str]) -> bool:
 
 
 def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterable[str] = (),
-                    include_dirs: Iterable[Path] = (), allow_ns: Iterable[str] = ()) -> str:
+                    headers: Iterable[str] = (), allow_ns: Iterable[str] = ()) -> str:
     """The named `__global__` functions of `raw` plus the closure of the top-level declarations they
     (and `extra_uses`, the names a shim uses) need, in source order; standard includes kept,
-    torch / pybind parts dropped. The source's own headers (`#include "x.h"` found in
-    `include_dirs`) join the pool ahead of the file, their include lines dropped; items inside a
-    named namespace come out inside it again. Raises ExtractError naming the file when a kernel is absent."""
-    data = raw.encode()
-    items = _items(data)
-    dirs = [Path(d) for d in include_dirs]
-    items = _local_header_items(items, dirs, set()) + items
-    # a quoted include is the source project's own header: inlined above when the snapshot has it,
-    # else (e.g. apex's type_shim.h outside the copied file) it cannot be included either
-    items = [it for it in items if not (it.kind == "include" and dirs
-                                        and re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))]
+    torch / pybind parts dropped. `headers`: texts of the source's own headers that `raw` includes
+    (their declarations join the pool, ahead of the file's). Items inside a named namespace come out
+    inside it again; `allow_ns`: namespaces a version's prelude defines (not framework code there).
+    Raises ExtractError naming the file when a kernel is absent."""
+    items = [it for h in headers for it in _items(h.encode())] + _items(raw.encode())
     allow_ns = list(allow_ns)
     by_name: dict[str, list[_Item]] = {}
     for it in items:
@@ -500,6 +480,8 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
     body_text = "\n".join(it.text for it in body)
     head: list[str] = []
     for it in items:
+        if it.kind == "include" and re.match(r'#\s*include\s*"', it.text.strip()):
+            continue  # the source's own headers: what a kernel needs from them is not extracted (say so in the lineage)
         if it.kind == "include" and not _DROP_INCLUDE.match(it.text.strip()):
             header = re.search(r"[<\"]([^>\"]+)[>\"]", it.text)
             need = _OPTIONAL_HEADERS.get(header.group(1)) if header else None
@@ -508,6 +490,8 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
         elif (it.kind == "using" and not it.defines or it.kind == "other" and it.text.lstrip().startswith(
                 "using namespace")) and not _framework(it.text, allow_ns) and not it.ns:
             head.append(it.text.strip())  # `using namespace X;` (aliases come with the closure)
+    if any(it.kind == "include" and _DROP_INCLUDE.match(it.text.strip()) for it in items):
+        head.append("#include <cstdint>  // the dropped framework headers brought the fixed-width integer types")
     out = [f"// extracted from {path}: {', '.join(kernels)} and what they use"]
     out += list(dict.fromkeys(head))  # a header and the file may include the same system header
     for i, it in enumerate(body):
@@ -575,13 +559,55 @@ def version_source(expert: RealExpert, version: Version, sources_root: Path) -> 
         raise ExtractError(f"{path}: not found in the fetched source {source!r} "
                            f"(named by {expert.dir / 'lineage.toml'})")
     raw = path.read_text(errors="replace")
+    headers = [h.read_text(errors="replace") for h in _local_headers(path, root)]
     prelude = (expert.dir / version.prelude).read_text() if version.prelude else ""
-    extracted = extract_kernels(raw, version.kernels, f"{source}:{version.file}", _shim_uses(shim),
-                                include_dirs=[path.parent, root],
+    extracted = extract_kernels(raw, version.kernels, f"{source}:{version.file}", _shim_uses(shim), headers,
                                 allow_ns=re.findall(r"\bnamespace\s+(\w+)\s*\{", _code_of(prelude.encode()).decode()))
     if prelude:
         extracted = f"// ---- prelude: {version.prelude}\n{prelude.rstrip()}\n\n{extracted}"
     return extracted + "\n// ---- entry shim: " + version.shim + "\n" + shim
+
+
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def _local_headers(path: Path, root: Path, depth: int = 3) -> list[Path]:
+    """The source's own headers `path` includes with quotes (found beside it, inside the source
+    tree), transitively, included-first order, each once."""
+    out: list[Path] = []
+
+    def visit(p: Path, d: int) -> None:
+        for name in _QUOTED_INCLUDE.findall(p.read_text(errors="replace")):
+            h = (p.parent / name).resolve()
+            if h in out or not h.is_file() or root.resolve() not in h.parents:
+                continue
+            if d > 0:
+                visit(h, d - 1)
+            if h not in out:
+                out.append(h)
+
+    visit(path, depth)
+    return out
+
+
+def source_files(expert: RealExpert, sources_root: Path) -> list[Path]:
+    """The files of the fetched source the wrapper reads (its versions' files and their own
+    headers), relative to `<sources_root>/<source>`: what a copy of the source must keep. A
+    version taken from another source (`source = "vllm-0.2.7"`) gives `../<that source>/<path>`."""
+    files: list[Path] = []
+    for v in expert.versions:
+        if v.file is None:
+            continue
+        base = Path(sources_root) / (v.source or expert.source)
+        root = source_root(expert, sources_root, v.source)
+        path = root / v.file
+        for f in _local_headers(path, root) + [path.resolve()] if path.is_file() else []:
+            rel = f.relative_to(base.resolve())
+            if v.source and v.source != expert.source:  # a version from another source (an older release)
+                rel = Path("..") / v.source / rel
+            if rel not in files:
+                files.append(rel)
+    return files
 
 
 _PROBLEM_FILES = ("definition.json", "workloads.jsonl", "solution.toml")
