@@ -600,7 +600,7 @@ def llm_materialize(source: str, *, guidance: str, problem_summary: str, model: 
     reply that gave no kernel, `rejected` = why in one word. `token_budget`: tokens left; the
     call is not sent when its prompt alone would spend them, and its completion is capped to the rest."""
     from mining.llm_operator import ReplyError
-    from prompts.llm import LLMError, complete, endpoint_kwargs, token_counter
+    from prompts.llm import LLMError, billed_prompt_tokens, complete
 
     usage = usage if usage is not None else {}
     prompt = build_prompt(source, problem_summary=problem_summary, guidance=guidance, history=history,
@@ -608,7 +608,7 @@ def llm_materialize(source: str, *, guidance: str, problem_summary: str, model: 
     max_tokens = int(llm_kwargs.pop("max_tokens", 4096))
     try:
         if token_budget is not None:
-            need = 0 if "mock_response" in llm_kwargs else token_counter(model, **endpoint_kwargs(llm_kwargs))(prompt)
+            need = 0 if "mock_response" in llm_kwargs else billed_prompt_tokens(prompt, model, **llm_kwargs)
             if need >= token_budget:
                 usage["rejected"] = "budget"
                 return None, "", f"not sent: the token budget has {max(0, token_budget)} tokens left and the prompt " \

@@ -122,7 +122,7 @@ RECORDER: Optional[list] = None
 
 DEFAULT_RETRIES = 2
 DEFAULT_TIMEOUT_S = 120.0
-CHAT_OVERHEAD = 24  # tokens a chat template adds around one user message (role markers)
+CHAT_OVERHEAD = 64  # tokens a chat template may add around one user message (role markers, a default system turn)
 ESTIMATE_MARGIN = 1.15  # litellm's estimate vs. an unknown tokenizer: assume more tokens, not fewer
 
 
@@ -216,6 +216,7 @@ def server_models(api_base: str, api_key: str = "", timeout: float = 5.0) -> lis
 
 
 _ASKED: dict[tuple[str, str], tuple[Optional[int], str]] = {}  # one lookup per endpoint and process
+_OVERHEAD: dict[tuple[str, str], int] = {}  # (model, api_base) -> the chat template's tokens, as measured
 
 
 def context_window(model: str, **kw: Any) -> tuple[Optional[int], str]:
@@ -333,6 +334,13 @@ def token_counter(model: str, **kw: Any) -> Callable[[str], int]:
         n = litellm.token_counter(model=model, text=text)
         return n if known else int(n * ESTIMATE_MARGIN) + 1
     return estimate
+
+
+def billed_prompt_tokens(prompt: str, model: str, **kw: Any) -> int:
+    """About how many prompt tokens the endpoint will bill for `prompt` as one user message: its
+    tokens plus the chat template's (measured on this endpoint's earlier answers, else a guess)."""
+    kw = endpoint_kwargs(kw)
+    return token_counter(model, **kw)(prompt) + _OVERHEAD.get((model, kw.get("api_base", "")), CHAT_OVERHEAD)
 
 
 # --------------------------------------------------------------------------- cutting a prompt to fit
@@ -457,14 +465,14 @@ def complete(prompt: str, model: str, system: Optional[str] = None, temperature:
     env_retries = _env_int("SKILLS_LLM_RETRIES")
     retries = max(0, retries if retries is not None else env_retries if env_retries is not None else DEFAULT_RETRIES)
     mocked = "mock_response" in kw  # litellm's offline mock: no window to size against
-    window, cut, sent = None, None, prompt
+    window, cut, sent, counted = None, None, prompt, None
     if not mocked:
         window, _ = context_window(model, **kw)
     started = time.monotonic()
     attempt, learned, first_error = 0, False, None
     while True:
         if window:
-            sent, cut, max_tokens = _fit(prompt, model, window, max_tokens, system, cuttable, kw)
+            sent, cut, max_tokens, counted = _fit(prompt, model, window, max_tokens, system, cuttable, kw)
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": sent}]
         attempt += 1
         try:
@@ -489,6 +497,8 @@ def complete(prompt: str, model: str, system: Optional[str] = None, temperature:
     usage = getattr(resp, "usage", None)
     pt = int(getattr(usage, "prompt_tokens", 0) or 0)
     ct = int(getattr(usage, "completion_tokens", 0) or 0)
+    if counted is not None and pt > counted and not system:  # what the template added, exactly
+        _OVERHEAD[(model, kw.get("api_base", ""))] = pt - counted + 2
     cost = None
     try:
         cost = float(litellm.completion_cost(completion_response=resp))
@@ -506,23 +516,26 @@ def complete(prompt: str, model: str, system: Optional[str] = None, temperature:
 
 
 def _fit(prompt: str, model: str, window: int, max_tokens: int, system: Optional[str], cuttable: Sequence[str],
-         kw: dict) -> tuple[str, Optional[dict], int]:
-    """(prompt to send, cut report, completion cap) for a window: the completion gets at most
-    half of it, the prompt the rest less the chat template's overhead."""
+         kw: dict) -> tuple[str, Optional[dict], int, Optional[int]]:
+    """(prompt to send, cut report, completion cap, its exact token count or None) for a window:
+    the completion gets at most half of it, the prompt the rest less the chat template's
+    overhead (as measured on this endpoint's earlier answers, else a generous guess)."""
     count = token_counter(model, **kw)
+    exact = _TOKENIZE.get(kw.get("api_base", "")) is not None
     asked = max_tokens
     max_tokens = max(1, min(max_tokens, window // 2))
-    overhead = CHAT_OVERHEAD + (count(system) + CHAT_OVERHEAD if system else 0)
-    budget = window - max_tokens - overhead
     try:
+        overhead = _OVERHEAD.get((model, kw.get("api_base", "")), CHAT_OVERHEAD) + (count(system) if system else 0)
+        budget = window - max_tokens - overhead
         sent, cut = fit_prompt(prompt, budget, count, cuttable)
+        counted = count(sent) if exact else None
     except (OSError, ValueError) as exc:  # the tokenizer endpoint failed mid-way: send uncut, let the server judge
-        return prompt, {"error": f"could not count tokens: {exc}"[:200]}, max_tokens
+        return prompt, {"error": f"could not count tokens: {exc}"[:200]}, max_tokens, None
     if asked != max_tokens:
         cut = dict(cut or {}) | {"max_tokens_asked": asked, "max_tokens_sent": max_tokens}
     if cut is not None:
         cut["context_window"] = window
-    return sent, cut, max_tokens
+    return sent, cut, max_tokens, counted
 
 
 _FENCE = re.compile(r"```[ \t]*(?:c\+\+|cpp|cc|c)?[ \t]*\n(.*?)```", re.S | re.I)
