@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -79,8 +80,10 @@ def start(log: Path, n_ctx: int = N_CTX, threads: int = 2, timeout_s: float = 18
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
            "--seed", "0"]
     t0 = time.monotonic()
+    # OpenMP threads that spin while waiting crawl on a busy shared machine; passive waiting costs nothing idle
+    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     base = f"http://127.0.0.1:{port}/v1"
     while True:
         if proc.poll() is not None:

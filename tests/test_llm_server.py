@@ -63,23 +63,25 @@ def test_llm_check_broken_setups(llm_env, monkeypatch):
 
 
 # --------------------------------------------------------------------------- the client on real answers
-def test_prompt_cut_to_the_window_and_reported(llm_env):
+def test_prompt_cut_to_the_window_and_reported(llm_env, monkeypatch):
     from prompts.llm import LEDGER, LLMError, complete
 
+    window = 640  # a small window (as $SKILLS_LLM_CONTEXT would say) keeps the call cheap on a CPU
+    monkeypatch.setenv("SKILLS_LLM_CONTEXT", str(window))
     history = "\n".join(f"- attempt {i}: unrolled the loop by {i} and it was slower" for i in range(400))
     prompt = ("Answer with one word.\n\n## Earlier steps on this kernel\n" + history +
               "\n\n## Answer format\nOne word.\n")
     c = complete(prompt, llm_env.model, max_tokens=8, cuttable=("Earlier steps",))
-    assert c.context_window == N_CTX and c.cut is not None
+    assert c.context_window == window and c.cut is not None
     sec = c.cut["sections"][0]
     assert sec["section"] == "Earlier steps on this kernel" and 0 < sec["lines_kept"] < sec["lines"]
     assert "cut here to fit the model's context window" in c.prompt_sent and "## Answer format" in c.prompt_sent
     # the server's own count of what was sent: within the window with room for the answer
-    assert c.usage_reported and c.prompt_tokens + c.max_tokens <= N_CTX and c.prompt_tokens > N_CTX // 2
+    assert c.usage_reported and c.prompt_tokens + c.max_tokens <= window and c.prompt_tokens > window // 2
     assert c.finish_reason in ("stop", "length") and c.completion_tokens <= 8
     calls = LEDGER.calls
     with pytest.raises(LLMError) as err:  # nothing cuttable: not sent rather than truncated by the server
-        complete("word " * 4000, llm_env.model, max_tokens=8)
+        complete("word " * 1000, llm_env.model, max_tokens=8)
     assert err.value.kind == "context" and LEDGER.calls == calls
 
 
@@ -99,7 +101,7 @@ def test_mine_with_the_real_model(llm_env, tmp_path):
 
     store = tmp_path / "s"
     r = cli("mine", str(VECTOR_ADD), "--executor", "cpu", "--model", llm_env.model, "--operators", "drop_restrict",
-            "--seeds", "0", "-j", "1", "--no-probe", "--no-index", "--store", str(store), "--json")
+            "--seeds", "0", "-j", "1", "--no-probe", "--no-index", "--max-steps", "1", "--store", str(store), "--json")
     assert r.exit_code == 0, r.output
     (lin,) = KernelStore(Store(store)).lineages()
     usage = lin.config["llm_usage"]
