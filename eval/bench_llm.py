@@ -84,7 +84,7 @@ def bench_check(model: str, kw: dict) -> dict:
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 
-def bench_mine(model: str, problems: list[str], store: Path) -> dict:
+def bench_mine(model: str, problems: list[str], store: Path, max_steps: int) -> dict:
     from mining.mine import MineConfig, mine_problem
 
     llm = _recording()
@@ -92,7 +92,7 @@ def bench_mine(model: str, problems: list[str], store: Path) -> dict:
     for name in problems:
         t0 = time.perf_counter()
         cfg = MineConfig(executor="cpu", jobs=1, seeds=(0,), store=store, operators=("drop_restrict",),
-                         model=model, probe=False, use_cache=False, max_steps=6, max_rejections=12)
+                         model=model, probe=False, use_cache=False, max_steps=max_steps, max_rejections=12)
         out = mine_problem(KERNELS / name, cfg)
         lin = out.lineage
         u = lin.config.get("llm_usage", {})
@@ -108,14 +108,14 @@ def bench_mine(model: str, problems: list[str], store: Path) -> dict:
     return {"runs": rows, "totals": _totals(rows), "example": _example(llm.RECORDER)}
 
 
-def bench_optimize(model: str, cache: Path, skills_file: Path) -> dict:
+def bench_optimize(model: str, cache: Path, skills_file: Path, steps: int, per_step: int) -> dict:
     from mining.optimize import OptimizeConfig, optimize
 
     rows, examples = [], {}
     for mode in ("skills", "no_skills", "flat_memory"):
         llm = _recording()
         t0 = time.perf_counter()
-        cfg = OptimizeConfig(executor="cpu", mode=mode, budget_steps=2, llm_per_step=2, model=model, seeds=(0,),
+        cfg = OptimizeConfig(executor="cpu", mode=mode, budget_steps=steps, llm_per_step=per_step, model=model, seeds=(0,),
                              jobs=1, cache=cache, store=None if mode == "no_skills" else skills_file,
                              deterministic=False)
         res = optimize(KERNELS / "vector_add", Path("naive.cu"), cfg)
@@ -133,7 +133,7 @@ def bench_optimize(model: str, cache: Path, skills_file: Path) -> dict:
     return {"runs": rows, "totals": _totals(rows), "examples": examples}
 
 
-def bench_backend(model: str) -> dict:
+def bench_backend(model: str, roles: list[str], repair: int) -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     from _backend_support import indexed_toy_store  # the suite's three toy targets (tests/fixtures)
 
@@ -143,9 +143,9 @@ def bench_backend(model: str) -> dict:
     store = Store(indexed_toy_store())
     llm = _recording()
     rows = []
-    for role in ("ELFObjectWriter::getRelocType", "RegisterInfo::getFrameRegister"):
+    for role in roles:
         t0 = time.perf_counter()
-        res = generate(store, GenerateRequest(target="Kite", role=role, strategy="llm", model=model, repair=1))
+        res = generate(store, GenerateRequest(target="Kite", role=role, strategy="llm", model=model, repair=repair))
         att = res.get("attempts", [])
         gate = res.get("gate") or {}
         rows.append({"role": role, "calls": len(att), "parsed": sum(1 for a in att if "rejected" not in a),
@@ -200,6 +200,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--api-base", help="OpenAI-compatible server for --model")
     ap.add_argument("--max-tokens", type=int, default=256, help="completion cap per call ($SKILLS_LLM_MAX_TOKENS)")
     ap.add_argument("--paths", default="check,mine,optimize,backend")
+    ap.add_argument("--problems", default="vector_add,reduce_sum", help="mine: expert kernels walked")
+    ap.add_argument("--mine-steps", type=int, default=3, help="mine: steps per walk (one LLM call each)")
+    ap.add_argument("--optimize-steps", type=int, default=2)
+    ap.add_argument("--llm-per-step", type=int, default=2, help="optimize: LLM calls per step")
+    ap.add_argument("--roles", default="ELFObjectWriter::getRelocType,RegisterInfo::getFrameRegister")
+    ap.add_argument("--repair", type=int, default=1, help="backend generate: repair rounds")
     ap.add_argument("--out", type=Path, help="write the JSON here (else print it)")
     args = ap.parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -240,11 +246,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             if "check" in paths:
                 result["paths"]["llm_check"] = bench_check(model, {})
             if "mine" in paths:
-                result["paths"]["mine"] = bench_mine(model, ["vector_add", "reduce_sum"], tmp / "store")
+                result["paths"]["mine"] = bench_mine(model, args.problems.split(","), tmp / "store", args.mine_steps)
             if "optimize" in paths:
-                result["paths"]["optimize"] = bench_optimize(model, tmp / "cache", _skills_file(tmp / "skills.json"))
+                result["paths"]["optimize"] = bench_optimize(model, tmp / "cache", _skills_file(tmp / "skills.json"),
+                                                             args.optimize_steps, args.llm_per_step)
             if "backend" in paths:
-                result["paths"]["backend_generate"] = bench_backend(model)
+                result["paths"]["backend_generate"] = bench_backend(model, args.roles.split(","), args.repair)
     finally:
         if proc is not None:
             from eval.local_llm import stop

@@ -428,6 +428,8 @@ _KINDS = {"Timeout": "timeout", "APIConnectionError": "connection", "RateLimitEr
 
 
 def _kind(exc: BaseException) -> str:
+    if re.search(r"Connection (error|refused)|Failed to establish|Name or service not known", str(exc)):
+        return "connection"  # litellm reports a refused connection as a 500 from the provider
     for cls in type(exc).__mro__:
         if cls.__name__ in _KINDS:
             return _KINDS[cls.__name__]
