@@ -11,10 +11,14 @@ skills, instead of adding a copy.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from skills.merge import merge_skill
+from skills.record_reads import find_lineage, find_skill, skill_rows
 from skills.records import Lineage, Skill, Step
 from skills.store import Store, register_section
 
@@ -163,6 +167,42 @@ class KernelStore:
                 merged_out.append(merged)
         return merged_out
 
+    # ---- lineages that finished while another process held the store
+    @property
+    def pending_dir(self) -> Path:
+        return self.store.root / "pending"
+
+    def spill_pending(self, lineage: Lineage, skills: Iterable[Skill], problem_info: dict[str, Any],
+                      gate_runs: Iterable[dict[str, Any]] = ()) -> Path:
+        """Write a finished lineage next to the store (atomic rename) when the store stays locked;
+        `save_pending` moves it in at the next save. A finished walk is never thrown away."""
+        self.pending_dir.mkdir(parents=True, exist_ok=True)
+        payload = {"lineage": json.loads(lineage.model_dump_json()), "skills": [json.loads(s.model_dump_json())
+                                                                                for s in skills],
+                   "problem_info": problem_info, "gate_runs": list(gate_runs)}
+        final = self.pending_dir / f"{lineage.lineage_id}.json"
+        fd, tmp = tempfile.mkstemp(dir=self.pending_dir, prefix=".tmp-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, final)
+        return final
+
+    def save_pending(self) -> list[str]:
+        """Save the spilled lineages (oldest first); returns their ids. Each file goes once saved."""
+        done = []
+        files = sorted(self.pending_dir.glob("*.json"), key=lambda p: p.stat().st_mtime) if self.pending_dir.is_dir() else []
+        for path in files:
+            try:
+                data = json.loads(path.read_text())
+                lineage = Lineage.model_validate(data["lineage"])
+                skills = [Skill.model_validate(x) for x in data["skills"]]
+            except (OSError, ValueError, KeyError):
+                continue  # a damaged file stays for a person to look at
+            self.save_lineage(lineage, skills, data.get("problem_info", {}), data.get("gate_runs", []))
+            path.unlink(missing_ok=True)
+            done.append(lineage.lineage_id)
+        return done
+
     def put_skill(self, skill: Skill) -> None:
         """Insert or replace one skill record (SKILL.md import)."""
         with self.store.transaction() as con:
@@ -179,21 +219,12 @@ class KernelStore:
 
     # ---- reads
     def skills(self, kind: Optional[str] = None, carrier: Optional[str] = None) -> list[Skill]:
-        sql, params = "SELECT record FROM skills", []
-        where = []
-        if kind:
-            where.append("kind = ?"), params.append(kind)
-        if carrier:
-            where.append("carrier = ?"), params.append(carrier)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        return [Skill.model_validate_json(r["record"]) for r in self.store.query(sql + " ORDER BY name, skill_id", params)]
+        return [Skill.model_validate_json(r) for r in skill_rows(self.store, kind=kind, carrier=carrier)]
 
     def skill(self, ident: str) -> Optional[Skill]:
-        """By id, id prefix, key or name."""
-        rows = self.store.query("SELECT record FROM skills WHERE skill_id = ? OR key = ? OR name = ? "
-                                "OR skill_id LIKE ? ORDER BY skill_id", [ident, ident, ident, ident + "%"])
-        return Skill.model_validate_json(rows[0]["record"]) if len(rows) >= 1 else None
+        """By id, id prefix (4+ characters), key, name or SKILL.md folder name (record_reads.find_skill)."""
+        rec = find_skill(self.store, ident)
+        return Skill.model_validate_json(rec) if rec is not None else None
 
     def lineages(self, problem: Optional[str] = None, kind: Optional[str] = None) -> list[Lineage]:
         sql, params, where = "SELECT record FROM lineages", [], []
@@ -210,9 +241,8 @@ class KernelStore:
         return out
 
     def lineage(self, ident: str) -> Optional[Lineage]:
-        rows = self.store.query("SELECT record FROM lineages WHERE lineage_id = ? OR problem = ? ORDER BY created_at DESC",
-                                [ident, ident])
-        return Lineage.model_validate_json(rows[0]["record"]) if rows else None
+        rec = find_lineage(self.store, ident)
+        return Lineage.model_validate_json(rec) if rec is not None else None
 
     def source(self, kernel_hash: str) -> Optional[str]:
         return self.store.scalar("SELECT source FROM kernels WHERE kernel_hash = ?", [kernel_hash])
