@@ -105,7 +105,9 @@ def render(report: dict) -> str:
     """The report in a few lines (one line when the endpoint does not answer)."""
     if report.get("error"):
         e = report["error"]
-        return f"error: {report['model'] or '(no model)'}: endpoint does not answer ({e['kind']}): {e['message']}"
+        if exit_code(report) == 2:
+            return f"error: {e['message']}"
+        return f"error: {report['model']}: endpoint does not answer ({e['kind']}): {e['message']}"
     u = report["usage"] or {}
     w = report["context_window"]
     lines = [f"{report['model']}: answers in {report['latency_s']:.2f} s"
