@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -105,7 +106,8 @@ def test_interrupted_or_killed_mine_leaves_no_process(tmp_path, sig):
     if sig == signal.SIGINT:
         assert proc.returncode == 130, err
         assert "Traceback" not in err
-        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("mining ")]
+        # progress lines ("mining scale ...", "[   0.1s] mining scale (1/1)") aside, one line says what happened
+        lines = [ln for ln in err.splitlines() if ln.strip() and not re.match(r"^(mining |\[\s*[\d.]+s\])", ln)]
         assert len(lines) == 1 and lines[0].startswith("error: interrupted: saved 0 lineage(s)"), err
         assert "scale was being mined" in lines[0]
     # the gate's temporary folders are gone too
