@@ -911,6 +911,34 @@ def optimize_cmd(
         typer.echo(f"wrote {out}/final.cu, lineage.json, attempts.jsonl, summary.json")
 
 
+# ---- llm (issue 21): is the model endpoint usable? one call: answers, window, latency, answer format
+llm_app = typer.Typer(help="LLM endpoints: check the model the --model paths would use.", no_args_is_help=True)
+app.add_typer(llm_app, name="llm")
+
+
+@llm_app.command("check")
+def llm_check_cmd(
+    model: Optional[str] = typer.Option(None, "--model", envvar="SKILLS_MODEL", help="litellm model string."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", envvar="SKILLS_LLM_API_BASE",
+                                           help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1."),
+    timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds for the one call."),
+    max_tokens: int = typer.Option(160, "--max-tokens", min=1, help="Completion cap for the call."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """One call: does the endpoint answer, its context window, latency, and does it follow the answer format."""
+    from prompts.llm_check import check, exit_code, render
+
+    report = check(model, max_tokens=max_tokens, timeout=timeout, **({"api_base": api_base} if api_base else {}))
+    code = exit_code(report)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    elif report.get("error"):
+        typer.echo(render(report), err=True)
+    else:
+        typer.echo(render(report))
+    raise typer.Exit(code)
+
+
 # --------------------------------------------------------------------------- wrap (issue 17)
 @app.command("wrap")
 def wrap_cmd(

@@ -49,6 +49,9 @@ PROMPT_FILE = Path(__file__).resolve().parent.parent / "prompts" / "deoptimize.m
 MAX_BLOCKS = 4
 MAX_REJECTED = 24  # most recent rejections shown in the prompt
 MAX_SITES_SHOWN = 4  # per carrier
+# prompt sections cut (in this order) when the prompt does not fit the model's context window;
+# the kernel, the rules and the answer format are never cut
+CUTTABLE = ("Already tried and rejected", "Optimizations still present", "The problem")
 
 
 # --------------------------------------------------------------------------- results
@@ -100,7 +103,7 @@ class Candidate:
 class Failure:
     """A reply that gave no candidate, and why (one line)."""
     reason: str
-    kind: str  # call_error | no_proposal | malformed | unknown_carrier | not_found | ambiguous | overlap | no_change | syntax | forbidden | duplicate | disabled
+    kind: str  # call_error | context | empty | truncated | no_proposal | malformed | unknown_carrier | not_found | ambiguous | overlap | no_change | syntax | forbidden | duplicate | disabled
     raw: str = ""
     call: int = 0
 
@@ -119,6 +122,7 @@ class ProposalResult:
     cost_usd: float = 0.0
     seconds: float = 0.0
     prompts: list[str] = field(default_factory=list)  # the prompt of each call, in order
+    call_log: list[dict] = field(default_factory=list)  # per call: usage, finish reason, prompt cut, outcome
 
     @property
     def tokens(self) -> int:
@@ -129,7 +133,7 @@ class ProposalResult:
              "completion_tokens": self.completion_tokens, "tokens": self.tokens,
              "cost_usd": round(self.cost_usd, 6), "seconds": round(self.seconds, 3),
              "candidates": [c.to_dict() for c in self.candidates],
-             "failures": [f.to_dict() for f in self.failures]}
+             "failures": [f.to_dict() for f in self.failures], "call_log": list(self.call_log)}
         if with_prompts:
             d["prompts"] = list(self.prompts)
         return d
@@ -573,9 +577,11 @@ def propose(source: str, *, problem_summary: str, carriers_present: Any = None, 
         result.prompts.append(prompt)
         try:
             reply = complete(prompt, model, temperature=temperature, max_tokens=max_tokens, timeout=timeout,
-                             **llm_kwargs)
+                             cuttable=CUTTABLE, **llm_kwargs)
         except LLMError as exc:
-            result.failures.append(Failure(f"LLM call failed: {exc}", "call_error", call=call))
+            kind = "context" if exc.kind == "context" else "call_error"
+            result.failures.append(Failure(f"LLM call failed: {exc}", kind, call=call))
+            result.call_log.append({"call": call, "error": str(exc)[:300], "kind": exc.kind, "attempts": exc.attempts})
             break  # the endpoint is down or refusing: more calls would fail the same way
         except Exception as exc:  # litellm or a provider plugin misbehaving is still not our crash
             result.failures.append(Failure(f"LLM call failed: {type(exc).__name__}: {exc}"[:400], "call_error",
@@ -586,11 +592,23 @@ def propose(source: str, *, problem_summary: str, carriers_present: Any = None, 
         result.completion_tokens += reply.completion_tokens
         result.cost_usd += reply.cost_usd or 0.0
         result.seconds += reply.seconds
+        log = {"call": call} | reply.usage()
+        result.call_log.append(log)
+        if reply.prompt_sent is not None:  # cut to fit the window: keep what was really sent
+            result.prompts[-1] = reply.prompt_sent
+        if not reply.text.strip():
+            log["outcome"] = "rejected: empty answer"
+            result.failures.append(Failure("the model answered nothing (empty reply)", "empty", call=call))
+            continue
         try:
             cand = candidate_from_reply(source, reply.text, model=model, call=call, kernel_name=kernel_name,
                                         _cache=cache)
         except ReplyError as exc:
-            result.failures.append(Failure(exc.reason, exc.kind, raw=reply.text, call=call))
+            kind, reason = exc.kind, exc.reason
+            if reply.truncated and kind == "malformed":
+                kind, reason = "truncated", f"{reason}; the answer was cut at max_tokens={reply.max_tokens}"
+            log["outcome"] = f"rejected ({kind}): {reason}"[:300]
+            result.failures.append(Failure(reason, kind, raw=reply.text, call=call))
             continue
         except Exception as exc:  # a parser bug must not take the walk down either
             result.failures.append(Failure(f"could not apply the reply: {type(exc).__name__}: {exc}"[:400],
@@ -601,6 +619,7 @@ def propose(source: str, *, problem_summary: str, carriers_present: Any = None, 
                                            raw=reply.text, call=call))
             continue
         seen[cand.new_source] = len(result.candidates)
+        log["outcome"] = "candidate (to the gate)"
         result.candidates.append(cand)
     return result
 

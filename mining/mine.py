@@ -295,9 +295,11 @@ def _apply_all(op, source: str, sites: list) -> Optional[str]:
 
 
 def llm_candidates(source: str, problem: Problem, model: str, rejected: list[tuple[int, Candidate, Verdict]],
-                   timeout_s: float, llm_kwargs: Optional[dict] = None) -> tuple[list[Candidate], list[str]]:
+                   timeout_s: float, llm_kwargs: Optional[dict] = None, usage: Optional[dict] = None
+                   ) -> tuple[list[Candidate], list[str]]:
     """One LLM-proposed simplification (mining/llm_operator.py); returns (candidates, failure reasons).
-    A reply that does not parse or apply costs tokens but yields no candidate."""
+    A reply that does not parse or apply costs tokens but yields no candidate. `usage` (when
+    given) accumulates the server's usage: calls, tokens, cost, seconds, outcomes, prompt cuts."""
     from mining import llm_operator
 
     tried = [{"operator": c.operator, "carrier": c.carrier, "line": c.site_line, "reason": v.reason[:200],
@@ -312,6 +314,13 @@ def llm_candidates(source: str, problem: Problem, model: str, rejected: list[tup
                              description=c.description, retry_key=f"llm|{sha256(c.new_source)[:16]}",
                              tokens=res.tokens if i == 0 else 0))
     failures = [f.reason for f in res.failures]
+    if usage is not None:
+        for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd", "seconds"):
+            usage[k] = usage.get(k, 0) + getattr(res, k)
+        usage["candidates"] = usage.get("candidates", 0) + len(res.candidates)
+        for f in res.failures:
+            usage.setdefault("rejected", {})[f.kind] = usage.get("rejected", {}).get(f.kind, 0) + 1
+        usage["prompt_cuts"] = usage.get("prompt_cuts", 0) + sum(1 for c in res.call_log if c.get("cut"))
     if not out and res.tokens:  # the tokens are spent even when nothing usable came back
         out.append(Candidate(operator="llm", carrier="", source=source, proposer="llm", tokens=res.tokens))
     return out, failures
@@ -385,11 +394,13 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     naive_ms, max_cost = _cost_ceiling(problem, checker, config.slowdown_ceiling)
     rejected_so_far: list = []
     llm_failures: list[tuple[int, str]] = []
+    llm_usage: dict = {}
 
     def propose(source: str, step: int) -> list[Candidate]:
         cands = deterministic_candidates(source, operators)
         if model:
-            llm, failures = llm_candidates(source, problem, model, rejected_so_far, config.timeout_s, llm_kwargs)
+            llm, failures = llm_candidates(source, problem, model, rejected_so_far, config.timeout_s, llm_kwargs,
+                                           llm_usage)
             llm_failures.extend((step, f) for f in failures)
             cands += llm
         return cands
@@ -484,7 +495,9 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                 "probes": probes.workloads if probes else [], "operators": [op.name for op in operators],
                 "end_point_probes": _end_point_probes(state_outcomes),
                 "listed_carriers": listed, "naive_ms": naive_ms, "cost_ceiling_ms": max_cost,
-                "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures]})
+                "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures],
+                "llm_usage": {k: round(v, 6) if isinstance(v, float) else v for k, v in llm_usage.items()}})
+    existing_ids = {s.skill_id for s in ks.skills()} if store.exists() else set()
     gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
                  for h, d in checker.results.items()]
     problem_info = {"definition": problem.definition.model_dump(mode="json")}

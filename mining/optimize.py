@@ -110,6 +110,7 @@ class Attempt:
     speedup_vs_current: Optional[float] = None
     kept: bool = False
     why: str = ""  # why kept or dropped
+    llm: dict = field(default_factory=dict)  # the LLM call behind it: usage, finish reason, prompt cut
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -128,6 +129,7 @@ class Candidate:
     rank: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
+    llm: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -506,6 +508,8 @@ class Gate:
 
 # --------------------------------------------------------------------------- LLM materializer
 PROMPT_FILE = Path(__file__).resolve().parent.parent / "prompts" / "optimize.md"
+# prompt sections cut (in this order) when the prompt does not fit the model's context window
+CUTTABLE = ("Earlier steps on this kernel", "Past successful changes", "Guidance", "The skill to apply", "The problem")
 
 
 def _render(template: str, **values: str) -> str:
@@ -590,26 +594,50 @@ def parse_optimization(source: str, reply: str) -> tuple[str, str, str]:
 
 
 def llm_materialize(source: str, *, guidance: str, problem_summary: str, model: str, history: Sequence[Attempt],
-                    entry: str, timeout_s: float, llm_kwargs: dict, kernel_name: str = "kernel.cu"
+                    entry: str, timeout_s: float, llm_kwargs: dict, kernel_name: str = "kernel.cu",
+                    usage: Optional[dict] = None, token_budget: Optional[int] = None
                     ) -> tuple[Optional[str], str, str, int, float, str]:
-    """One LLM call: (new source or None, carrier, description or failure reason, tokens, cost, raw reply)."""
+    """One LLM call: (new source or None, carrier, description or failure reason, tokens, cost, raw reply).
+    `usage` (when given) receives the call's usage (prompts/llm.py Completion.usage()) and, for a
+    reply that gave no kernel, `rejected` = why in one word. `token_budget`: tokens left; the
+    call is not sent when its prompt alone would spend them, and its completion is capped to the rest."""
     from mining.llm_operator import ReplyError
-    from prompts.llm import LLMError, complete
+    from prompts.llm import LLMError, billed_prompt_tokens, complete
 
+    usage = usage if usage is not None else {}
     prompt = build_prompt(source, problem_summary=problem_summary, guidance=guidance, history=history,
                           kernel_name=kernel_name)
+    max_tokens = int(llm_kwargs.pop("max_tokens", 4096))
     try:
-        c = complete(prompt, model, max_tokens=int(llm_kwargs.pop("max_tokens", 4096)), timeout=timeout_s, **llm_kwargs)
+        if token_budget is not None:
+            need = 0 if "mock_response" in llm_kwargs else billed_prompt_tokens(prompt, model, **llm_kwargs)
+            if need >= token_budget:
+                usage["rejected"] = "budget"
+                return None, "", f"not sent: the token budget has {max(0, token_budget)} tokens left and the prompt " \
+                                 f"alone needs about {need}", 0, 0.0, ""
+            max_tokens = max(1, min(max_tokens, token_budget - need))
+        c = complete(prompt, model, max_tokens=max_tokens, timeout=timeout_s, cuttable=CUTTABLE, **llm_kwargs)
     except LLMError as exc:
+        usage.update({"rejected": exc.kind, "attempts": exc.attempts})
         return None, "", f"LLM call failed: {exc}", 0, 0.0, ""
     except Exception as exc:  # noqa: BLE001 - a provider plugin misbehaving is not our crash
+        usage.update({"rejected": "call_error", "attempts": 1})
         return None, "", f"LLM call failed: {type(exc).__name__}: {exc}"[:300], 0, 0.0, ""
+    usage.update(c.usage())
     tokens, cost = c.prompt_tokens + c.completion_tokens, c.cost_usd or 0.0
+    if not c.text.strip():
+        usage["rejected"] = "empty"
+        return None, "", "reply unusable (empty): the model answered nothing", tokens, cost, c.text
     try:
         new, carrier, desc = parse_optimization(source, c.text)
     except ReplyError as exc:
-        return None, "", f"reply unusable ({exc.kind}): {exc.reason}", tokens, cost, c.text
+        kind, reason = exc.kind, exc.reason
+        if c.truncated and kind == "malformed":
+            kind, reason = "truncated", f"{reason}; the answer was cut at max_tokens={c.max_tokens}"
+        usage["rejected"] = kind
+        return None, "", f"reply unusable ({kind}): {reason}", tokens, cost, c.text
     if entry and not re.search(r"\b%s\s*\(" % re.escape(entry), new):
+        usage["rejected"] = "entry_gone"
         return None, "", f"reply unusable: the entry function {entry} is gone", tokens, cost, c.text
     return new, carrier, desc, tokens, cost, c.text
 
@@ -687,6 +715,7 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
     tokens = 0
     cost = 0.0
     llm_calls = 0
+    llm_usage = {"prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0, "parsed": 0, "rejected": {}}
     termination = "budget_steps"
     step_log = []
     steps_used = 0
@@ -751,19 +780,27 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
             this_step = [Attempt(step, -1, "llm", c.rewrite, description=c.description,
                                  why="proposed earlier in this step; propose a different optimization")
                          for c in cands if c.materializer == "llm"]
+            usage: dict = {}
             new, carrier, desc, tk, usd, raw_reply = llm_materialize(
                 cur, guidance=guidance, problem_summary=summary_text, model=model, history=history + this_step,
                 entry=problem.solution.entry, timeout_s=config.timeout_s, llm_kwargs=dict(llm_kwargs),
-                kernel_name=kernel_path.name)
-            llm_calls += 1
+                kernel_name=kernel_path.name, usage=usage,
+                token_budget=None if config.max_tokens is None else config.max_tokens - tokens)
+            llm_calls += 1 if usage.get("attempts") else 0
+            llm_usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
+            llm_usage["completion_tokens"] += usage.get("completion_tokens", 0)
+            llm_usage["seconds"] += usage.get("seconds", 0.0)
             tokens += tk
             cost += usd
             if new is None:
+                reason_kind = usage.get("rejected", "call_error")
+                llm_usage["rejected"][reason_kind] = llm_usage["rejected"].get(reason_kind, 0) + 1
                 attempts.append(Attempt(step, len(attempts), "llm", kind, rec.get("skill_id", ""), rec.get("name", ""),
                                         rec.get("carrier", ""), desc, tokens=tk, cost_usd=usd, verdict="not_gated",
-                                        why=desc))
+                                        why=desc, llm=usage))
                 continue
-            cands.append(Candidate(new, "llm", kind, rec, desc, [], 0, REWRITE_PRIOR["llm"], 0, tk, usd))
+            llm_usage["parsed"] += 1
+            cands.append(Candidate(new, "llm", kind, rec, desc, [], 0, REWRITE_PRIOR["llm"], 0, tk, usd, usage))
         # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
         uniq: dict[str, Candidate] = {}
         for c in sorted(cands, key=lambda c: (-c.prior, c.rank)):
@@ -814,7 +851,8 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
         problem=problem.name, kernel=str(kernel_path), executor=executor, mode=config.mode, input_source=source0,
         final_source=cur, lineage=lineage, attempts=attempts, steps_used=steps_used, termination=termination,
         input_time_ms=lineage[0]["time_ms"], final_time_ms=cur_time, retrieval=skills.info(),
-        llm={"model": model or "", "calls": llm_calls, "tokens": tokens, "cost_usd": round(cost, 6)},
+        llm={"model": model or "", "calls": llm_calls, "tokens": tokens, "cost_usd": round(cost, 6)}
+        | llm_usage | {"seconds": round(llm_usage["seconds"], 3)},
         wall_s=time.perf_counter() - t0,
         config={k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
                 for k, v in asdict(config).items() if k != "llm_kwargs"},
@@ -842,7 +880,8 @@ def _gate_step(todo: list[Candidate], cur: str, cur_time: Optional[float], gate:
         a = Attempt(step, len(attempts), c.materializer, c.rewrite, c.skill.get("skill_id", ""),
                     c.skill.get("name", ""), c.skill.get("carrier", ""), c.description, c.guards, c.site_line,
                     sha256(c.source), diff[:20000], c.tokens, c.cost_usd, d.get("verdict", "error"),
-                    "" if d.get("passed") else (d.get("reason") or d.get("verdict", ""))[:1000], _gate_summary(d))
+                    "" if d.get("passed") else (d.get("reason") or d.get("verdict", ""))[:1000], _gate_summary(d),
+                    llm=c.llm)
         attempts.append(a)
         out.append(a)
         return a

@@ -46,6 +46,8 @@ ROLE_KINDS = [
     (re.compile(r"Instr|ISel|Lower|Select|Branch|Inst", re.I), ["instruction_format", "register_class", "subtarget_feature"]),
 ]
 ATTR_LIMIT = 60
+# prompt sections cut (in this order) when the prompt does not fit the model's context window
+CUTTABLE = ("How the most similar existing targets", "What ", "Skills, in the order", "A starting point")
 
 
 def render(template: str, **values: str) -> str:
@@ -332,10 +334,12 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     else:
         from prompts.llm import LEDGER, complete, extract_code
 
-        reply = complete(prompt, req.model, **req.llm_kwargs)
-        code = extract_code(reply.text)
-        code = fit_definition(code, target_qname, in_class) if host else code
-        attempts.append({"attempt": 0, "tokens": reply.prompt_tokens + reply.completion_tokens})
+        reply = complete(prompt, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
+        code = extract_code(reply.text) if reply.text.strip() else ""
+        code = fit_definition(code, target_qname, in_class) if host and code else code
+        attempts.append(_attempt_log(0, reply, code))
+        if reply.prompt_sent is not None:
+            result["prompt"] = reply.prompt_sent
     result["code"] = code
     lint = _lint(code, dst)
     result["lint"] = lint
@@ -349,6 +353,8 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
             verdict = {"passed": None, "skipped": why}
         elif host is None:
             verdict = {"passed": None, "skipped": f"no host file for {target_qname} in {req.target}"}
+        elif not code.strip():
+            verdict = {"passed": False, "skipped": "the model answered nothing: no code to compile", "diagnostics": []}
         else:
             verdict = _gate_check(gate, req.target, host, code)
             n = 0
@@ -361,12 +367,12 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
                 rp = render(load_template("backend_repair.md"), target=req.target, role=role,
                             host_path=host["path"], llvm_version=str(version), diagnostics=diag, lint=lint_text,
                             code=code.strip())
-                reply = complete(rp, req.model, **req.llm_kwargs)
-                code = fit_definition(extract_code(reply.text), target_qname, in_class)
+                reply = complete(rp, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
+                code = fit_definition(extract_code(reply.text), target_qname, in_class) if reply.text.strip() else ""
                 lint = _lint(code, dst)
-                verdict = _gate_check(gate, req.target, host, code)
-                attempts.append({"attempt": n, "tokens": reply.prompt_tokens + reply.completion_tokens,
-                                 "passed": verdict["passed"]})
+                verdict = _gate_check(gate, req.target, host, code) if code else \
+                    {"passed": False, "skipped": "the model answered nothing", "diagnostics": []}
+                attempts.append(_attempt_log(n, reply, code) | {"passed": verdict["passed"]})
             result["code"], result["lint"] = code, lint
     result["gate"] = verdict
     if attempts:
@@ -375,6 +381,20 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         result["attempts"] = attempts
         result["tokens"] = LEDGER.to_dict()
     return result
+
+
+def _attempt_log(n: int, reply, code: str) -> dict:
+    """One LLM attempt for the result: usage from the server, how the prompt was cut, and whether
+    the answer held code (a reply with no code is rejected here, before the gate)."""
+    entry = {"attempt": n, "tokens": reply.prompt_tokens + reply.completion_tokens} | reply.usage()
+    if not code.strip():
+        entry["rejected"] = "empty answer"
+    elif not _FENCED.search(reply.text):
+        entry["note"] = "no code fence: the whole reply was taken as code"
+    return entry
+
+
+_FENCED = re.compile(r"```")
 
 
 def skills_for(store, target: str, source_func_id: str, cache: AdaptCache):

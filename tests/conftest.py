@@ -12,6 +12,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 KERNELS = ROOT / "corpora" / "kernels"
 
+# the real model server for the LLM-path tests, one per session (tests/_llm_support.py, issue 21)
+from _llm_support import llm_env, llm_server  # noqa: E402,F401
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
