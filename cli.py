@@ -36,6 +36,14 @@ def fail(message: str, code: int = 2) -> None:
 
 
 # --------------------------------------------------------------------------- gate
+def _stamped(echo, t0: Optional[float] = None):
+    """``echo`` with the seconds since ``t0`` (now) before each line: progress that reads in a log."""
+    import time as _time
+
+    t0 = _time.perf_counter() if t0 is None else t0
+    return lambda msg: echo(f"[{_time.perf_counter() - t0:6.1f}s] {msg}")
+
+
 def _problem_dirs(paths: list[Path]) -> list[Path]:
     """Each path is a problem folder, or a folder whose subfolders are problems (a corpus)."""
     found: list[Path] = []
@@ -63,6 +71,8 @@ def gate(
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute and overwrite cached stage results."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (the cache lives here). Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    trust: bool = typer.Option(False, "--trust", help="Without a sandbox (bubblewrap) on this machine, build and run "
+                               "the kernel and reference unisolated anyway (docs/security.md)."),
 ) -> None:
     """Check kernels: static (parse, nvcc/ptxas, SASS), correctness (workloads x seeds), profile (GPU only)."""
     from mining.gate import BadInput, GateConfig, run_gate
@@ -80,6 +90,7 @@ def gate(
         timeout_s=timeout,
         use_cache=not no_cache,
         store=store,
+        trust=trust,
     )
     jobs: list[tuple[Path, Optional[Path]]] = []
     for problem in problems:
@@ -137,6 +148,8 @@ def mine(
     index: bool = typer.Option(True, "--index/--no-index", help="Index new and changed skills for `skills query`."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (default ./.skills)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    trust: bool = typer.Option(False, "--trust", help="Without a sandbox (bubblewrap) on this machine, run the gate "
+                               "unisolated anyway (docs/security.md)."),
 ) -> None:
     """Walk expert kernels backward through gate-validated simplifications and store the skills."""
     import time as _time
@@ -146,7 +159,8 @@ def mine(
 
     from corpora.problem import ProblemError, load_problem
     from mining.gate import BadInput
-    from mining.mine import MineConfig, make_pool, mine_problem
+    from mining.mine import LineageNotSaved, MineConfig, make_pool, mine_problem, stop_pool
+    from skills.store import StoreError
 
     try:
         seed_list = tuple(int(s) for s in seeds.split(","))
@@ -162,9 +176,11 @@ def mine(
     cfg = MineConfig(executor=executor, strategy=strategy, jobs=jobs, max_steps=max_steps,
                      max_rejections=max_rejections, model=model, seeds=seed_list, probe=probe,
                      operators=_split(operators), store=store, use_cache=not no_cache,
-                     slowdown_ceiling=slowdown_ceiling)
+                     slowdown_ceiling=slowdown_ceiling, trust=trust)
     console = Console(stderr=True)
-    rows, t0, failed = [], _time.perf_counter(), 0
+    rows, t0, failed, bad = [], _time.perf_counter(), 0, 0
+    current = ""
+    say = _stamped(lambda m: console.print(m, highlight=False, soft_wrap=True), t0)
     pool = make_pool(jobs)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -179,20 +195,35 @@ def mine(
                                    completed=0)
                     elif e.kind == "evaluated":
                         bar.advance(cand)
+                    if console.is_terminal:
+                        return
+                    # no bar in a log: one line per accepted step and per phase
+                    if e.kind == "accepted" and e.candidate is not None:
+                        say(f"{name}: step {e.step} accepted: {e.candidate.operator} ({e.candidate.carrier})")
+                    elif e.kind == "done":
+                        say(f"{name}: walk done ({e.message}); probing preconditions, static stats, lifting skills")
                 if not console.is_terminal:
-                    console.print(f"mining {d.name} ...")
+                    say(f"mining {d.name} ({len(rows) + 1}/{len(problems)})")
+                current = d.name
                 try:
                     out = mine_problem(d, cfg, on_event=on_event, pool=pool)
-                except BadInput as exc:
-                    failed += 1
+                except (BadInput, LineageNotSaved, StoreError) as exc:
+                    if isinstance(exc, BadInput):
+                        bad += 1
+                    else:
+                        failed += 1
                     console.print(f"error: {exc}")
                     rows.append({"problem": d.name, "error": str(exc)})
                     bar.remove_task(cand)
                     bar.advance(overall)
                     continue
+                current = ""
                 bar.remove_task(cand)
                 bar.advance(overall)
                 lin = out.lineage
+                if not console.is_terminal:
+                    say(f"{d.name}: {'stored lineage reused' if out.cached else 'stored'}: {len(lin.steps)} steps, "
+                        f"{len(lin.rejections)} rejections, {out.new_skills} new skills ({out.wall_s:.1f}s)")
                 rows.append({"problem": out.problem, "lineage": lin.lineage_id, "termination": lin.termination,
                              "steps": len(lin.steps), "rejections": len(lin.rejections), "new_skills": out.new_skills,
                              "merged_skills": out.merged_skills, "cached": out.cached, "wall_s": round(out.wall_s, 1),
@@ -201,20 +232,37 @@ def mine(
                              "carriers_not_detected": out.undetected_carriers})
     except BadInput as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        stop_pool(pool)
+        pool = None
+        saved = [r["problem"] for r in rows if "error" not in r]
+        left = [d.name for d in problems if d.name not in {r["problem"] for r in rows}]
+        fail(f"interrupted: saved {len(saved)} lineage(s) ({', '.join(saved) or 'none'}); not saved: "
+             f"{', '.join(left) or 'none'}" + (f" ({current} was being mined)" if current else ""), 130)
     finally:
         if pool is not None:
             pool.shutdown()
     changed = [r for r in rows if not r.get("cached") and "error" not in r]
-    if index and changed:
-        # retrieval indexes what this run added (text + graph; the encoder retrains only when the store changed enough)
+    if index and (changed or rows):
+        # retrieval indexes what this run added (text + graph; the encoder retrains only when the store changed
+        # enough); an index left behind by an interrupted run is rebuilt even when every lineage was cached
         try:
-            from retrieval.skill_index import index_skills
+            from retrieval.skill_index import IndexError_, index_is_current, index_skills
             from skills.store import Store, resolve_root
 
-            rep = index_skills(Store(resolve_root(store)), log=lambda m: console.print(f"index: {m}"))
-            console.print(f"indexed {getattr(rep, 'n_skills', '?')} skills for `skills query`")
+            st = Store(resolve_root(store))
+            if changed or not index_is_current(st):
+                rep = index_skills(st, log=lambda m: say(f"index: {m}"))
+                console.print(f"indexed {getattr(rep, 'n_skills', '?')} skills for `skills query`")
         except ImportError as exc:  # retrieval extras not installed: mining still stands on its own
             console.print(f"index: skipped ({exc})")
+        except IndexError_ as exc:  # e.g. no skills in the store yet
+            console.print(f"index: skipped ({exc})")
+        except StoreError as exc:
+            console.print(f"index: skipped ({exc}); run `skills index` later")
+        except KeyboardInterrupt:
+            fail("interrupted while indexing: every lineage is saved; the index is stale until the next "
+                 "`skills mine` or `skills index`", 130)
     total = {"problems": len(rows), "steps": sum(r.get("steps", 0) for r in rows),
              "rejections": sum(r.get("rejections", 0) for r in rows),
              "new_skills": sum(r.get("new_skills", 0) for r in rows),
@@ -239,17 +287,28 @@ def mine(
         table.add_row("total", "", str(total["steps"]), str(total["rejections"]), str(total["new_skills"]),
                       str(total["merged_skills"]), "", f"{total['wall_s']:.1f} s")
         Console(width=None if sys.stdout.isatty() else 140).print(table)
-    raise typer.Exit(1 if failed else 0)
+    raise typer.Exit(2 if bad else 1 if failed else 0)
 
 
 def _kernel_store(store: Optional[Path]):
     from skills.kernel_store import KernelStore
     from skills.store import Store, resolve_root
 
+    from skills.store import StoreError
+
     root = resolve_root(store)
+    if root.exists() and not root.is_dir():
+        fail(f"{root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
     if not (root / "store.duckdb").exists():
         fail(f"{root}: no store here; build one with `skills mine corpora/kernels` (or pass --store DIR)")
-    return KernelStore(Store(root, read_only=True))
+    st = Store(root, read_only=True)
+    try:
+        st.con  # open now: a corrupt or locked file is one line here, not a traceback later
+        if "skills" not in st.tables():
+            fail(f"{root}: the store has no kernel tables yet; build them with `skills mine corpora/kernels`")
+    except StoreError as exc:
+        fail(str(exc))
+    return KernelStore(st)
 
 
 def _effect_text(skill) -> str:
@@ -442,9 +501,11 @@ def backend_index(
     from corpora.backend_tree import BackendInputError
     from retrieval.backend_index import index_backends
 
+    stamped = _stamped(lambda m: typer.echo(m, err=True))
+
     def log(msg: str) -> None:
         if not as_json:
-            typer.echo(msg, err=True)
+            stamped(msg)
 
     st = _store(store)
     try:
@@ -670,11 +731,13 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML report: lineages, step diffs, effect charts, skill cards, a skills index."""
     from skills.report import HOW_TO_BUILD, ReportError, write_report
-    from skills.store import resolve_root
+    from skills.store import StoreError, resolve_root
 
     root = resolve_root(store)
     try:
         res = write_report(root, out, problems or [], title=title)
+    except StoreError as exc:
+        fail(str(exc))
     except ReportError as exc:
         hint = f"; build one with `{HOW_TO_BUILD[0][1].format(store=root)}`" if str(exc).startswith("no store") else ""
         fail(f"{exc}{hint}")
@@ -730,9 +793,11 @@ def index_cmd(
     if not st.exists():
         fail(f"no store at {st.root}: build one with `skills mine corpora/kernels --executor cpu --store {st.root}`")
 
+    stamped = _stamped(lambda m: typer.echo(m, err=True))
+
     def log(msg: str) -> None:
         if not as_json:
-            typer.echo(msg, err=True)
+            stamped(msg)
     try:
         report = index_skills(st, retrain=retrain, seed=seed, log=log)
     except IndexError_ as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -15,8 +16,14 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from corpora import constraints as constraint_expr
+
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint32", "int8", "uint8")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8, "uint32": 4,
+              "int8": 1, "uint8": 1}
+# checked before anything is allocated: one workload's tensors together (inputs + outputs)
+MAX_WORKLOAD_BYTES = int(os.environ.get("KS_MAX_WORKLOAD_BYTES", 16 << 30))
 
 # rtol, atol by dtype; integers are exact.
 DEFAULT_TOLERANCE = {
@@ -41,6 +48,8 @@ class Axis(BaseModel):
     def _const_has_value(self) -> "Axis":
         if self.type == "const" and self.value is None:
             raise ValueError("a const axis needs an integer 'value'")
+        if self.value is not None and self.value < 0:
+            raise ValueError(f"axis value must be non-negative, got {self.value}")
         return self
 
 
@@ -74,6 +83,14 @@ class TensorSpec(BaseModel):
             raise ValueError(f"unknown dtype {v!r} (known: {', '.join(DTYPES)})")
         return v
 
+    @field_validator("shape")
+    @classmethod
+    def _non_negative_dims(cls, v: Optional[list[Union[str, int]]]) -> Optional[list[Union[str, int]]]:
+        for d in v or []:
+            if isinstance(d, int) and d < 0:
+                raise ValueError(f"negative dimension {d}")
+        return v
+
     @property
     def is_scalar(self) -> bool:
         return self.shape is None
@@ -91,6 +108,16 @@ class Definition(BaseModel):
     constraints: list[str] = []
     tolerance: Optional[Tolerance] = None
     reference: str
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraints_are_expressions(cls, v: list[str]) -> list[str]:
+        for i, expr in enumerate(v):
+            try:
+                constraint_expr.parse(expr)
+            except constraint_expr.ConstraintError as exc:
+                raise ValueError(f"constraint {i} {expr[:80]!r}: {exc}") from None
+        return v
 
     @model_validator(mode="after")
     def _shapes_use_known_axes(self) -> "Definition":
@@ -231,16 +258,36 @@ def _workload_from_line(obj: dict[str, Any], definition: Definition, where: str,
     unknown = set(scalars) - scalar_inputs
     if unknown:
         raise ProblemError(f"{where}: scalars: {sorted(unknown)[0]!r} is not a scalar input")
+    for name, value in scalars.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ProblemError(f"{where}: scalars.{name}: expected a number, got {value!r}")
     env = {**resolved, **scalars}
     for expr in definition.constraints:
         try:
-            ok = eval(expr, {"__builtins__": {}}, dict(env))  # noqa: S307 - constraint expressions are data of the problem
-        except Exception as exc:  # noqa: BLE001
+            ok = constraint_expr.evaluate(constraint_expr.parse(expr), env)
+        except constraint_expr.ConstraintError as exc:
             raise ProblemError(f"{where}: constraint {expr!r} cannot be evaluated: {exc}") from None
         if not ok:
             raise ProblemError(f"{where}: violates constraint {expr!r} ({env})")
+    _check_sizes(definition, resolved, where)
     return Workload(index=index, axes=resolved, scalars={k: scalars[k] for k in sorted(scalars)},
                     tags=tuple(tags))
+
+
+def _check_sizes(definition: Definition, axes: dict[str, int], where: str) -> None:
+    """Refuse a workload whose tensors would not fit, before anything allocates them."""
+    total = 0
+    for kind, specs in (("inputs", definition.inputs), ("outputs", definition.outputs)):
+        for name, spec in specs.items():
+            n = ITEM_BYTES.get(spec.dtype, 8)
+            for d in spec.shape or []:
+                n *= axes[d] if isinstance(d, str) else int(d)
+            total += n
+            if total > MAX_WORKLOAD_BYTES:
+                sizes = ", ".join(f"{k}={v}" for k, v in axes.items())
+                raise ProblemError(f"{where}: {kind}.{name} brings the workload to {total / 2**30:.3g} GiB "
+                                   f"({sizes}), over the {MAX_WORKLOAD_BYTES / 2**30:g} GiB limit "
+                                   "(KS_MAX_WORKLOAD_BYTES)")
 
 
 def load_workloads(path: Path, definition: Definition) -> list[Workload]:

@@ -278,6 +278,7 @@ _OPTIONAL_HEADERS = {
     "cub/cub.cuh": re.compile(r"\bcub::"),
     "cub/util_type.cuh": re.compile(r"\bcub::"),
     "hipcub/hipcub.hpp": re.compile(r"\bhipcub::"),
+    "cuda_profiler_api.h": re.compile(r"\bcudaProfiler"),
 }
 
 
@@ -398,7 +399,7 @@ def _items(raw: bytes) -> list[_Item]:
                     node.child_by_field_name("name") is None:
                 body = node.child_by_field_name("body")
                 if body is not None:
-                    visit(body.named_children, ns)
+                    visit(body.named_children if body.type == "declaration_list" else [body], ns)
                 continue
             if node.type == ";":
                 continue
@@ -489,6 +490,8 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
     body_text = "\n".join(it.text for it in body)
     head: list[str] = []
     for it in items:
+        if it.kind == "include" and re.match(r'#\s*include\s*"', it.text.strip()):
+            continue  # the source's own headers: what a kernel needs from them is not extracted (say so in the lineage)
         if it.kind == "include" and not _DROP_INCLUDE.match(it.text.strip()):
             header = re.search(r"[<\"]([^>\"]+)[>\"]", it.text)
             need = _OPTIONAL_HEADERS.get(header.group(1)) if header else None
@@ -497,6 +500,8 @@ def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterabl
         elif (it.kind == "using" and not it.defines or it.kind == "other" and it.text.lstrip().startswith(
                 "using namespace")) and not _framework(it.text, allow_ns) and not it.ns:
             head.append(it.text.strip())  # `using namespace X;` (aliases come with the closure)
+    if any(it.kind == "include" and _DROP_INCLUDE.match(it.text.strip()) for it in items):
+        head.append("#include <cstdint>  // the dropped framework headers brought the fixed-width integer types")
     out = [f"// extracted from {path}: {', '.join(kernels)} and what they use"]
     out += list(dict.fromkeys(head))  # a header and the file may include the same system header
     for i, it in enumerate(body):
@@ -571,6 +576,45 @@ def version_source(expert: RealExpert, version: Version, sources_root: Path) -> 
     if prelude:
         extracted = f"// ---- prelude: {version.prelude}\n{prelude.rstrip()}\n\n{extracted}"
     return extracted + "\n// ---- entry shim: " + version.shim + "\n" + shim
+
+
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def _local_headers(path: Path, root: Path, depth: int = 3) -> list[Path]:
+    """The source's own headers `path` includes with quotes (found beside it, inside the source
+    tree), transitively, included-first order, each once."""
+    out: list[Path] = []
+
+    def visit(p: Path, d: int) -> None:
+        for name in _QUOTED_INCLUDE.findall(p.read_text(errors="replace")):
+            h = (p.parent / name).resolve()
+            if h in out or not h.is_file() or root.resolve() not in h.parents:
+                continue
+            if d > 0:
+                visit(h, d - 1)
+            if h not in out:
+                out.append(h)
+
+    visit(path, depth)
+    return out
+
+
+def source_files(expert: RealExpert, sources_root: Path) -> list[Path]:
+    """The files of the fetched source the wrapper reads (its versions' files and their own
+    headers), relative to `<sources_root>/<source>`: what a copy of the source must keep."""
+    base = Path(sources_root) / expert.source
+    root = source_root(expert, sources_root)
+    files: list[Path] = []
+    for v in expert.versions:
+        if v.file is None:
+            continue
+        path = root / v.file
+        for f in _local_headers(path, root) + [path.resolve()] if path.is_file() else []:
+            rel = f.relative_to(base.resolve())
+            if rel not in files:
+                files.append(rel)
+    return files
 
 
 _PROBLEM_FILES = ("definition.json", "workloads.jsonl", "solution.toml")

@@ -12,6 +12,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from mining.carriers import Source
@@ -93,6 +94,8 @@ class StepContext:
     guard: Optional[dict[str, Any]] = None  # {"text", "outcomes", "induced"} when a guard was forced
     function: str = ""
     axes: list[str] = field(default_factory=list)  # the definition's axis names (guards use kernel parameter names)
+    expert: str = ""  # the lineage's start (the expert kernel as written): the card's example comes from it
+    problem_dir: str = ""  # the problem folder: its hand-written naive.cu is the example's "before"
 
 
 _CARRIER_MARK = re.compile(r"[ \t]*//[ \t]*carrier:[^\n]*")
@@ -121,6 +124,129 @@ def exemplar(optimized: str, simpler: str, context: int = 2) -> tuple[str, str, 
     j1, j2 = max(0, ops[0][3] - context), min(len(b), ops[-1][4] + context)
     diff = "".join(difflib.unified_diff(a, b, "simpler.cu", "optimized.cu", n=context))
     return "".join(a[i1:i2])[:4000], "".join(b[j1:j2])[:4000], diff[:8000]
+
+
+# What each optimization needs of the code by construction, whatever the sizes: probing sizes cannot
+# find these, and retrieval checks them against query code (retrieval/applicability.py)
+STRUCTURAL: dict[str, list[tuple[str, int, str]]] = {
+    "vector_load": [
+        ("contiguous", 0, "each thread reads 4 consecutive elements: unit stride in the fastest-varying index "
+                          "(an index that moves by a row pitch per iteration, like B[k * N + col], does not qualify)"),
+        ("alignment", 16, "every vector access starts 16-byte aligned (cudaMalloc bases are; offsets must be "
+                          "multiples of 4 floats), and the count is a multiple of 4 or a scalar tail does the rest")],
+    "vector_store": [
+        ("contiguous", 0, "each thread writes 4 consecutive elements: unit stride in the fastest-varying index"),
+        ("alignment", 16, "every vector access starts 16-byte aligned, and the count is a multiple of 4 or a "
+                          "scalar tail does the rest")],
+    "warp_shuffle_reduce": [
+        ("structure", 0, "values held by different threads of a warp are combined into one (a reduction across "
+                         "threads); a loop that computes a whole output in one thread has nothing to combine")],
+    "block_reduce_shared": [("structure", 0, "values from several warps of a block are combined into one")],
+    "atomic_per_block": [("structure", 0, "many threads of a block add into the same global location")],
+    "warp_scan": [("structure", 0, "a prefix sum across the threads of a warp")],
+    "shared_tile": [("structure", 0, "several threads of a block read the same global elements (reuse)")],
+    "ldg": [("structure", 0, "the data is not written by any thread while the kernel runs")],
+    "restrict": [("structure", 0, "no element is reachable through two of the pointers (no aliasing)")],
+}
+
+_ARTEFACT_SHARED = re.compile(r"__shared__\s+(?:volatile\s+)?(\w+)\s+(ks_\w+)\s*\[\s*(\d+)\s*\]")
+_SIZES = {"float": 4, "int": 4, "unsigned": 4, "double": 8, "long": 8, "half": 2, "__half": 2, "short": 2,
+          "char": 1, "__nv_bfloat16": 2, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4}
+
+
+def artefact_smem(source: str, function: str = "", names: Optional[set] = None) -> int:
+    """Shared bytes of arrays the simplification operators introduced (``ks_*``, e.g. the
+    ``ks_xchg_float[1024]`` exchange of shuffle_to_shared) in use by ``function`` and the device
+    functions it calls (or the whole file); ``names``: count only these arrays."""
+    src = Source(source)
+    texts = {g.name: src.raw[g.start_byte:g.end_byte].decode("utf-8", "replace") for g in src.funcs}
+    if function in texts:  # the function and the device functions it calls (inlined into its kernel)
+        reach, todo = {function}, [function]
+        while todo:
+            body = texts[todo.pop()]
+            for name in texts:
+                if name not in reach and re.search(rf"\b{re.escape(name)}\s*\(", body):
+                    reach.add(name)
+                    todo.append(name)
+        code = "\n".join(texts[n] for n in sorted(reach))
+    else:
+        code = source
+    total = 0
+    for m in _ARTEFACT_SHARED.finditer(code):
+        if names is not None and m.group(2) not in names:
+            continue
+        if len(re.findall(rf"\b{m.group(2)}\b", code)) > 1:  # declared and used (unused ones are dropped)
+            total += _SIZES.get(m.group(1), 4) * int(m.group(3))
+    return total
+
+
+def _function_text(source: str, name: str) -> tuple[str, int, int]:
+    src = Source(source)
+    f = next((g for g in src.funcs if g.name == name), None)
+    if f is None:
+        return "", 0, 0
+    return src.raw[f.start_byte:f.end_byte].decode("utf-8", "replace"), f.line, src.line_of(max(f.start_byte, f.end_byte - 1))
+
+
+def site_region(source: str, start: int, end: int, max_lines: int = 60) -> tuple[str, int, int]:
+    """(text, first line, last line) of the code around a site that shows an optimization whole: its
+    function when that is short, else the outermost statement of the function body holding it, with
+    two lines either side (a vector load's cast, its n/4 bound and its scalar tail are there)."""
+    src = Source(source)
+    f = src.function_at(start)
+    if f is not None:
+        text_, a, b = _function_text(source, f.name)
+        if text_ and b - a < max_lines:
+            return text_, a, b
+    node = src.tree.root_node.descendant_for_byte_range(start, max(start, end - 1))
+    while node is not None and node.parent is not None and not (
+            node.parent.type == "compound_statement" and node.parent.parent is not None
+            and node.parent.parent.type == "function_definition"):
+        node = node.parent
+    if node is None or node.parent is None:
+        return src.excerpt(start, end), src.line_of(start), src.line_of(max(start, end - 1))
+    lines = source.splitlines()
+    a, b = max(1, src.line_of(node.start_byte) - 2), min(len(lines), src.line_of(max(node.start_byte, node.end_byte - 1)) + 2)
+    b = min(b, a + max_lines - 1)
+    return "\n".join(lines[a - 1:b]) + "\n", a, b
+
+
+def real_example(ctx: StepContext) -> dict[str, str]:
+    """The card's example from code people wrote: "after" is the expert's code at the site (the
+    function holding it, as written), "before" the problem's hand-written naive kernel when it lacks
+    this optimization. Empty halves when there is no such code (the mechanical diff remains)."""
+    from mining.carriers import DETECTORS
+
+    out: dict[str, str] = {}
+    expert = ctx.expert or ""
+    if expert and ctx.function:
+        text_, a, b = _function_text(expert, ctx.function)
+        if text_ and b - a < 60:
+            out["after"] = strip_carrier_marks(text_)
+            out["after_from"] = f"the expert kernel, `{ctx.function}` (lines {a}-{b}), as written"
+    if "after" not in out and "ks_" not in ctx.optimized:
+        text_, a, b = site_region(ctx.optimized, ctx.site_start, ctx.site_end)
+        if "ks_" not in text_:
+            out["after"] = strip_carrier_marks(text_)
+            out["after_from"] = ("the expert kernel" if ctx.index == 1 else
+                                 f"the expert kernel after {ctx.index - 1} earlier simplification step(s)") + f", lines {a}-{b}"
+    naive = Path(ctx.problem_dir) / "naive.cu" if ctx.problem_dir else None
+    if naive is not None and naive.is_file():
+        code = naive.read_text(errors="replace")
+        src = Source(code)
+        detect = DETECTORS.get(ctx.carrier)
+        try:
+            has = bool(detect(src)) if detect else False
+        except Exception:  # a detector bug must not lose the skill
+            has = True
+        kernels = [f for f in src.funcs if f.is_kernel]
+        if kernels and not has:
+            parts = [src.raw[f.start_byte:f.end_byte].decode("utf-8", "replace") for f in kernels]
+            body = strip_carrier_marks("\n\n".join(parts))
+            if body.count("\n") < 60:
+                out["before"] = body
+                out["before_from"] = f"naive.cu of the same problem (written by hand, without {ctx.carrier})"
+    return out
 
 
 def anchor_of(source: str, start: int, end: int) -> Anchor:
@@ -160,7 +286,13 @@ def _kernel_stats(static: dict[str, Any], arch: str, function: str) -> Optional[
 
 
 def static_effects(ctx: StepContext) -> list[Effect]:
+    """Static deltas per arch, shared memory net of artefacts an earlier step left (``artefact_smem``
+    over the arrays already in the step's input): a step that retires an exchange array an earlier
+    simplification introduced does not own its bytes. An array this step's own simplification adds
+    (shuffles -> a shared exchange) is the step's real contrast and stays."""
     out = []
+    left = set(re.findall(r"\b(ks_\w+)\s*\[", ctx.optimized))
+    art = artefact_smem(ctx.optimized, ctx.function) - artefact_smem(ctx.simpler, ctx.function, left) if left else 0
     for arch in sorted(ctx.static_optimized.get("archs", {})):
         a = _kernel_stats(ctx.static_optimized, arch, ctx.function)
         b = _kernel_stats(ctx.static_simpler, arch, ctx.function)
@@ -171,7 +303,7 @@ def static_effects(ctx: StepContext) -> list[Effect]:
         sass = {k: v for k, v in sorted(sass.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:8] if v}
         out.append(Effect(device=f"static:{arch}", method="static",
                           registers_delta=a.get("registers", 0) - b.get("registers", 0),
-                          smem_delta=a.get("smem_static", 0) - b.get("smem_static", 0),
+                          smem_delta=a.get("smem_static", 0) - b.get("smem_static", 0) - art,
                           spill_delta=(a.get("spill_stores", 0) + a.get("spill_loads", 0))
                           - (b.get("spill_stores", 0) + b.get("spill_loads", 0)),
                           sass_delta=sass))
@@ -248,6 +380,8 @@ def preconditions_of(ctx: StepContext) -> tuple[list[Precondition], list[Risk], 
     if not pre:
         pre.append(Precondition(kind="none_found", text="no probe made the optimized form fail: valid for every size tried",
                                 probes=probes_record, status="not_needed"))
+    for kind, value, text_ in STRUCTURAL.get(ctx.carrier, []):
+        pre.append(Precondition(kind=kind, value=value, text=text_, source="optimization", status="required"))
     return pre, risks, log
 
 
@@ -275,7 +409,7 @@ def lift_step(ctx: StepContext, *, problem: str, op_type: str, lineage_id: str, 
     verification = [f"{problem} step {ctx.index}: " + line for line in gate_log + probe_log]
     return Skill(
         skill_id=skill_id, key=key, name=name, intent=intent, carrier=ctx.carrier, operator=operator, variant=variant,
-        anchor=anchor, before=before, after=after, diff=diff, preconditions=pre, effect=effects,
+        anchor=anchor, before=before, after=after, example=real_example(ctx), diff=diff, preconditions=pre, effect=effects,
         evidence=[evidence], risks=risks,
         scope={"op_types": [op_type], "problems": [problem], "dtypes": dtypes, "archs": archs},
         requires=REQUIRES.get(ctx.carrier, []), provides=[ctx.carrier], conflicts=CONFLICTS.get(ctx.carrier, []),

@@ -29,6 +29,8 @@ from typing import Any, Callable, Optional, Sequence
 from corpora.problem import Problem, ProblemError, load_problem
 from mining.carriers import Source, detect_carriers
 from mining.gate import BadInput, GateConfig, run_gate
+from mining.gate.gate import read_kernel
+from mining.gate.sandbox import die_with_parent, require_isolation
 from mining.gate.executors import resolve_executor
 from mining.lift import StepContext, lift_step
 from mining.operators import all_operators
@@ -83,10 +85,11 @@ class MineConfig:
     store: Optional[Path] = None
     use_cache: bool = True
     index: bool = False  # index this lineage's skills for retrieval right after saving (the CLI indexes once per run)
+    trust: bool = False  # without a sandbox on this machine, run the gate unisolated (docs/security.md)
 
     def fingerprint(self) -> str:
         d = asdict(self)
-        for k in ("jobs", "store", "use_cache", "index", "time_limit_s"):
+        for k in ("jobs", "store", "use_cache", "index", "time_limit_s", "trust"):
             d.pop(k)
         d["operators_all"] = [op.name for op in all_operators()]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -328,10 +331,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     except ProblemError as exc:
         raise BadInput(str(exc)) from None
     kernel_path = problem.kernel_path(kernel)
-    try:
-        expert = kernel_path.read_text()
-    except (FileNotFoundError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{kernel_path}: cannot read the kernel ({exc.__class__.__name__})") from None
+    expert = read_kernel(kernel_path)
     executor = resolve_executor(config.executor)
     strategy = config.strategy or ("smallest_effect" if executor == "cuda" else "priority")
     if strategy == "smallest_effect" and executor != "cuda":
@@ -339,22 +339,28 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     model = config.model or os.environ.get("SKILLS_MODEL") or None
     store_root = Path(config.store or os.environ.get("SKILLS_STORE") or ".skills")
     store = Store(store_root)
-    ks = KernelStore(store)
+    if store.root.exists() and not store.root.is_dir():
+        raise BadInput(f"{store.root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
     solution = problem.solution.for_file(kernel_path.name)
     listed = list(solution.carriers)
     kernel_hash = sha256(expert)
     lineage_id = lineage_identity(problem.name, kernel_hash, executor, strategy + (f"+llm:{model}" if model else ""))
     fp = config.fingerprint()
 
-    existing = ks.lineage(lineage_id) if store.exists() else None
-    if existing is not None and existing.config.get("fingerprint") == fp and config.use_cache:
-        skills = [s for s in ks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
-        final = ks.source(existing.final_hash) or expert
-        return _outcome(problem, existing, skills, 0, 0, True, time.perf_counter() - t0, listed, expert, final)
+    if store.exists():
+        # read and let go: the walk below takes minutes, other processes may write meanwhile
+        with Store(store_root, read_only=True).session() as reader:
+            rks = KernelStore(reader)
+            existing = rks.lineage(lineage_id)
+            if existing is not None and existing.config.get("fingerprint") == fp and config.use_cache:
+                skills = [s for s in rks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
+                final = rks.source(existing.final_hash) or expert
+                return _outcome(problem, existing, skills, 0, 0, True, time.perf_counter() - t0, listed, expert, final)
 
     # the walk checks correctness only; static stats (nvcc + SASS) are computed for accepted states afterwards
+    require_isolation(config.trust)
     gate_cfg = GateConfig(executor=executor, stages=("correctness",), seeds=config.seeds, archs=config.archs,
-                          timeout_s=config.timeout_s, use_cache=config.use_cache, store=store_root)
+                          timeout_s=config.timeout_s, use_cache=config.use_cache, store=store_root, trust=config.trust)
     profile_dir = None
     if executor == "cuda" and not config.profile_all_workloads:
         profile_dir = primary_profile_dir(problem, store_root.resolve() / "cache")
@@ -427,7 +433,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                           profile_optimized=profiles[k - 1], profile_simpler=profiles[k],
                           function=(Source(before).function_at(cand.site_start).name
                                     if Source(before).function_at(cand.site_start) else ""),
-                          axes=list(problem.definition.axes))
+                          axes=list(problem.definition.axes), expert=expert, problem_dir=str(problem.root))
         if state_outcomes:
             ctx.probes_optimized, ctx.probes_simpler = state_outcomes[k - 1], state_outcomes[k]
             ctx.induced = induce(ctx.probes_optimized, ctx.probes_simpler, space)
@@ -458,15 +464,39 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                 "probes": probes.workloads if probes else [], "operators": [op.name for op in operators],
                 "listed_carriers": listed, "naive_ms": naive_ms, "cost_ceiling_ms": max_cost,
                 "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures]})
-    existing_ids = {s.skill_id for s in ks.skills()} if store.exists() else set()
     gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
                  for h, d in checker.results.items()]
-    merged = ks.save_lineage(lineage, skills, {"definition": problem.definition.model_dump(mode="json")}, gate_runs)
+    problem_info = {"definition": problem.definition.model_dump(mode="json")}
+    merged, existing_ids = save_to_store(store_root, lineage, skills, problem_info, gate_runs)
     new = len({s.skill_id for s in skills} - existing_ids)
     if config.index and merged:
-        _index(store, merged)
+        with store.session():
+            _index(store, merged)
     return _outcome(problem, lineage, merged, new, len({s.skill_id for s in skills}) - new, False,
                     time.perf_counter() - t0, listed, expert, walk.states[-1])
+
+
+def save_to_store(store_root: Path, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
+                  gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
+    """Save a finished lineage, holding the store's write lock for this transaction only; lineages
+    spilled earlier by a process that found the store locked go in first. Returns (merged skills,
+    skill ids the store had before). When the lock stays taken past the wait limit the lineage
+    is written to <store>/pending/ and LineageNotSaved says where: a finished walk is never lost."""
+    from skills.kernel_store import KernelStore
+    from skills.store import Store, StoreBusy
+
+    store = Store(store_root)
+    ks = KernelStore(store)
+    try:
+        with store.session():
+            ks.save_pending()
+            existing_ids = {s.skill_id for s in ks.skills()}
+            merged = ks.save_lineage(lineage, skills, problem_info, gate_runs)
+    except StoreBusy as exc:
+        spilled = ks.spill_pending(lineage, skills, problem_info, gate_runs)
+        raise LineageNotSaved(f"{exc}; the finished lineage was kept in {spilled} and is saved by the next "
+                              "`skills mine` into this store") from None
+    return merged, existing_ids
 
 
 def _cost_ceiling(problem: Problem, checker: KernelGateChecker, ratio: float) -> tuple[Optional[float], Optional[float]]:
@@ -540,6 +570,42 @@ def carrier_accounting(listed: Sequence[str], expert: str, final: str,
             [c for c in listed if c not in expert_carriers])
 
 
+class LineageNotSaved(RuntimeError):
+    """The walk finished but the store stayed locked; the lineage waits in <store>/pending/."""
+
+
+def _worker_init() -> None:
+    """Gate workers: Ctrl-C is the parent's to handle (no worker tracebacks); SIGTERM unwinds
+    (temporary folders removed, sandboxes killed); the parent's death kills them (no orphans)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def _term(*_):
+        raise SystemExit(143)
+    signal.signal(signal.SIGTERM, _term)
+    die_with_parent()
+
+
 def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
     """Worker processes for gate runs (spawned: the parent holds threads and a duckdb handle)."""
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) if jobs > 1 else None
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                               initializer=_worker_init) if jobs > 1 else None
+
+
+def stop_pool(pool: Optional[ProcessPoolExecutor], grace_s: float = 5.0) -> None:
+    """Stop the gate workers now (Ctrl-C): queued work is cancelled, running gates are unwound."""
+    import multiprocessing
+
+    if pool is None:
+        return
+    pool.shutdown(wait=False, cancel_futures=True)
+    children = multiprocessing.active_children()
+    for p in children:
+        p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in children:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)

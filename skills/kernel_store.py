@@ -11,7 +11,10 @@ skills, instead of adding a copy.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from skills.merge import merge_skill
@@ -163,6 +166,42 @@ class KernelStore:
                 merged_out.append(merged)
         return merged_out
 
+    # ---- lineages that finished while another process held the store
+    @property
+    def pending_dir(self) -> Path:
+        return self.store.root / "pending"
+
+    def spill_pending(self, lineage: Lineage, skills: Iterable[Skill], problem_info: dict[str, Any],
+                      gate_runs: Iterable[dict[str, Any]] = ()) -> Path:
+        """Write a finished lineage next to the store (atomic rename) when the store stays locked;
+        `save_pending` moves it in at the next save. A finished walk is never thrown away."""
+        self.pending_dir.mkdir(parents=True, exist_ok=True)
+        payload = {"lineage": json.loads(lineage.model_dump_json()), "skills": [json.loads(s.model_dump_json())
+                                                                                for s in skills],
+                   "problem_info": problem_info, "gate_runs": list(gate_runs)}
+        final = self.pending_dir / f"{lineage.lineage_id}.json"
+        fd, tmp = tempfile.mkstemp(dir=self.pending_dir, prefix=".tmp-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, final)
+        return final
+
+    def save_pending(self) -> list[str]:
+        """Save the spilled lineages (oldest first); returns their ids. Each file goes once saved."""
+        done = []
+        files = sorted(self.pending_dir.glob("*.json"), key=lambda p: p.stat().st_mtime) if self.pending_dir.is_dir() else []
+        for path in files:
+            try:
+                data = json.loads(path.read_text())
+                lineage = Lineage.model_validate(data["lineage"])
+                skills = [Skill.model_validate(x) for x in data["skills"]]
+            except (OSError, ValueError, KeyError):
+                continue  # a damaged file stays for a person to look at
+            self.save_lineage(lineage, skills, data.get("problem_info", {}), data.get("gate_runs", []))
+            path.unlink(missing_ok=True)
+            done.append(lineage.lineage_id)
+        return done
+
     def put_skill(self, skill: Skill) -> None:
         """Insert or replace one skill record (SKILL.md import)."""
         with self.store.transaction() as con:
@@ -191,6 +230,8 @@ class KernelStore:
 
     def skill(self, ident: str) -> Optional[Skill]:
         """By id, id prefix, key or name."""
+        if not ident.strip():  # an empty prefix would match every skill
+            return None
         rows = self.store.query("SELECT record FROM skills WHERE skill_id = ? OR key = ? OR name = ? "
                                 "OR skill_id LIKE ? ORDER BY skill_id", [ident, ident, ident, ident + "%"])
         return Skill.model_validate_json(rows[0]["record"]) if len(rows) >= 1 else None

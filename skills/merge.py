@@ -56,8 +56,11 @@ def _merge_preconditions(a: list[Precondition], b: list[Precondition]) -> list[P
             merged.probes = (merged.probes + [q for q in p.probes if q not in merged.probes])[:24]
             out[key] = merged
     found = [p for p in out.values() if p.kind != "none_found"]
-    # "none found" only stands when no lineage found anything
-    return sorted(found or list(out.values()), key=lambda p: (p.kind, p.axis, p.value))
+    # "none found" only stands when no lineage's probes found anything (the optimization's own
+    # structural conditions are not findings of probing)
+    if not any(p.source != "optimization" for p in found):
+        found = list(out.values())
+    return sorted(found, key=lambda p: (p.kind, p.axis, p.value))
 
 
 def merge_skill(existing: Optional[Skill], incoming: Skill) -> Skill:
@@ -80,6 +83,9 @@ def merge_skill(existing: Optional[Skill], incoming: Skill) -> Skill:
         if incoming.diff and (not existing.diff or len(incoming.diff) < len(existing.diff)):
             merged.before, merged.after, merged.diff, merged.anchor = (incoming.before, incoming.after,
                                                                        incoming.diff, incoming.anchor)
+        # the real-code example: a complete one (both halves) wins, else the first one found
+        if len(incoming.example) > len(existing.example):
+            merged.example = dict(incoming.example)
     per = merged.provenance.get("per_lineage", {})
     merged.preconditions = []
     merged.risks = []

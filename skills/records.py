@@ -37,13 +37,16 @@ class Anchor(_Record):
 
 class Precondition(_Record):
     """A condition under which the optimized form is valid."""
-    kind: Literal["divisible", "minimum", "alignment", "power_of_two", "guarded", "none_found"]
+    # contiguous / structure: what the optimization needs of the code by construction (unit-stride
+    # per-thread access, values combined across threads...), checked against query code at retrieval
+    kind: Literal["divisible", "minimum", "alignment", "power_of_two", "guarded", "none_found", "contiguous",
+                  "structure"]
     axis: str = ""  # the definition axis it constrains ('' for alignment of a pointer)
     value: int = 0  # divisor, minimum, alignment bytes
     text: str = ""  # human form, e.g. "N % 4 == 0"
-    source: Literal["probe", "code_guard"] = "probe"
+    source: Literal["probe", "code_guard", "optimization"] = "probe"
     probes: list[dict[str, Any]] = Field(default_factory=list)  # workload axes tried and their verdicts
-    status: Literal["discovered", "guarded_in_code", "not_needed"] = "discovered"
+    status: Literal["discovered", "guarded_in_code", "not_needed", "required"] = "discovered"
 
 
 class Risk(_Record):
@@ -97,6 +100,10 @@ class Skill(_Record):
     anchor: Anchor = Field(default_factory=Anchor)
     before: str = ""  # exemplar: simpler form
     after: str = ""  # exemplar: optimized form
+    # the card's example from real code: "after" = the expert's site as written (its function, or the
+    # statement around the site), "before" = the problem's hand-written naive kernel when it lacks the
+    # optimization; *_from say where each came from. before/after above are the mechanical step.
+    example: dict[str, str] = Field(default_factory=dict)
     diff: str = ""
     preconditions: list[Precondition] = Field(default_factory=list)
     effect: list[Effect] = Field(default_factory=list)

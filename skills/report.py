@@ -885,6 +885,9 @@ def write_report(store_root: Path | str, out: Path | str, problems: Sequence[str
     from skills.store import Store
 
     t0 = time.perf_counter()
+    out = Path(out)
+    if not out.parent.is_dir():  # a typo in --out must not create folders
+        raise ReportError(f"{out}: the folder {out.parent} does not exist")
     state = store_state(store_root)
     if state == "missing":
         raise ReportError(f"no store at {store_root}")
@@ -899,8 +902,6 @@ def write_report(store_root: Path | str, out: Path | str, problems: Sequence[str
         finally:
             st.close()
         html = render_report(data, title=title)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(html, encoding="utf-8")
     return {"out": str(out), "bytes": len(html.encode()), "seconds": round(time.perf_counter() - t0, 3),
             "state": state, "problems": len({lin.problem for lin in data.lineages}) if data else 0,

@@ -106,14 +106,6 @@ def _sentence(text: str) -> str:
     return text if not text or text[-1] in ".!?" else text + "."
 
 
-def _first_code_line(code: str) -> str:
-    for line in code.splitlines():
-        s = line.strip()
-        if s and not s.startswith("//"):
-            return s
-    return ""
-
-
 def _ratio_text(e) -> str:
     if e.time_ratio is None:
         return ""
@@ -124,37 +116,46 @@ def _ratio_text(e) -> str:
 
 
 def _effect_summary(skill: Skill) -> str:
+    """What the skill buys, with the device: GPU timings when there are any, else the static deltas
+    (and that no GPU timed it)."""
     timed = [e for e in skill.effect if e.method == "gpu_timing" and e.time_ratio is not None]
     if timed:
-        return "; ".join(f"{_ratio_text(e)} faster on {e.device}" for e in timed[:2])
+        return "; ".join(f"{_ratio_text(e)} faster on {e.device}" + (f" ({e.workload})" if e.workload else "")
+                         for e in timed[:2])
     parts = []
-    for e in skill.effect[:2]:
-        bits = [f"{label} {v:+d}" for label, v in (("registers", e.registers_delta), ("smem bytes", e.smem_delta),
+    for e in skill.effect[:1]:
+        bits = [f"{label} {v:+d}" for label, v in (("registers", e.registers_delta), ("shared bytes", e.smem_delta),
                                                    ("spills", e.spill_delta)) if v]
-        if bits:
-            parts.append(f"{', '.join(bits)} ({e.device})")
-    return "; ".join(parts)
+        bits += [f"{op} {d:+d}" for op, d in list(e.sass_delta.items())[:3]]
+        where = e.device.removeprefix("static:")
+        parts.append(f"not timed on a GPU; compiled for {where}: " + (", ".join(bits) if bits else "no static change"))
+    return "; ".join(parts) or "not measured (no GPU timing or compile statistics recorded)"
 
 
 def describe(skill: Skill) -> str:
-    """The front-matter description: what the skill does and when an agent should load it."""
+    """The front-matter description: what the skill does, when to apply it (the conditions the code
+    must meet) and what it buys (measured, with the device), since that is all an agent reads
+    before loading it."""
     scope = skill.scope
     kinds = "; ".join(x for x in (", ".join(scope.get("op_types", [])), ", ".join(scope.get("dtypes", []))) if x)
     parts = []
-    when = "Use when optimizing a CUDA kernel" + (f" ({kinds})" if kinds else "")
-    first = _first_code_line(skill.before)
-    when += f" whose code has the plain form, e.g. `{first[:120]}`" if first else f" without {skill.carrier}"
+    code_conds = [p.text for p in skill.preconditions if p.status == "required" and p.text]
+    size_conds = [p.text for p in skill.preconditions
+                  if p.kind != "none_found" and p.status != "required" and p.text]
+    when = "Use when optimizing a CUDA kernel" + (f" ({kinds})" if kinds else "") + " that lacks it"
+    if code_conds:
+        when += " where " + "; and ".join(c.rstrip(".") for c in code_conds[:2])
     parts.append(when + ".")
-    conds = [p.text for p in skill.preconditions if p.kind != "none_found" and p.text]
-    if conds:
-        parts.append("Valid only when " + "; ".join(conds[:4]) + ".")
+    if size_conds:
+        parts.append("Valid only when " + "; ".join(size_conds[:4]) + " (probed).")
     eff = _effect_summary(skill)
     if eff:
-        parts.append(f"Measured: {eff}.")
+        parts.append(f"Buys: {eff}.")
     n = len({e.problem for e in skill.evidence})
-    parts.append(f"Carrier: {skill.carrier}" + (f"; seen in {n} kernel problem{'s' if n != 1 else ''}." if n else "."))
+    if n:
+        parts.append(f"Mined from {n} expert kernel{'s' if n != 1 else ''}.")
     # the "when" half is what lets an agent decide: the intent gives way to it when space runs out
-    tail = _clip(" ".join(" ".join(parts).split()), 700)
+    tail = _clip(" ".join(" ".join(parts).split()), 760)
     intent = _clip(_sentence(skill.intent or skill.name), DESCRIPTION_MAX - len(tail) - 1)
     return f"{intent} {tail}"
 
@@ -228,7 +229,7 @@ def render_skill_md(skill: Skill, slug: str) -> str:
     for label, items in (("Requires", skill.requires), ("Provides", skill.provides), ("Conflicts with", skill.conflicts)):
         if items:
             L.append(f"- {label}: {', '.join(items)}")
-    if a.excerpt:
+    if a.excerpt and not skill.example.get("after"):
         L += ["", "Site in the expert kernel:", "", _fence(a.excerpt, "cuda")]
     L += ["", "### Preconditions", ""]
     if not skill.preconditions:
@@ -238,25 +239,43 @@ def render_skill_md(skill: Skill, slug: str) -> str:
             L.append(f"- None found: {p.text or 'the optimized form passed every adversarial size probed'}"
                      + (f" (probes: {_probe_text(p.probes)})" if p.probes else ""))
             continue
+        if p.source == "optimization":
+            L.append(f"- {_sentence(p.text)} ({p.kind}" + (f", {p.value} bytes" if p.kind == "alignment" and p.value else "")
+                     + "; what the optimization needs of the code, checked against query code by `skills query`)")
+            continue
         what = f"`{p.text}`" if p.text else p.kind
         detail = ", ".join(x for x in (p.kind, f"axis {p.axis}" if p.axis else "", f"value {p.value}" if p.value else "") if x)
         how = {"probe": "discovered by probing both versions on adversarial sizes",
                "code_guard": "guarded in the code: the optimized form checks it and falls back"}[p.source]
         status = {"discovered": "", "guarded_in_code": " The expert already guards it.",
-                  "not_needed": " Not needed after all."}[p.status]
+                  "not_needed": " Not needed after all.", "required": ""}[p.status]
         L.append(f"- {what} ({detail}): {how}" + (f" ({_probe_text(p.probes)})" if p.probes else "") + "." + status)
 
+    ex = skill.example
     L += ["", "## How to apply", "",
-          "1. Find code in the simpler form below (the optimization is missing there).",
-          "2. Rewrite it into the optimized form, adapting names and sizes; where a precondition cannot be "
+          "1. Find code like the \"before\" below that meets the preconditions above (the optimization is "
+          "missing there).",
+          "2. Rewrite it the way the \"after\" does, adapting names and sizes; where a precondition cannot be "
           "guaranteed, guard the optimized path and keep the simple one as the fallback.",
           "3. Check correctness on sizes that violate the preconditions (odd, tiny, misaligned), then time it.", ""]
-    if skill.before:
-        L += ["### Simpler form (before)", "", _fence(skill.before, "cuda"), ""]
-    if skill.after:
-        L += ["### Optimized form (after)", "", _fence(skill.after, "cuda"), ""]
-    if skill.diff:
-        L += ["### Diff (simpler -> optimized)", "", _fence(skill.diff, "diff"), ""]
+    if ex.get("before") or ex.get("after"):
+        L += ["### Example from real code", ""]
+        if ex.get("before"):
+            L += [f"Before: {ex.get('before_from') or 'hand-written code without the optimization'}.", "",
+                  _fence(ex["before"], "cuda"), ""]
+        if ex.get("after"):
+            L += [f"After: {ex.get('after_from') or 'the expert kernel'}.", "", _fence(ex["after"], "cuda"), ""]
+        if skill.diff:
+            L += ["### The mined step (diff simpler -> optimized)", "",
+                  f"What the gate checked: the walk's `{skill.operator}` simplification at this site, reversed.", "",
+                  _fence(skill.diff, "diff"), ""]
+    else:
+        if skill.before:
+            L += ["### Simpler form (before)", "", _fence(skill.before, "cuda"), ""]
+        if skill.after:
+            L += ["### Optimized form (after)", "", _fence(skill.after, "cuda"), ""]
+        if skill.diff:
+            L += ["### Diff (simpler -> optimized)", "", _fence(skill.diff, "diff"), ""]
 
     L += ["## Measured effect", ""]
     if skill.effect:
@@ -476,7 +495,7 @@ def _from_markdown(front: dict[str, Any], meta: dict[str, Any], body: str, path:
         "carrier": carrier, "operator": operator, "variant": variant, "anchor": anchor,
         "before": _first_fence(sec.get("Simpler form (before)", "")),
         "after": _first_fence(sec.get("Optimized form (after)", "")),
-        "diff": _first_fence(sec.get("Diff (simpler -> optimized)", "")),
+        "diff": _first_fence(sec.get("Diff (simpler -> optimized)", "") or sec.get("The mined step (diff simpler -> optimized)", "")),
         "scope": scope, "requires": lists["Requires"], "provides": lists["Provides"],
         "conflicts": lists["Conflicts with"],
         "provenance": {"imported_from": f"{SKILL_FILE} without {RECORD_FILE}: preconditions, effects, evidence "

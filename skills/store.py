@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
@@ -138,8 +141,29 @@ def resolve_root(root: Optional[os.PathLike | str] = None) -> Path:
     return Path(env) if env else DEFAULT_ROOT
 
 
+class StoreError(RuntimeError):
+    """The store cannot be used (not a folder, not a duckdb file). One line, naming the path."""
+
+
+class StoreBusy(StoreError):
+    """Another process kept the store's write lock past the wait limit."""
+
+
+def lock_timeout_s() -> float:
+    """How long to wait for another process's write lock (SKILLS_STORE_LOCK_TIMEOUT, seconds)."""
+    try:
+        return float(os.environ.get("SKILLS_STORE_LOCK_TIMEOUT", "120"))
+    except ValueError:
+        return 120.0
+
+
 class Store:
-    """Handle on a store root. Cheap to create; the duckdb connection opens on first use."""
+    """Handle on a store root. Cheap to create; the duckdb connection opens on first use.
+
+    duckdb lets one process at a time open the file for writing (and no reader meanwhile), so
+    long-running writers (`skills mine`, indexing) hold a connection only around their reads and
+    save transactions (`session()`, `close()`); an open that finds the file locked waits, up to
+    `lock_timeout_s()`, saying once on stderr who holds it, then raises StoreBusy."""
 
     def __init__(self, root: Optional[os.PathLike | str] = None, read_only: bool = False):
         self.root = resolve_root(root)
@@ -170,17 +194,54 @@ class Store:
     @property
     def con(self):
         if self._con is None:
-            import duckdb
-
+            if self.root.exists() and not self.root.is_dir():
+                raise StoreError(f"{self.root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
             if self.read_only:
                 if not self.exists():
                     raise FileNotFoundError(f"no store at {self.root} (build one with `skills backend index` or `skills mine`)")
-                self._con = duckdb.connect(str(self.db_path), read_only=True)
+                self._con = self._connect()
             else:
-                self.root.mkdir(parents=True, exist_ok=True)
-                self._con = duckdb.connect(str(self.db_path))
+                try:
+                    self.root.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StoreError(f"{self.root}: cannot create the store folder: {exc.strerror or exc}") from None
+                self._con = self._connect()
                 self._ensure_schema()
         return self._con
+
+    def _connect(self):
+        import duckdb
+
+        deadline = time.monotonic() + lock_timeout_s()
+        delay, said = 0.02, False
+        while True:
+            try:
+                return duckdb.connect(str(self.db_path), read_only=self.read_only)
+            except duckdb.IOException as exc:
+                msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if "lock" not in msg.lower():
+                    raise StoreError(f"{self.db_path}: not a usable store ({msg.removeprefix('IO Error: ')})") from None
+                holder = re.search(r"held in (.*?)(?:\. See|$)", msg)
+                who = holder.group(1) if holder else "another process"
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(f"{self.db_path}: still locked by {who} after {lock_timeout_s():g} s "
+                                    "(SKILLS_STORE_LOCK_TIMEOUT)") from None
+                if not said:
+                    sys.stderr.write(f"waiting for the store {self.db_path} (locked by {who}) ...\n")
+                    said = True
+                time.sleep(delay)
+                delay = min(0.5, delay * 1.5)
+            except duckdb.Error as exc:
+                msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise StoreError(f"{self.db_path}: not a usable store ({msg})") from None
+
+    @contextmanager
+    def session(self) -> Iterator["Store"]:
+        """Hold the connection (and so the file lock) only inside this block."""
+        try:
+            yield self
+        finally:
+            self.close()
 
     def _ensure_schema(self) -> None:
         con = self._con

@@ -52,8 +52,8 @@ FIXTURE_KERNELS = textwrap.dedent("""\
     #include <cuda_fp8.h>
     #include <torch/extension.h>
     #include <stdio.h>
+    #include "fixture_common.h"
 
-    #define BLOCK 128
     #define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])
     #define UNUSED_MACRO 7
 
@@ -144,6 +144,8 @@ def fixture_expert(tmp_path: Path) -> tuple[real.RealExpert, Path]:
     src = sources / "leetcuda" / "kernels" / "fixture"
     src.mkdir(parents=True)
     (src / "scale.cu").write_text(FIXTURE_KERNELS)
+    (src / "fixture_common.h").write_text("#pragma once\n#define BLOCK 128  // used by the kernels and the shims\n"
+                                          "#define UNUSED_TOO 3\n")
     return real.load_expert(_wrapper(tmp_path)), sources
 
 
@@ -151,11 +153,12 @@ def test_extraction_takes_the_kernel_and_its_closure_and_drops_torch(fixture_exp
     expert, sources = fixture_expert
     text = real.version_source(expert, expert.versions[1], sources)
     assert "scale_f32x4_kernel" in text and "scale_f32_kernel(" not in text
-    assert "#define FLOAT4" in text and "#define BLOCK" in text  # BLOCK: used by the shim
+    assert "#define FLOAT4" in text and "#define BLOCK 128" in text  # BLOCK: from the source's header
     assert "struct Pair" in text and "T twice(T x)" in text
     assert "UNUSED_MACRO" not in text and "unused_helper" not in text
     assert "torch" not in text and "PYBIND11" not in text
     assert "cuda_fp8.h" not in text  # optional header the extracted code does not use
+    assert "fixture_common.h" not in text and "UNUSED_TOO" not in text  # own headers: only what is used
     assert "#include <cuda_runtime.h>" in text and "#include <stdio.h>" in text
     assert text.rstrip().endswith("}") and "void scale(const float* x" in text
 

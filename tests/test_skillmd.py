@@ -142,7 +142,10 @@ def test_front_matter_parses_and_obeys_the_limits(tmp_path):
     long_desc = yaml.safe_load(paths[3].read_text().split("---\n")[1])["description"]
     # a 1800-character intent is clipped; the "when to use it" half survives whole
     assert len(long_desc) <= DESCRIPTION_MAX
-    assert "x x... Use when optimizing a CUDA kernel (elementwise; float32) whose code" in long_desc and long_desc.endswith("Carrier: launch_bounds; seen in 1 kernel problem.")
+    assert "x x... Use when optimizing a CUDA kernel (elementwise; float32) that lacks it." in long_desc
+    assert long_desc.endswith("Mined from 1 expert kernel.") and "plain form" not in long_desc
+    # no GPU timing: the description says so and names the architecture of the static figures
+    assert "Buys: not timed on a GPU; compiled for sm_90: registers -2, LDG.E.128 +2, LDG.E -8." in long_desc
 
 
 def test_body_is_actionable(tmp_path):
@@ -168,7 +171,8 @@ def test_body_is_actionable(tmp_path):
     assert "lineage `ln-" in body and "seeds 0, 1, 2" in body and "y rtol 0.0001 atol 1e-05" in body
     assert "- lineages: ln-" in body and "skill.json" in body
     desc = yaml.safe_load(p.read_text().split("---\n")[1])["description"]
-    assert "Valid only when N % 4 == 0; x is 16-byte aligned." in desc and "1.84x" in desc
+    assert "Valid only when N % 4 == 0; x is 16-byte aligned (probed)." in desc
+    assert "Buys: 1.84x (1.78-1.88) faster on NVIDIA H200 (sm_90) (w3[N=67108864])." in desc
 
 
 def test_import_without_record_rebuilds_from_markdown(tmp_path):

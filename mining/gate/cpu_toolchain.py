@@ -103,13 +103,23 @@ def default_cache_dir() -> Path:
     return Path(base) / "kernel-skills" / "cpu-runtime"
 
 
-def _run(cmd: Sequence[str], timeout_s: float, cwd: Optional[Path] = None) -> tuple[int, str, bool]:
-    try:
-        p = subprocess.run(list(cmd), capture_output=True, text=True, errors="replace", timeout=timeout_s, cwd=cwd)
-        return p.returncode, p.stderr, False
-    except subprocess.TimeoutExpired as e:
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return -1, err, True
+def compiler_mem_mb() -> float:
+    """Address-space limit of one g++ (cc1plus never needs sanitizer-sized reservations)."""
+    return float(os.environ.get("KS_COMPILER_MEM_MB", "3072"))
+
+
+def _run(cmd: Sequence[str], timeout_s: float, writable: Sequence[Path], readable: Sequence[Path] = ()
+         ) -> tuple[int, str, bool]:
+    """g++ in the sandbox: it may write only `writable` (its output folder) and read the runtime
+    sources, the system and `readable`; never the shared cache it is not producing."""
+    from mining.gate.sandbox import run_limited
+
+    res = run_limited(cmd, cwd=Path(writable[0]), timeout_s=timeout_s, mem_mb=compiler_mem_mb() * 1.5,
+                      as_mb=compiler_mem_mb(), writable=writable, readable=[RUNTIME_DIR, *readable])
+    err = res.stderr
+    if res.mem_exceeded or (res.returncode != 0 and "memory exhausted" in err):
+        err += f"\ng++ exceeded the compiler memory limit ({compiler_mem_mb():.0f} MB)"
+    return (res.returncode if res.returncode is not None else -1), err, res.timed_out
 
 
 _STALE_S = 2 * 3600
@@ -152,14 +162,18 @@ def build_runtime_object(cache_dir: Path, mode: str) -> Path:
     if out.exists():
         _touch(out)
         return out
-    tmp = cache_dir / f".{out.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    tmp_dir = cache_dir / f".rt-{os.getpid()}.{uuid.uuid4().hex}"
+    tmp_dir.mkdir()
+    tmp = tmp_dir / out.name
     cmd = [gxx(), *_COMMON, "-O2", _MODE_DEFINE[mode], f"-I{INCLUDE_DIR}", "-c", str(RUNTIME_SRC), "-o", str(tmp)]
-    rc, err, timed_out = _run(cmd, 600)
-    if rc != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"building the CPU runtime failed ({'timed out' if timed_out else f'exit {rc}'}): "
-                           f"{' '.join(cmd)}\n{err[-4000:]}")
-    os.replace(tmp, out)
+    try:
+        rc, err, timed_out = _run(cmd, 600, writable=[tmp_dir])
+        if rc != 0:
+            raise RuntimeError(f"building the CPU runtime failed ({'timed out' if timed_out else f'exit {rc}'}): "
+                               f"{' '.join(cmd)}\n{err[-4000:]}")
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
     _prune_stale(cache_dir, f"ks_cpu_runtime-{mode}-", out)
     return out
 
@@ -201,7 +215,7 @@ def precompiled_header(cache_dir: Path, mode: str, extra_flags: Sequence[str] = 
         shutil.copyfile(HEADER, tmp / "ks_cpu.h")
         cmd = [gxx(), "-x", "c++-header", *_tu_flags(mode), *relevant, f"-I{INCLUDE_DIR}", str(tmp / "ks_cpu.h"),
                "-o", str(tmp / "ks_cpu.h.gch")]
-        rc, _, _ = _run(cmd, 300)
+        rc, _, _ = _run(cmd, 300, writable=[tmp])
         if rc != 0:
             return None
         try:
@@ -216,11 +230,12 @@ def precompiled_header(cache_dir: Path, mode: str, extra_flags: Sequence[str] = 
 
 
 def compile_cpu_binary(source_path: Path, out_path: Path, mode: str = "check", extra_flags: Iterable[str] = (),
-                       timeout_s: float = 120) -> CompileResult:
+                       timeout_s: float = 120, readable: Sequence[Path] = ()) -> CompileResult:
     """Compile a harness (or any CUDA C++ translation unit with a main) for the CPU executor.
 
     g++ -x c++ -std=c++20 -include ks_cpu.h -I cpu_runtime/include <mode flags> then link with the
-    runtime object, boost.context and pthreads (-no-pie, so code addresses map to lines directly)."""
+    runtime object, boost.context and pthreads (-no-pie, so code addresses map to lines directly).
+    Both commands run sandboxed: they see `readable` (besides the runtime) and write out_path's folder."""
     start = time.perf_counter()
     if mode not in MODES:
         raise ValueError(f"unknown cpu build mode {mode!r} (expected one of {MODES})")
@@ -239,12 +254,15 @@ def compile_cpu_binary(source_path: Path, out_path: Path, mode: str = "check", e
     link_cmd = [gxx(), "-no-pie", "-g", *_MODE_LINK[mode], str(obj), str(runtime), "-o", str(out_path), *_LIBS]
     command = " ".join(compile_cmd) + " && " + " ".join(link_cmd)
     try:
-        rc, err, timed_out = _run(compile_cmd, timeout_s)
+        # the kernel's folder is the only writable place; the precompiled header and the
+        # runtime object are shown read-only (a build must not be able to poison them)
+        seen = [source_path.parent, *readable, *([pch] if pch else [])]
+        rc, err, timed_out = _run(compile_cmd, timeout_s, writable=[out_path.parent], readable=seen)
         if rc != 0:
             msg = err + (f"\ng++ timed out after {timeout_s:g}s" if timed_out else "")
             return CompileResult(False, command, msg, time.perf_counter() - start)
         left = max(5.0, timeout_s - (time.perf_counter() - start))
-        rc2, err2, timed_out2 = _run(link_cmd, left)
+        rc2, err2, timed_out2 = _run(link_cmd, left, writable=[out_path.parent], readable=[runtime])
         if rc2 != 0:
             msg = err + err2 + (f"\nlink timed out after {left:g}s" if timed_out2 else "")
             return CompileResult(False, command, msg, time.perf_counter() - start)

@@ -1,7 +1,8 @@
 """Executors: how a harness is built and run. `cuda` uses nvcc and the real GPU; `cpu` uses g++
 and the project's fiber runtime (mining/gate/cpu_runtime), which checks correctness only.
 
-Both build the same generated harness source. Runs are sandboxed (timeout + memory limit).
+Both build the same generated harness source. Builds and runs are sandboxed (mining/gate/sandbox.py):
+each sees its own work folder read-write, the binary and the toolchain read-only, nothing else.
 """
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ class CudaExecutor:
               timeout_s: float) -> BuildResult:
         cmd = [nvcc_path() or "nvcc", "-std=c++17", f"-arch={self.arch()}", "-lineinfo",
                f"-I{HARNESS_HEADER.parent}", f"-I{kernel.parent}", *flags, "-o", str(out), str(harness)]
-        res = run_limited(cmd, cwd=harness.parent, timeout_s=timeout_s, mem_mb=8192)
+        res = run_limited(cmd, cwd=harness.parent, timeout_s=timeout_s, mem_mb=8192, writable=[harness.parent],
+                          readable=[HARNESS_HEADER.parent])
         if not res.ok:
             reason = "nvcc timed out" if res.timed_out else first_error_line(res.stderr, kernel)
             return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s)
@@ -100,8 +102,8 @@ class CudaExecutor:
 
     def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,
             sanitize: bool) -> RunResult:
-        return run_limited(self.command(binary, manifest, sanitize), cwd=manifest.parent,
-                           timeout_s=timeout_s, mem_mb=mem_mb, env=spec.env)
+        return run_limited(self.command(binary, manifest, sanitize), cwd=manifest.parent, timeout_s=timeout_s,
+                           mem_mb=mem_mb, env=spec.env, readable=[binary], writable=[manifest.parent], gpu=True)
 
 
 class CpuExecutor:
@@ -133,7 +135,8 @@ class CpuExecutor:
         keep = [f for f in flags if re.match(r"^-(D|U|I)\S+", f)]
         extra = [f"-I{HARNESS_HEADER.parent}", f"-I{kernel.parent}", "-DKS_CPU_EXECUTOR=1", *keep]
         res = cpu_toolchain.compile_cpu_binary(harness, out, mode="asan" if sanitize else "check",
-                                               extra_flags=tuple(extra), timeout_s=timeout_s)
+                                               extra_flags=tuple(extra), timeout_s=timeout_s,
+                                               readable=[HARNESS_HEADER.parent])
         if not res.ok:
             reason = first_error_line(res.stderr, kernel)
             return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s)
@@ -149,7 +152,7 @@ class CpuExecutor:
     def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,
             sanitize: bool) -> RunResult:
         return run_limited([str(binary), str(manifest)], cwd=manifest.parent, timeout_s=timeout_s,
-                           mem_mb=mem_mb, env=spec.env)
+                           mem_mb=mem_mb, env=spec.env, readable=[binary], writable=[manifest.parent])
 
 
 def make_executor(name: str):

@@ -20,9 +20,11 @@ from typing import Any, Optional
 from corpora.problem import Problem, ProblemError, Workload, load_problem
 from mining.gate.binding import EntryBinding, bind_entry
 from mining.gate.cache import GateCache, content_key
-from mining.gate.data import compare, load_reference, make_inputs, run_reference
+from mining.gate.data import compare, make_inputs
 from mining.gate.errors import BadInput
 from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
+from mining.gate.reference import ReferenceRun, write_case as write_reference_case
+from mining.gate.sandbox import abort_runs, require_isolation
 from mining.gate.harness import HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_manifest
 from mining.gate.static import nvcc_path, static_stage
 
@@ -49,6 +51,7 @@ class GateConfig:
     profile_warmup: int = 5
     profile_repeats: int = 30
     flush_bytes: int = 256 << 20  # > 2x the H200's 60 MB L2
+    trust: bool = False  # run builds, harnesses and the reference without a sandbox when none is available
 
 
 @dataclass
@@ -100,12 +103,10 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
         raise BadInput(str(exc)) from None
     kernel_path = problem.kernel_path(kernel)
     if source is None:
-        try:
-            source = kernel_path.read_text()
-        except FileNotFoundError:
-            raise BadInput(f"{kernel_path}: kernel file not found") from None
-        except UnicodeDecodeError:
-            raise BadInput(f"{kernel_path}: not a UTF-8 text file") from None
+        source = read_kernel(kernel_path)
+    elif len(source) > MAX_KERNEL_BYTES:
+        raise BadInput(f"{kernel_path}: kernel source is {len(source) >> 10} KB, over the {MAX_KERNEL_BYTES >> 10} KB limit")
+    require_isolation(config.trust)
     solution = problem.solution.for_file(kernel_path.name)
     binding = bind_entry(source, kernel_path, solution.entry, problem.definition)
     if "static" in config.stages and nvcc_path() is None:
@@ -135,9 +136,9 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
                 lambda: _correctness(problem, binding, source, kernel_path, solution.flags, solution.gpu_only,
                                      executor, workdir, cache, config))
         if static_future is not None:
-            result.stages["static"] = static_future.result()
+            result.stages["static"] = _result(static_future)
         if correctness_future is not None:
-            result.stages["correctness"] = correctness_future.result()
+            result.stages["correctness"] = _result(correctness_future)
         if result.stages.get("static", {}).get("status") in ("fail", "error"):
             # nvcc rejects the file: what the CPU build said adds nothing, and nothing can be timed.
             for stage in ("correctness", "profile"):
@@ -160,6 +161,37 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
                                      workdir, cache, config))
     result.wall_s = time.perf_counter() - start
     return result
+
+
+def _result(future) -> dict[str, Any]:
+    """A stage thread's result; Ctrl-C (or SIGTERM) while waiting kills the sandboxed runs of every
+    thread at once, so leaving the thread pool does not wait for a hung harness's timeout."""
+    try:
+        return future.result()
+    except BaseException as exc:
+        if not isinstance(exc, Exception):
+            abort_runs()
+        raise
+
+
+MAX_KERNEL_BYTES = int(os.environ.get("KS_MAX_KERNEL_BYTES", 4 << 20))  # the largest corpus kernel is ~60 KB
+
+
+def read_kernel(path: Path) -> str:
+    """A kernel file's text; BadInput (one line naming the file) when missing, binary or too big."""
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise BadInput(f"{path}: not a regular file")
+        if size > MAX_KERNEL_BYTES:
+            raise BadInput(f"{path}: kernel file is {size >> 10} KB, over the {MAX_KERNEL_BYTES >> 10} KB limit")
+        return path.read_text()
+    except FileNotFoundError:
+        raise BadInput(f"{path}: kernel file not found") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the kernel: {exc.strerror or exc}") from None
 
 
 def _cached(cache: GateCache, config: GateConfig, key_parts: tuple, compute) -> dict[str, Any]:
@@ -247,27 +279,42 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
     if not workloads:
         return {"status": "unsupported", "reason": "every workload is tagged for GPU only "
                 f"({', '.join(config.cpu_skip_tags)}); run with --executor cuda"}
-    build, binary = _build(executor, binding, source, kernel_path, flags, workdir, cache, config)
-    if not build.ok:
-        return {"status": "fail", "reason": f"build failed: {build.reason}", "build_log": build.log}
-
-    run_fn = load_reference(problem.reference_source, str(problem.root / "definition.json"))
     data_dir = workdir / "data"
     data_dir.mkdir(exist_ok=True)
+    ref_dir = workdir / "reference"
+    ref_dir.mkdir(exist_ok=True)
     cases: list[dict[str, Any]] = []
     manifest_cases = []
     references: dict[int, dict[str, Any]] = {}
+    ref_cases = []
     for w in workloads:
         seeds = config.seeds[:config.large_seeds] if "large" in w.tags else config.seeds
         for seed in seeds:
             cid = len(cases)
             inputs = make_inputs(problem.definition, w, seed)
-            references[cid] = _reference(cache, problem, run_fn, w, seed, inputs)
+            hit = _cached_reference(cache, problem, w, seed)
+            if hit is None:
+                ref_cases.append(write_reference_case(ref_dir, cid, problem.definition, w, seed, inputs))
+            else:
+                references[cid] = hit
             manifest_cases.append(write_case_files(data_dir, cid, problem.definition, w, inputs))
             cases.append({"case": cid, "workload": w.label, "seed": seed})
             del inputs
     manifest = data_dir / "manifest.txt"
     write_manifest(manifest, manifest_cases)
+    # the reference runs in its own sandboxed process while the harness builds
+    ref_run = ReferenceRun(problem.definition, problem.reference_source, str(problem.root / "definition.json"),
+                           ref_dir, ref_cases, config.timeout_s, config.mem_mb) if ref_cases else None
+    build, binary = _build(executor, binding, source, kernel_path, flags, workdir, cache, config)
+    if not build.ok:
+        if ref_run is not None:
+            ref_run.cancel()
+        return {"status": "fail", "reason": f"build failed: {build.reason}", "build_log": build.log}
+    if ref_run is not None:
+        computed = ref_run.result()
+        for c in ref_run.cases:
+            references[c.cid] = computed[c.cid]
+            _store_reference(cache, problem, c.workload, c.seed, computed[c.cid])
 
     runs = []
     status, reason, transient = "pass", "", False
@@ -299,6 +346,13 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
                 reason = (f"{spec.label} run, {case['workload']} seed {case['seed']}: output {name!r} has "
                           f"{cmp['wrong']} wrong and {cmp['unwritten']} unwritten of {cmp['elements']} elements "
                           f"(max abs err {cmp['max_abs_err']:.3g}; first bad {cmp['first_bad']})")
+        if res.ok and len(parsed["ok"]) < len(cases) and status == "pass":
+            # a clean exit that did not report every case is no evidence for the missing ones
+            status = "fail"
+            missing = next(c for c in cases if c["case"] not in parsed["ok"])
+            reason = (f"{spec.label} run, {missing['workload']} seed {missing['seed']}: the harness exited without "
+                      "reporting this case" + (" (its output went over the cap and was dropped)"
+                                                if res.output_truncated else ""))
         if not res.ok:
             failed_at = next((c for c in cases if c["case"] not in parsed["ok"]), None)
             why = explain_failure(res, config.timeout_s, kernel_path)
@@ -326,31 +380,39 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
     return out
 
 
-def _reference(cache: GateCache, problem: Problem, run_fn, w: Workload, seed: int,
-               inputs: dict[str, Any]) -> dict[str, Any]:
-    """Reference outputs, cached on disk: the expert, the naive kernel and every mining candidate
+def _reference_folder(cache: GateCache, problem: Problem, w: Workload, seed: int) -> Path:
+    key = content_key("reference", problem.content_hash, w.index, seed)
+    return cache.root / "refs" / key[:2] / key
+
+
+def _cached_reference(cache: GateCache, problem: Problem, w: Workload, seed: int) -> Optional[dict[str, Any]]:
+    """Reference outputs cached on disk: the expert, the naive kernel and every mining candidate
     of a problem share them (large workloads take seconds of numpy each)."""
     import numpy as np
 
-    key = content_key("reference", problem.content_hash, w.index, seed)
-    folder = cache.root / "refs" / key[:2] / key
+    folder = _reference_folder(cache, problem, w, seed)
     names = list(problem.definition.outputs)
     if all((folder / f"{n}.npy").exists() for n in names):
         try:
-            return {n: np.load(folder / f"{n}.npy") for n in names}
+            return {n: np.load(folder / f"{n}.npy", allow_pickle=False) for n in names}
         except (OSError, ValueError):
             pass
-    refs = run_reference(run_fn, problem.definition, w, inputs, str(problem.root / "definition.json"))
+    return None
+
+
+def _store_reference(cache: GateCache, problem: Problem, w: Workload, seed: int, refs: dict[str, Any]) -> None:
+    import numpy as np
+
+    folder = _reference_folder(cache, problem, w, seed)
     cache.root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=cache.root, prefix=".tmp-ref-"))
     for n, arr in refs.items():
-        np.save(tmp / f"{n}.npy", arr)
+        np.save(tmp / f"{n}.npy", arr, allow_pickle=False)
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.replace(tmp, folder)
     except OSError:  # another process stored it first
         shutil.rmtree(tmp, ignore_errors=True)
-    return refs
 
 
 def _profile(problem: Problem, binding: EntryBinding, source: str, kernel_path: Path, flags: list[str],

@@ -149,7 +149,7 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
     cubin = workdir / f"{arch}.cubin"
     cmd = [nvcc_path() or "nvcc", "-cubin", f"-arch={arch}", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage",
            "-std=c++17", *flags, "-o", str(cubin), str(src)]
-    res = run_limited(cmd, cwd=workdir, timeout_s=timeout_s, mem_mb=8192)
+    res = run_limited(cmd, cwd=workdir, timeout_s=timeout_s, mem_mb=8192, writable=[workdir])
     if not res.ok:
         reason = "nvcc timed out" if res.timed_out else first_error_line(res.stderr, src)
         return {"arch": arch, "ok": False, "reason": reason, "log": res.stderr[-4000:]}
@@ -159,7 +159,8 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
     if tool:
         # cuobjdump delegates to nvdisasm; the PyPI wheels put both in the same bin folder.
         env = {"NVDISASM_PATH": str(Path(tool).parent), "PATH": f"{Path(tool).parent}:{os.environ.get('PATH', '')}"}
-        dump = run_limited([tool, "--dump-sass", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env)
+        dump = run_limited([tool, "--dump-sass", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env,
+                           readable=[Path(tool).parent], writable=[workdir])
         if dump.ok:
             sass = parse_sass(dump.stdout)
     names = demangle(sorted(set(kernels) | set(sass)))

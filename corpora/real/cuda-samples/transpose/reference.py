@@ -1,0 +1,5 @@
+import numpy as np
+
+
+def run(idata):
+    return np.ascontiguousarray(idata.T)
