@@ -340,3 +340,25 @@ def test_a_version_source_outside_the_registry_is_refused(vllm_style_expert):
     path.write_text(VLLM_LINEAGE.replace('source = "vllm-0.2.7"', 'source = "vllm-9"'))
     with pytest.raises(real.LineageError, match=r"versions\[0\]\.source: 'vllm-9' is not in sources.toml"):
         real.load_expert(expert.dir)
+
+
+def test_a_block_the_file_switches_on_is_read_like_plain_code():
+    raw = textwrap.dedent("""\
+        #define ENABLE_FAST
+        #ifdef ENABLE_FAST
+        namespace fast {
+        __device__ float twice(float v) { return 2.0f * v; }
+        __global__ void k(float* y) { y[0] = twice(1.0f); }
+        }  // namespace fast
+        #else
+        void slow_path();
+        #endif
+        #ifdef NOT_DEFINED_HERE
+        __global__ void never(float* y) { y[0] = 0.0f; }
+        #endif
+        """)
+    text = real.extract_kernels(raw, ["k"], "f.cu")
+    assert "namespace fast {" in text and "float twice(float v)" in text
+    assert "slow_path" not in text and "#ifdef" not in text and "#else" not in text
+    with pytest.raises(real.ExtractError, match="f.cu: no __global__ function named never"):
+        real.extract_kernels(raw, ["never"], "f.cu")  # a block the file does not switch on stays opaque
