@@ -219,7 +219,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
         time_limit_s: Optional[float], probe: bool, arch: str, materialized: Optional[Path],
         house_skills: Optional[Path], log=print, no_house: bool = False,
         real_root: Optional[Path] = None, gpu_only: bool = False, strategy: Optional[str] = None,
-        timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        timeout_s: float = 120.0, progress=None) -> list[dict[str, Any]]:
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
@@ -260,6 +260,8 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
                     f"end {'ok' if row['end_point_ok'] else 'FAIL'}; {len(row['skill_ids'])} skills; {row['wall_s']} s")
             else:
                 log(f"[bench_lineage]   not run: {row['reason']}")
+            if progress is not None:
+                progress(rows)
         if house_skills is not None:
             house = json.loads(Path(house_skills).read_text())
         elif no_house:
@@ -394,9 +396,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     res: dict[str, Any] = stamp(executor, argv)
     res["strategy"] = args.strategy or ("smallest_effect" if executor == "cuda" else "priority")
+    def partial(rows_so_far: list[dict[str, Any]]) -> None:
+        # a long run on a loaded machine: what is done so far survives an interruption
+        if args.out:
+            part = {**res, "partial": True, "experts": rows_so_far}
+            part["by_source"], part["totals"] = aggregate(rows_so_far)
+            _write(args.out, part)
+
     rows = run(executor, only, store, house_store, args.jobs, args.max_steps, args.time_limit, args.probe,
                args.arch, args.materialized, args.house_skills, log, no_house=args.no_house,
-               real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy, timeout_s=args.timeout)
+               real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy, timeout_s=args.timeout,
+               progress=partial)
     if args.merge and args.merge.is_file():
         old = json.loads(args.merge.read_text())
         now = {(r["source"], r["problem"]) for r in rows}
@@ -429,12 +439,16 @@ def combine(paths: list[Path]) -> dict[str, Any]:
     return res
 
 
+def _write(out: Path, res: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=1) + "\n")
+    os.replace(tmp, out)
+
+
 def _finish(res: dict[str, Any], args) -> None:
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=1) + "\n")
-        os.replace(tmp, args.out)
+        _write(args.out, res)
     if args.json:
         print(json.dumps(res, indent=1))
     else:
