@@ -136,7 +136,9 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
                extra_steps=len(extras), extra_step_list=extras, walk_steps=len(walk), walk=walk,
                termination=lin.termination, rejections=len(lin.rejections),
                end_point_ok=bool(recheck.passed), end_point_reason=recheck.reason,
-               wall_s=round(time.perf_counter() - t0, 1), mine_wall_s=round(mine_wall, 1), cached=out.cached,
+               # a cached lineage costs nothing now: its wall time is the walk's when it was mined, plus this run's
+               wall_s=round(time.perf_counter() - t0 + (lin.wall_s if out.cached else 0.0), 1),
+               mine_wall_s=round(lin.wall_s if out.cached else mine_wall, 1), cached=out.cached,
                skill_ids=ids,
                steps=verdicts, static=static, carriers_removed=out.removed_carriers,
                carriers_not_detected=out.undetected_carriers)
