@@ -76,6 +76,39 @@ def house_skill_ids(executor: str, house_store: Path, jobs: int, pool=None, log=
         return {s.skill_id: s.key for s in KernelStore(st).skills(kind="kernel")}
 
 
+def dump_house(house_store: Path, out: Path, executor: str = "cpu") -> dict[str, Any]:
+    """The house store's skill ids and the problems mined into it, read from a copy of its duckdb
+    file (so a house store still being mined by another process can be read)."""
+    import tempfile
+
+    from skills.kernel_store import KernelStore
+    from skills.store import Store
+
+    src = Path(house_store) / "store.duckdb"
+    if not src.is_file():
+        raise SystemExit(f"error: {house_store}: no house store")
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copyfile(src, Path(tmp) / "store.duckdb")
+        with Store(tmp, read_only=True) as st:
+            ks = KernelStore(st)
+            problems = sorted({lin.problem for lin in ks.lineages() if lin.executor == executor})
+            skills = {s.skill_id: s.key for s in ks.skills(kind="kernel")}
+    house_all = sorted(d.name for d in HOUSE_CORPUS.iterdir() if (d / "definition.json").is_file())
+    info = {"store": str(house_store), "executor": executor, "problems": problems,
+            "complete": not (set(house_all) - set(problems) - {"vector_add", "tiled_matmul", "hgemm_wmma"}),
+            "skills": skills}
+    Path(out).write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def load_house(path: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """{skill_id: key} and what the file says about the house store (a --dump-house file or a plain map)."""
+    data = json.loads(Path(path).read_text())
+    if isinstance(data.get("skills"), dict):
+        return data["skills"], {k: v for k, v in data.items() if k != "skills"}
+    return data, {}
+
+
 # --------------------------------------------------------------------------- one expert
 def walk_steps(lineage) -> list[dict[str, Any]]:
     return [{"index": s.index, "operator": s.operator, "carrier": s.carrier, "line": s.site_line,
@@ -265,7 +298,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
             if progress is not None:
                 progress(rows)
         if house_skills is not None:
-            house = json.loads(Path(house_skills).read_text())
+            house = load_house(house_skills)[0]
         elif no_house:
             house = None
         else:
@@ -297,8 +330,6 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     """Materialize experts into DEST (for a machine without the sources or network) and write
     DEST/house_skills.json from the house store (skill identity does not depend on the executor)."""
     from corpora.real import list_experts, materialize
-    from skills.kernel_store import KernelStore
-    from skills.store import Store
 
     if not (Path(house_store) / "store.duckdb").is_file():
         raise SystemExit(f"error: {house_store}: no house store (run a CPU bench_lineage first, or pass --house-store)")
@@ -307,10 +338,8 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     for e in experts:
         materialize(e, store.resolve() / "sources", dest / e.source / e.problem)
         log(f"[bench_lineage] prepared {dest / e.source / e.problem}")
-    with Store(house_store, read_only=True) as st:
-        ids = {s.skill_id: s.key for s in KernelStore(st).skills(kind="kernel")}
-    (dest / "house_skills.json").write_text(json.dumps(ids, indent=1))
-    log(f"[bench_lineage] {len(ids)} house skills -> {dest / 'house_skills.json'}")
+    info = dump_house(house_store, dest / "house_skills.json")
+    log(f"[bench_lineage] {len(info['skills'])} house skills -> {dest / 'house_skills.json'}")
 
 
 def _n(x) -> str:
@@ -368,6 +397,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--arch", default="sm_90", help="static-stage target the judge reads")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (e.g. eval/results/bench_lineage_cpu.json)")
     ap.add_argument("--merge", type=Path, default=None, help="start from this result; replace only the experts run now")
+    ap.add_argument("--dump-house", type=Path, default=None,
+                    help="write the house store's skill ids and mined problems to this JSON (for --house-skills), exit")
     ap.add_argument("--combine", type=Path, nargs="+", default=None,
                     help="combine result files (a later file's expert replaces an earlier one's), write --out, exit")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
@@ -384,16 +415,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.prepare:
         prepare(only, store, args.house_store or ROOT / ".skills-house-cpu", args.prepare, args.gpu_only, log=log)
         return 0
+    if args.dump_house:
+        info = dump_house(house_store, args.dump_house, executor)
+        log(f"[bench_lineage] house: {len(info['skills'])} skills from {', '.join(info['problems'])}"
+            f"{'' if info['complete'] else ' (partial)'} -> {args.dump_house}")
+        return 0
     if args.combine:
         _finish(combine(args.combine), args)
         return 0
     if args.rescore:
         res = json.loads(args.rescore.read_text())
-        house = (json.loads(args.house_skills.read_text()) if args.house_skills
-                 else house_skill_ids(res.get("executor", executor), house_store, args.jobs, None, log))
+        if args.house_skills:
+            house, about = load_house(args.house_skills)
+        else:
+            house, about = house_skill_ids(res.get("executor", executor), house_store, args.jobs, None, log), {}
         score_skills(res["experts"], house)
         res["by_source"], res["totals"] = aggregate(res["experts"])
-        res["house_skills"] = len(house)
+        res["house"] = {**about, "skills": len(house)}
         _finish(res, args)
         return 0
     res: dict[str, Any] = stamp(executor, argv)
