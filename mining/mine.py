@@ -30,7 +30,7 @@ from corpora.problem import Problem, ProblemError, load_problem
 from mining.carriers import Source, detect_carriers
 from mining.gate import BadInput, GateConfig, run_gate
 from mining.gate.gate import read_kernel
-from mining.gate.sandbox import die_with_parent, require_isolation
+from mining.gate.sandbox import gate_worker_init, require_isolation
 from mining.gate.executors import resolve_executor
 from mining.lift import StepContext, lift_step
 from mining.operators import all_operators
@@ -574,23 +574,10 @@ class LineageNotSaved(RuntimeError):
     """The walk finished but the store stayed locked; the lineage waits in <store>/pending/."""
 
 
-def _worker_init() -> None:
-    """Gate workers: Ctrl-C is the parent's to handle (no worker tracebacks); SIGTERM unwinds
-    (temporary folders removed, sandboxes killed); the parent's death kills them (no orphans)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def _term(*_):
-        raise SystemExit(143)
-    signal.signal(signal.SIGTERM, _term)
-    die_with_parent()
-
-
 def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
     """Worker processes for gate runs (spawned: the parent holds threads and a duckdb handle)."""
     return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=_worker_init) if jobs > 1 else None
+                               initializer=gate_worker_init) if jobs > 1 else None
 
 
 def stop_pool(pool: Optional[ProcessPoolExecutor], grace_s: float = 5.0) -> None:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from mining.gate import BadInput, GateConfig, run_gate
+from mining.gate.sandbox import gate_worker_init
 
 MODES = ("skills", "no_skills", "flat_memory")
 
@@ -454,7 +455,8 @@ def _gate_worker(args: tuple) -> dict[str, Any]:
 
 
 def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) if jobs > 1 else None
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                               initializer=gate_worker_init) if jobs > 1 else None
 
 
 def _gate_summary(d: dict) -> dict:

@@ -92,13 +92,16 @@ def attacked(tmp_path_factory):
     shutil.copytree(FIXTURE, problem)
     target = tmp / "target"
     target.mkdir()
+    secret_file = tmp / "host_secret"
+    secret_file.mkdir()
+    (secret_file / "secret.bin").write_bytes(bytes(range(256)) * 16)
     store = tmp / "store"
     (store / "cache" / "gate").mkdir(parents=True)
     cpu_cache = default_cache_dir()
     cpu_cache.mkdir(parents=True, exist_ok=True)
     listener = _Listener()
     secret = "s3cret-" + token
-    values = {"@TOKEN@": token, "@TARGET@": str(target), "@HOME@": str(Path.home()), "@PORT@": str(listener.port),
+    values = {"@TOKEN@": token, "@TARGET@": str(target), "@SECRET_DIR@": str(secret_file), "@HOME@": str(Path.home()), "@PORT@": str(listener.port),
               "@CPU_CACHE@": str(cpu_cache), "@GATE_CACHE@": str(store / "cache" / "gate"), "@SECRET@": secret}
     for cu in problem.glob("*.cu"):
         text = cu.read_text()
@@ -177,6 +180,13 @@ def test_printf_flood_is_capped(attacked):
     assert "dropped" in reason or "output" in reason, reason
     # the gate process read 100 MB of output and kept at most 16 MB per stream
     assert attacked["child_maxrss_kb"] < 600 * 1024, attacked["child_maxrss_kb"]
+
+
+@needs_sandbox
+def test_output_swapped_for_a_symlink_is_not_followed(attacked):
+    reason = _blocked(attacked, "symlink_output.cu")
+    # the gate refused to follow the link: case 0's output reads as missing, not as the host file
+    assert "0 bytes" in json.dumps(attacked["results"]["symlink_output.cu"]) or "unwritten" in reason, reason
 
 
 @needs_sandbox

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -105,7 +106,8 @@ def test_interrupted_or_killed_mine_leaves_no_process(tmp_path, sig):
     if sig == signal.SIGINT:
         assert proc.returncode == 130, err
         assert "Traceback" not in err
-        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("mining ")]
+        # progress lines ("mining scale ...", "[   0.1s] mining scale (1/1)") aside, one line says what happened
+        lines = [ln for ln in err.splitlines() if ln.strip() and not re.match(r"^(mining |\[\s*[\d.]+s\])", ln)]
         assert len(lines) == 1 and lines[0].startswith("error: interrupted: saved 0 lineage(s)"), err
         assert "scale was being mined" in lines[0]
     # the gate's temporary folders are gone too
@@ -160,3 +162,35 @@ def test_mine_with_nothing_to_lift_into_an_empty_store(tmp_path):
     assert row["steps"] == 0 and row["new_skills"] == 0
     shown = _run(tmp_path, "show", "", "--store", str(store))
     assert shown.returncode == 2 and "no skill" in shown.stderr
+
+
+def _save(store: Path, name: str) -> None:
+    from mining.mine import save_to_store
+    from skills.records import Evidence, Lineage, Skill
+
+    lin = Lineage(lineage_id=name, problem=name, problem_dir="/nowhere", kernel="kernel.cu", kernel_hash=name,
+                  executor="cpu", strategy="priority", termination="complete")
+    ev = Evidence(problem=name, lineage_id=name, step=1, kernel_hash=name, executor="cpu")
+    save_to_store(store, lin, [Skill(skill_id=f"sk-{name}", key=name, name=name, intent="", carrier="c",
+                                     operator=name, evidence=[ev])], {"definition": {}}, [])
+
+
+def test_an_index_left_behind_by_a_killed_run_counts_as_stale(tmp_path):
+    """`skills mine` re-indexes when the snapshot does not match the store, even if every lineage
+    was cached: a run killed while indexing is repaired by the next one."""
+    from retrieval.skill_index import _store_stamp, index_is_current, snapshot_root
+    from skills.store import Store
+
+    store = tmp_path / "s"
+    assert index_is_current(store)  # nothing to index
+    _save(store, "a")
+    assert not index_is_current(store)  # skills, no snapshot: the run died before publishing one
+    with Store(store, read_only=True).session() as st:
+        stamp = _store_stamp(st)
+    snap = snapshot_root(store)
+    (snap / "b1").mkdir(parents=True)
+    (snap / "b1" / "manifest.json").write_text(json.dumps({"store_stamp": stamp}))
+    (snap / "CURRENT").write_text("b1")
+    assert index_is_current(store)
+    _save(store, "b")  # saved after the index was built
+    assert not index_is_current(store)

@@ -24,6 +24,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from mining.gate.sandbox import reclaim
+
 RUNTIME_DIR = Path(__file__).resolve().parent / "cpu_runtime"
 HEADER = RUNTIME_DIR / "ks_cpu.h"
 RUNTIME_SRC = RUNTIME_DIR / "ks_cpu_runtime.cpp"
@@ -171,6 +173,7 @@ def build_runtime_object(cache_dir: Path, mode: str) -> Path:
         if rc != 0:
             raise RuntimeError(f"building the CPU runtime failed ({'timed out' if timed_out else f'exit {rc}'}): "
                                f"{' '.join(cmd)}\n{err[-4000:]}")
+        reclaim(tmp)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -218,6 +221,7 @@ def precompiled_header(cache_dir: Path, mode: str, extra_flags: Sequence[str] = 
         rc, _, _ = _run(cmd, 300, writable=[tmp])
         if rc != 0:
             return None
+        reclaim(tmp)
         try:
             os.rename(tmp, final)
         except OSError:

@@ -20,11 +20,11 @@ from typing import Any, Optional
 from corpora.problem import Problem, ProblemError, Workload, load_problem
 from mining.gate.binding import EntryBinding, bind_entry
 from mining.gate.cache import GateCache, content_key
-from mining.gate.data import compare, make_inputs
+from mining.gate.data import ITEMSIZE, compare, make_inputs
 from mining.gate.errors import BadInput
 from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
 from mining.gate.reference import ReferenceRun, write_case as write_reference_case
-from mining.gate.sandbox import abort_runs, require_isolation
+from mining.gate.sandbox import abort_runs, read_output, require_isolation
 from mining.gate.harness import HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_manifest
 from mining.gate.static import nvcc_path, static_stage
 
@@ -106,7 +106,6 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
         source = read_kernel(kernel_path)
     elif len(source) > MAX_KERNEL_BYTES:
         raise BadInput(f"{kernel_path}: kernel source is {len(source) >> 10} KB, over the {MAX_KERNEL_BYTES >> 10} KB limit")
-    require_isolation(config.trust)
     solution = problem.solution.for_file(kernel_path.name)
     binding = bind_entry(source, kernel_path, solution.entry, problem.definition)
     if "static" in config.stages and nvcc_path() is None:
@@ -201,6 +200,7 @@ def _cached(cache: GateCache, config: GateConfig, key_parts: tuple, compute) -> 
         if hit is not None:
             hit["cached"] = True
             return hit
+    require_isolation(config.trust)  # only now: a cached answer runs nothing (and spawns no probe)
     start = time.perf_counter()
     value = compute()
     value["wall_s"] = round(time.perf_counter() - start, 4)
@@ -249,8 +249,10 @@ def _build(executor, binding: EntryBinding, source: str, kernel_path: Path, flag
         return BuildResult(True, hit, cached=True), hit
     res = executor.build(harness, build_dir / kernel_path.name, flags, build_dir / "harness", config.sanitize,
                          config.timeout_s)
-    if res.ok and res.binary is not None:
-        res.binary = cache.put_file(key, res.binary)
+    if res.ok and res.binary is not None and not res.binary.is_symlink() and res.binary.is_file():
+        res.binary = cache.put_file(key, res.binary)  # (a symlink from the build is not followed into the cache)
+    elif res.ok:
+        res.ok, res.reason = False, "the build did not produce a regular file"
         # keep the CPU binary's debug info resolvable (addr2line) from the cache location
     if not res.ok:
         res.reason = res.reason.replace(str(build_dir / kernel_path.name), str(kernel_path))
@@ -333,7 +335,10 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
             ok = True
             for name, ref in references[cid].items():
                 rtol, atol = problem.definition.tolerance_for(name)
-                raw = (data_dir / f"c{cid}_{name}.out").read_bytes()
+                try:  # a hostile harness may have swapped the file for a symlink or a huge file
+                    raw = read_output(data_dir / f"c{cid}_{name}.out", ref.size * ITEMSIZE[problem.definition.outputs[name].dtype])
+                except OSError:
+                    raw = b""
                 cmp = compare(raw, ref, problem.definition.outputs[name].dtype, rtol, atol)
                 outputs[name] = cmp.to_dict()
                 ok = ok and cmp.ok

@@ -18,7 +18,7 @@ import numpy as np
 from corpora.problem import Definition, Workload
 from mining.gate.data import reference_view, shape_of
 from mining.gate.errors import BadInput
-from mining.gate.sandbox import RunResult, python_roots, run_limited
+from mining.gate.sandbox import RunResult, open_output, python_roots, run_limited
 
 WORKER = Path(__file__).resolve().parent / "reference_worker.py"
 
@@ -105,12 +105,18 @@ class ReferenceRun:
             path = self.ref_dir / f"ref_c{case.cid}_{name}.npy"
             expected = shape_of(spec, case.workload.axes)
             want = int(np.prod(expected, dtype=np.int64))
-            try:
-                arr = np.load(path, mmap_mode="r", allow_pickle=False)  # header first: size before reading
+            try:  # no symlinks (the worker wrote this folder); the header first: size before reading
+                with open_output(path) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    fmt = np.lib.format
+                    shape, _, _ = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(fh)
+                    size = int(np.prod(shape, dtype=np.int64))
+                    if size != want:
+                        raise BadInput(f"{self.origin}: reference output {name!r} has {size} elements, "
+                                       f"expected shape {expected} on {case.workload.label}")
+                    fh.seek(0)
+                    arr = np.load(fh, allow_pickle=False)
             except (OSError, ValueError) as exc:
                 raise BadInput(f"{self.origin}: reference output {name!r} unreadable: {exc}") from None
-            if arr.size != want:
-                raise BadInput(f"{self.origin}: reference output {name!r} has {arr.size} elements, "
-                               f"expected shape {expected} on {case.workload.label}")
-            out[name] = np.array(arr).reshape(expected)
+            out[name] = np.asarray(arr).reshape(expected)
         return out

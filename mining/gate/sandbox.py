@@ -231,6 +231,18 @@ def grant_writable(path: Path) -> None:
             os.chown(os.path.join(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
 
 
+def reclaim(path: Path) -> None:
+    """Give a sandbox's output back to the gate's user before it goes into a shared cache, so that
+    no other process of the sandbox uid can change it later."""
+    if os.geteuid() != 0:
+        return
+    for root, dirs, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [os.path.basename(path)])]:
+        if os.path.isdir(path):
+            os.chown(root, 0, 0, follow_symlinks=False)
+        for name in files:
+            os.chown(os.path.join(root, name), 0, 0, follow_symlinks=False)
+
+
 def sandbox_env(extra: Optional[dict[str, str]], cwd: Optional[Path], tool: str) -> dict[str, str]:
     """A scrubbed environment: nothing of the gate's own (no tokens, no keys) reaches the command."""
     path = _PATH
@@ -241,6 +253,29 @@ def sandbox_env(extra: Optional[dict[str, str]], cwd: Optional[Path], tool: str)
            "HOME": str(cwd) if cwd else "/tmp"}
     env.update(extra or {})
     return env
+
+
+# --------------------------------------------------------------------------- reading what a run wrote
+def open_output(path: Path):
+    """Open a file a sandboxed run wrote, refusing a symlink (it could point at a host file the
+    gate may read and the run may not) and anything but a regular file. OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        import stat as _stat
+
+        if not _stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_output(path: Path, max_bytes: int) -> bytes:
+    """At most max_bytes + 1 bytes of a file a run wrote (one more shows it is too long)."""
+    with open_output(path) as fh:
+        return fh.read(max_bytes + 1)
 
 
 # --------------------------------------------------------------------------- limits
@@ -258,6 +293,18 @@ def die_with_parent() -> None:
     """PR_SET_PDEATHSIG(SIGKILL) for the calling process (pool workers, launched children)."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def gate_worker_init() -> None:
+    """Initializer of processes that run gates for a parent (`skills mine`/`optimize` pools):
+    Ctrl-C is the parent's to handle (no worker tracebacks); SIGTERM unwinds (temporary folders
+    removed, sandboxes killed); the parent's death kills them (no orphans)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def _term(*_):
+        raise SystemExit(143)
+    signal.signal(signal.SIGTERM, _term)
+    die_with_parent()
 
 
 def _child_setup(as_mb: Optional[float]):
