@@ -271,6 +271,7 @@ _OPTIONAL_HEADERS = {
     "cooperative_groups/memcpy_async.h": re.compile(r"\bmemcpy_async\b"),
     "cuda_bf16.h": re.compile(r"bfloat16|__bf16|bf162"),
     "cuda_fp16.h": re.compile(r"\bhalf|__half|\b__h[a-z]|__float2half|half2"),
+    "cuda_profiler_api.h": re.compile(r"\bcudaProfiler"),
     # host BLAS headers (kept only when the extracted code calls cuBLAS; the CPU executor has none)
     "cublas_v2.h": re.compile(r"\bcublas"),
     "cublas.h": re.compile(r"\bcublas"),
@@ -278,7 +279,6 @@ _OPTIONAL_HEADERS = {
     "cub/cub.cuh": re.compile(r"\bcub::"),
     "cub/util_type.cuh": re.compile(r"\bcub::"),
     "hipcub/hipcub.hpp": re.compile(r"\bhipcub::"),
-    "cuda_profiler_api.h": re.compile(r"\bcudaProfiler"),
 }
 
 
@@ -380,8 +380,6 @@ def _items(raw: bytes) -> list[_Item]:
     tree = _parser().parse(parse_text)
     items: list[_Item] = []
 
-    flags: set[bytes] = set()  # value-less macros defined so far (`#define ENABLE_X`)
-
     def visit(nodes: Iterable[Node], ns: str = "") -> None:
         for node in nodes:
             if node.type in ("comment",):
@@ -391,15 +389,6 @@ def _items(raw: bytes) -> list[_Item]:
                 visit((c for c in node.named_children if c.type not in ("identifier", "preproc_def")
                        or c.type == "preproc_def" and c.child_by_field_name("value") is not None), ns)
                 continue
-            if node.type == "preproc_ifdef" and raw[node.start_byte:node.start_byte + 6] == b"#ifdef" and \
-                    raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte] in flags:
-                # `#define FEATURE` ... `#ifdef FEATURE`: the file switched the block on; its items, not the #else
-                alt = node.child_by_field_name("alternative")
-                visit((c for c in node.named_children if c != node.child_by_field_name("name")
-                       and (alt is None or c != alt)), ns)
-                continue
-            if node.type == "preproc_def" and node.child_by_field_name("value") is None:
-                flags.add(raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte])
             if node.type == "namespace_definition" and node.child_by_field_name("name") is not None:
                 body = node.child_by_field_name("body")  # `namespace vllm { ... }`: its items, tagged
                 name = raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte]
@@ -438,6 +427,21 @@ def _is_include_guard(node: Node, raw: bytes) -> bool:
                                                            first.child_by_field_name("name").end_byte])
 
 
+def _local_header_items(items: list[_Item], include_dirs: list[Path], seen: set[Path]) -> list[_Item]:
+    """Top-level items of the source's own `#include "x.h"` headers (found in include_dirs), headers
+    first, recursively; each header once."""
+    out: list[_Item] = []
+    for it in items:
+        m = re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()) if it.kind == "include" else None
+        found = next((d / m.group(1) for d in include_dirs if m and (d / m.group(1)).is_file()), None)
+        if found is None or found.resolve() in seen:
+            continue
+        seen.add(found.resolve())
+        sub = _items(found.read_bytes())
+        out += _local_header_items(sub, [found.parent] + include_dirs, seen) + sub
+    return out
+
+
 def _framework(text: str, allow_ns: Iterable[str]) -> bool:
     for ns in allow_ns:  # namespaces the version's prelude defines (`c10::Half`) are not framework code
         text = re.sub(rf"\b{re.escape(ns)}::", "", text)
@@ -445,14 +449,20 @@ def _framework(text: str, allow_ns: Iterable[str]) -> bool:
 
 
 def extract_kernels(raw: str, kernels: list[str], path: str, extra_uses: Iterable[str] = (),
-                    headers: Iterable[str] = (), allow_ns: Iterable[str] = ()) -> str:
+                    include_dirs: Iterable[Path] = (), allow_ns: Iterable[str] = ()) -> str:
     """The named `__global__` functions of `raw` plus the closure of the top-level declarations they
     (and `extra_uses`, the names a shim uses) need, in source order; standard includes kept,
-    torch / pybind parts dropped. `headers`: texts of the source's own headers that `raw` includes
-    (their declarations join the pool, ahead of the file's). Items inside a named namespace come out
-    inside it again; `allow_ns`: namespaces a version's prelude defines (not framework code there).
-    Raises ExtractError naming the file when a kernel is absent."""
-    items = [it for h in headers for it in _items(h.encode())] + _items(raw.encode())
+    torch / pybind parts dropped. The source's own headers (`#include "x.h"` found in
+    `include_dirs`) join the pool ahead of the file, their include lines dropped; items inside a
+    named namespace come out inside it again. Raises ExtractError naming the file when a kernel is absent."""
+    data = raw.encode()
+    items = _items(data)
+    dirs = [Path(d) for d in include_dirs]
+    items = _local_header_items(items, dirs, set()) + items
+    # a quoted include is the source project's own header: inlined above when the snapshot has it,
+    # else (e.g. apex's type_shim.h outside the copied file) it cannot be included either
+    items = [it for it in items if not (it.kind == "include" and dirs
+                                        and re.match(r'#\s*include\s*"([^"]+)"', it.text.strip()))]
     allow_ns = list(allow_ns)
     by_name: dict[str, list[_Item]] = {}
     for it in items:
@@ -559,9 +569,9 @@ def version_source(expert: RealExpert, version: Version, sources_root: Path) -> 
         raise ExtractError(f"{path}: not found in the fetched source {source!r} "
                            f"(named by {expert.dir / 'lineage.toml'})")
     raw = path.read_text(errors="replace")
-    headers = [h.read_text(errors="replace") for h in _local_headers(path, root)]
     prelude = (expert.dir / version.prelude).read_text() if version.prelude else ""
-    extracted = extract_kernels(raw, version.kernels, f"{source}:{version.file}", _shim_uses(shim), headers,
+    extracted = extract_kernels(raw, version.kernels, f"{source}:{version.file}", _shim_uses(shim),
+                                include_dirs=[path.parent, root],
                                 allow_ns=re.findall(r"\bnamespace\s+(\w+)\s*\{", _code_of(prelude.encode()).decode()))
     if prelude:
         extracted = f"// ---- prelude: {version.prelude}\n{prelude.rstrip()}\n\n{extracted}"
@@ -591,20 +601,18 @@ def _local_headers(path: Path, root: Path, depth: int = 3) -> list[Path]:
 
 
 def source_files(expert: RealExpert, sources_root: Path) -> list[Path]:
-    """The files of the fetched source the wrapper reads (its versions' files and their own
-    headers), relative to `<sources_root>/<source>`: what a copy of the source must keep. A
-    version taken from another source (`source = "vllm-0.2.7"`) gives `../<that source>/<path>`."""
+    """The files of the fetched sources the wrapper reads (its versions' files and their own
+    headers), relative to `sources_root` (`<source>/<path>`): what a copy of the sources must keep."""
     files: list[Path] = []
     for v in expert.versions:
         if v.file is None:
             continue
-        base = Path(sources_root) / (v.source or expert.source)
-        root = source_root(expert, sources_root, v.source)
+        source = v.source or expert.source
+        base = (Path(sources_root) / source).resolve()
+        root = source_root(expert, sources_root, source)
         path = root / v.file
-        for f in _local_headers(path, root) + [path.resolve()] if path.is_file() else []:
-            rel = f.relative_to(base.resolve())
-            if v.source and v.source != expert.source:  # a version from another source (an older release)
-                rel = Path("..") / v.source / rel
+        for f in (_local_headers(path, root) + [path.resolve()]) if path.is_file() else []:
+            rel = Path(source) / f.relative_to(base)
             if rel not in files:
                 files.append(rel)
     return files

@@ -14,17 +14,22 @@ if [ "${1:-}" = "--prepare" ]; then
   PYTHONPATH=$PWD exec ${PYTHON:-.venv/bin/python} - "$src" <<'PY'
 import shutil, sys
 from pathlib import Path
+from corpora.kernel_sources import SourceMissing
 from corpora.real import list_experts, source_files
 src, dst = Path(sys.argv[1]), Path(".carry/real-sources")
 n = 0
 for e in list_experts():
-    for rel in source_files(e, src):
-        out = dst / e.source / rel
+    try:
+        needed = source_files(e, src)
+    except SourceMissing as exc:
+        print(f"{e.source}/{e.problem}: skipped: {exc}"); continue
+    for rel in needed:
+        out = dst / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / e.source / rel, out); n += 1
-    meta = src / e.source / "SOURCE.json"
-    if meta.is_file():
-        shutil.copyfile(meta, dst / e.source / "SOURCE.json")
+        shutil.copyfile(src / rel, out); n += 1
+        meta = src / rel.parts[0] / "SOURCE.json"
+        if meta.is_file():
+            shutil.copyfile(meta, dst / rel.parts[0] / "SOURCE.json")
 print(f"{n} files under {dst}")
 PY
 fi
