@@ -380,6 +380,8 @@ def _items(raw: bytes) -> list[_Item]:
     tree = _parser().parse(parse_text)
     items: list[_Item] = []
 
+    flags: set[bytes] = set()  # value-less macros defined so far (`#define ENABLE_X`)
+
     def visit(nodes: Iterable[Node], ns: str = "") -> None:
         for node in nodes:
             if node.type in ("comment",):
@@ -389,6 +391,15 @@ def _items(raw: bytes) -> list[_Item]:
                 visit((c for c in node.named_children if c.type not in ("identifier", "preproc_def")
                        or c.type == "preproc_def" and c.child_by_field_name("value") is not None), ns)
                 continue
+            if node.type == "preproc_ifdef" and raw[node.start_byte:node.start_byte + 6] == b"#ifdef" and \
+                    raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte] in flags:
+                # `#define FEATURE` ... `#ifdef FEATURE`: the file switched the block on; its items, not the #else
+                alt = node.child_by_field_name("alternative")
+                visit((c for c in node.named_children if c != node.child_by_field_name("name")
+                       and (alt is None or c != alt)), ns)
+                continue
+            if node.type == "preproc_def" and node.child_by_field_name("value") is None:
+                flags.add(raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte])
             if node.type == "namespace_definition" and node.child_by_field_name("name") is not None:
                 body = node.child_by_field_name("body")  # `namespace vllm { ... }`: its items, tagged
                 name = raw[node.child_by_field_name("name").start_byte:node.child_by_field_name("name").end_byte]
