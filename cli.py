@@ -69,7 +69,7 @@ def gate(
     stages: str = typer.Option("static,correctness,profile", "--stages", help="Comma-separated stages to run."),
     seeds: int = typer.Option(3, "--seeds", min=1, help="Random seeds per workload."),
     archs: Optional[str] = typer.Option(None, "--archs", help="Targets for the static stage (default: solution.toml, else sm_80,sm_90)."),
-    sanitize: bool = typer.Option(False, "--sanitize", help="CPU: AddressSanitizer build; CUDA: compute-sanitizer memcheck."),
+    sanitize: bool = typer.Option(False, "--sanitize", help="Add sanitizer runs: CPU, an AddressSanitizer build (race checker and reverse order stay on); CUDA, compute-sanitizer memcheck, racecheck, initcheck and synccheck."),
     timeout: float = typer.Option(120.0, "--timeout", help="Wall-clock limit per subprocess, seconds."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Recompute and overwrite cached stage results."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (the cache lives here). Default ./.skills"),

@@ -55,11 +55,18 @@ class Axis(BaseModel):
 
 class Init(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    dist: Literal["uniform", "normal", "randint"] = "uniform"
+    dist: Literal["uniform", "normal", "randint", "constant"] = "uniform"
     low: Union[float, int, str, None] = None
     high: Union[float, int, str, None] = None
     mean: float = 0.0
     std: float = 1.0
+    value: Optional[float] = None  # dist "constant": every element (all-equal rows)
+
+    @model_validator(mode="after")
+    def _constant_has_value(self) -> "Init":
+        if self.dist == "constant" and self.value is None:
+            raise ValueError("dist 'constant' needs a numeric 'value'")
+        return self
 
 
 class Tolerance(BaseModel):
@@ -148,11 +155,19 @@ class Workload:
     axes: dict[str, int]
     scalars: dict[str, float]
     tags: tuple[str, ...] = ()
+    # per-input value distributions that override the definition's `init` (value-adversarial cases)
+    init: dict[str, Init] = field(default_factory=dict, hash=False)
+    variant: str = ""  # a case the gate derived from this workload ("large_negative", "reduced", ...)
 
     @property
     def label(self) -> str:
         sizes = ",".join(f"{k}={v}" for k, v in self.axes.items())
-        return f"w{self.index}[{sizes}]"
+        return f"w{self.index}[{sizes}]" + (f"+{self.variant}" if self.variant else "")
+
+    def identity(self) -> list:
+        """Everything that decides this case's inputs (for cache keys)."""
+        return [self.index, self.axes, self.scalars, {k: v.model_dump() for k, v in sorted(self.init.items())},
+                self.variant]
 
 
 class KernelSettings(BaseModel):
@@ -261,6 +276,7 @@ def _workload_from_line(obj: dict[str, Any], definition: Definition, where: str,
     for name, value in scalars.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ProblemError(f"{where}: scalars.{name}: expected a number, got {value!r}")
+    init = _workload_init(obj.get("init", {}), definition, where)
     env = {**resolved, **scalars}
     for expr in definition.constraints:
         try:
@@ -271,7 +287,33 @@ def _workload_from_line(obj: dict[str, Any], definition: Definition, where: str,
             raise ProblemError(f"{where}: violates constraint {expr!r} ({env})")
     _check_sizes(definition, resolved, where)
     return Workload(index=index, axes=resolved, scalars={k: scalars[k] for k in sorted(scalars)},
-                    tags=tuple(tags))
+                    tags=tuple(tags), init=init)
+
+
+def workload_from_dict(obj: dict[str, Any], definition: Definition, where: str, index: int) -> Workload:
+    """One workload line, validated against the definition (axes, scalars, init, constraints);
+    ProblemError naming `where` when it is not a legal input."""
+    return _workload_from_line(obj, definition, where, index)
+
+
+def _workload_init(raw: Any, definition: Definition, where: str) -> dict[str, Init]:
+    """A workload's `init`: {input name: distribution}, overriding the definition's per input."""
+    if not isinstance(raw, dict):
+        raise ProblemError(f"{where}: 'init' must be an object mapping input names to distributions")
+    out: dict[str, Init] = {}
+    for name, dist in raw.items():
+        spec = definition.inputs.get(name)
+        if spec is None or spec.is_scalar:
+            raise ProblemError(f"{where}: init.{name}: not a tensor input of the definition")
+        if not isinstance(dist, dict):
+            raise ProblemError(f"{where}: init.{name}: expected an object like {{\"dist\": \"uniform\", ...}}")
+        try:
+            out[name] = Init(**dist)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field_ = ".".join(str(p) for p in err["loc"])
+            raise ProblemError(f"{where}: init.{name}{'.' + field_ if field_ else ''}: {err['msg']}") from None
+    return out
 
 
 def _check_sizes(definition: Definition, axes: dict[str, int], where: str) -> None:

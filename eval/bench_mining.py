@@ -102,12 +102,15 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
         final = KernelStore(Store(store)).source(lin.final_hash)
         recheck = run_gate(d, None, GateConfig(executor=executor, stages=("correctness",), seeds=(11, 12),
                                                store=store), source=final)
+        probe_check = recheck_on_probes(d, final, store, executor)
         row.update(status="mined", removed=out.removed_carriers, remaining=out.remaining_carriers,
                    not_detected=out.undetected_carriers,
                    recall=round(len(out.removed_carriers) / len(listed), 3) if listed else None,
                    steps=len(lin.steps), rejections=len(lin.rejections), termination=lin.termination,
                    wall_s=round(out.wall_s, 1), walk_wall_s=lin.wall_s, cached=out.cached, llm_tokens=lin.llm_tokens,
                    final_correct=recheck.passed, final_reason=recheck.reason,
+                   final_on_probes=probe_check, final_hash=lin.final_hash,
+                   step_preconditions=_step_preconditions(lin, KernelStore(Store(store))),
                    operators_used=sorted({s.operator for s in lin.steps}))
         if executor == "cuda" and end_points:
             from mining.mine import gpu_timing_lock
@@ -195,6 +198,40 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     return {**{k: first[k] for k in ("executor", "machine", "strategy", "model", "max_steps", "seeds")},
             "merged_from": [str(p) for p in paths], "problems": sorted(rows.values(), key=lambda r: r["problem"]),
             "summary": summary}
+
+
+def recheck_on_probes(problem_dir: Path, final: str, store: Path, executor: str) -> dict[str, Any]:
+    """The walk's last kernel on the expert's probe sizes (its geometry bounds and one past them,
+    small and odd sizes) with a fresh seed: an end point correct only below a bound shows here."""
+    from corpora.problem import load_problem
+    from mining.gate import GateConfig, run_gate
+    from mining.probe import outcomes_from_gate, probe_problem_dir, probe_workloads
+
+    problem = load_problem(problem_dir)
+    expert = problem.kernel_path().read_text()
+    probes = probe_workloads(problem, expert)
+    pdir = probe_problem_dir(problem, probes, store.resolve() / "cache")
+    cfg = GateConfig(executor=executor, stages=("correctness",), seeds=(13,), store=store, adversarial=False)
+    res = run_gate(pdir, problem.kernel_path(), cfg, source=final).to_dict()
+    outs = outcomes_from_gate(res, probes)
+    return {"probes": len(outs), "passed": sum(o.passed for o in outs), "bounds": probes.bounds,
+            "failed": [o.axes for o in outs if not o.passed], "reason": res.get("reason", "")}
+
+
+def _step_preconditions(lineage, ks) -> list[dict[str, Any]]:
+    """Per accepted step: the skill and the preconditions this lineage found for it."""
+    skills = {s.skill_id: s for s in ks.skills()}
+    out = []
+    for st in lineage.steps:
+        sk = skills.get(st.skill_id)
+        if sk is None:
+            continue
+        per = (sk.provenance.get("per_lineage", {}) or {}).get(lineage.lineage_id, {})
+        pres = per.get("preconditions") if isinstance(per, dict) else None
+        texts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in pres] if pres else \
+            [p.text for p in sk.preconditions]
+        out.append({"step": st.index, "skill": sk.key, "preconditions": texts})
+    return out
 
 
 def _count(items) -> dict[str, int]:

@@ -43,7 +43,18 @@ def load_manifest(path: Path = MANIFEST) -> list[dict[str, Any]]:
                 raise SystemExit(f"{path}: entry {i}: missing {key!r}")
         if e["expect"] not in ("pass", "reject"):
             raise SystemExit(f"{path}: entry {i}: expect must be pass or reject, not {e['expect']!r}")
+        if e.get("check", "workloads") not in ("workloads", "probe"):
+            raise SystemExit(f"{path}: entry {i}: check must be workloads or probe, not {e['check']!r}")
     return entries
+
+
+def applicable(entry: dict[str, Any], executor: str, sanitize: bool) -> bool:
+    """An entry may need a mode: `"requires": {"sanitize": true, "executors": ["cpu"]}` (a host-memory
+    bug only AddressSanitizer can see); it is listed as not applicable elsewhere, never counted."""
+    req = entry.get("requires") or {}
+    if req.get("sanitize") and not sanitize:
+        return False
+    return executor in req.get("executors", [executor])
 
 
 # --- why a kernel was rejected -------------------------------------------------------------------
@@ -73,6 +84,8 @@ def classify(verdict: str, reason: str) -> str:
         return "unwritten" if unwritten else "wrong_values"
     if "asan:" in low or "addresssanitizer" in low:
         return "oob"
+    if ": guard: " in low:
+        return "oob_guard"
     m = _KIND.search(reason)
     if m:
         kind = m.group(1).lower()
@@ -102,12 +115,15 @@ def gate_entry(entry: dict[str, Any], executor: str, store: str, timeout_s: floa
     problem_dir = Path(suite) / entry["problem"]
     kernel = problem_dir / entry["kernel"]
     out: dict[str, Any] = {"problem": entry["problem"], "kernel": entry["kernel"], "class": entry["class"],
-                           "expect": entry["expect"]}
+                           "expect": entry["expect"], "check": entry.get("check", "workloads")}
     start = time.perf_counter()
     try:
         cfg = GateConfig(executor=executor, stages=("correctness",), store=Path(store), timeout_s=timeout_s,
                          sanitize=sanitize)
-        res = run_gate(problem_dir, kernel=kernel, config=cfg)
+        if entry.get("check") == "probe":
+            res = _gate_on_probes(problem_dir, kernel, cfg, out)
+        else:
+            res = run_gate(problem_dir, kernel=kernel, config=cfg)
         out["verdict"] = res.verdict
         out["reason"] = res.reason
         corr = res.stages.get("correctness", {})
@@ -133,6 +149,22 @@ def gate_entry(entry: dict[str, Any], executor: str, store: str, timeout_s: floa
     if entry.get("note"):
         out["note"] = entry["note"]
     return out
+
+
+def _gate_on_probes(problem_dir: Path, kernel: Path, cfg, out: dict[str, Any]):
+    """Gate a kernel on the miner's probe sizes (mining/probe.py): small and odd sizes and its own
+    geometry bounds (block x vector width x unroll ...) and one past each, in CPU-sized shapes."""
+    from corpora.problem import load_problem
+    from mining.gate import run_gate
+    from mining.probe import probe_problem_dir, probe_workloads
+
+    problem = load_problem(problem_dir)
+    source = kernel.read_text()
+    probes = probe_workloads(problem, source)
+    pdir = probe_problem_dir(problem, probes, Path(cfg.store) / "cache")
+    out["probe_bounds"] = probes.bounds
+    out["probes"] = len(probes.workloads)
+    return run_gate(pdir, kernel=kernel, config=cfg, source=source)
 
 
 # --- the suite -----------------------------------------------------------------------------------
@@ -181,6 +213,8 @@ def run_suite(executor: str = "cpu", jobs: int = 1, store: Optional[Path] = None
     if only:
         pat = re.compile(only)
         entries = [e for e in entries if pat.search(f"{e['problem']}/{e['kernel']} {e['class']}")]
+    skipped = [e for e in entries if not applicable(e, executor, sanitize)]
+    entries = [e for e in entries if applicable(e, executor, sanitize)]
     suite = str(manifest.parent)
     own_store = store is None
     store_path = Path(tempfile.mkdtemp(prefix="ks-soundness-")) if own_store else Path(store)
@@ -204,7 +238,38 @@ def run_suite(executor: str = "cpu", jobs: int = 1, store: Optional[Path] = None
     finally:
         if own_store:
             shutil.rmtree(store_path, ignore_errors=True)
-    return summarize([r for r in results if r is not None])
+    summary = summarize([r for r in results if r is not None])
+    summary["not_applicable"] = [{"problem": e["problem"], "kernel": e["kernel"], "requires": e.get("requires")}
+                                 for e in skipped]
+    return summary
+
+
+def stamp(argv: list[str], executor: str, jobs: int) -> dict[str, Any]:
+    """Where a result came from: commit, command, machine and its load."""
+    import os
+    import platform
+    import subprocess
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", False
+    machine = f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores"
+    if executor == "cuda":
+        from mining.gate.executors import gpu_info
+
+        info = gpu_info() or {}
+        machine += f", {info.get('name', 'GPU')} (driver {info.get('driver', '?')})"
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"commit": commit + ("+dirty" if dirty else ""), "command": "python -m eval.gate_soundness " + " ".join(argv),
+            "machine": machine, "load_1min": load, "jobs": jobs,
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 # --- output --------------------------------------------------------------------------------------
@@ -214,7 +279,7 @@ def format_table(summary: dict[str, Any], executor: str) -> str:
     for r in summary["entries"]:
         reason = r.get("reason", "")
         reason = reason if len(reason) <= 110 else reason[:107] + "..."
-        rows.append((f"{r['problem']}/{r['kernel']}", r["class"], r["expect"], r["verdict"], r["why"] or "-",
+        rows.append((f"{r['problem']}/{r['kernel']}" + (" [probes]" if r.get("check") == "probe" else ""), r["class"], r["expect"], r["verdict"], r["why"] or "-",
                      "ok" if r["ok"] else "MISS" if r["expect"] == "reject" else "FALSE-REJECT", reason))
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:6])) + "  " + row[6] for row in rows]
@@ -241,6 +306,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--sanitize", action="store_true", help="gate in the executor's sanitizer mode")
     ap.add_argument("--only", default=None, help="regex over 'problem/kernel class' to run a subset")
     ap.add_argument("--manifest", type=Path, default=MANIFEST)
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
 
     from mining.gate import BadInput
@@ -259,9 +325,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                   file=sys.stderr, flush=True)
 
     start = time.perf_counter()
+    origin = stamp(raw_argv, executor, args.jobs)  # the code that runs, before anything can change
     summary = run_suite(executor, jobs=max(1, args.jobs), store=args.store, timeout_s=args.timeout,
                         sanitize=args.sanitize, only=args.only, manifest=args.manifest, progress=progress)
     wall = time.perf_counter() - start
+    summary = {**origin, "wall_s": round(wall, 1), **summary}
     text = json.dumps(summary, indent=1)
     if not args.only and not args.out:  # a subset, or a run told where to write (tests), leaves the record alone
         RESULTS.mkdir(parents=True, exist_ok=True)

@@ -91,6 +91,8 @@ class StepContext:
     probes_optimized: list[ProbeOutcome] = field(default_factory=list)
     probes_simpler: list[ProbeOutcome] = field(default_factory=list)
     induced: Optional[Hypothesis] = None
+    # where the simpler form alone fails: the bound the step (the simplification) holds under
+    step_bound: Optional[Hypothesis] = None
     guard: Optional[dict[str, Any]] = None  # {"text", "outcomes", "induced"} when a guard was forced
     function: str = ""
     axes: list[str] = field(default_factory=list)  # the definition's axis names (guards use kernel parameter names)
@@ -377,12 +379,33 @@ def preconditions_of(ctx: StepContext) -> tuple[list[Precondition], list[Risk], 
             if bad is not None:
                 risks.append(Risk(text=f"without the guard `{g['text']}` ({ih.text} violated) the optimized path fails",
                                   probe=bad.axes, failure=bad.reason[:300]))
+    if ctx.step_bound is not None:
+        h = ctx.step_bound
+        pre.append(Precondition(kind=h.kind, axis=h.axis, value=h.value, text=h.text, source="probe",
+                                probes=probes_record, status="discovered"))
+        for o, s in zip(ctx.probes_optimized, ctx.probes_simpler):
+            if o.passed and not s.passed:
+                risks.append(Risk(text=f"the step holds only while {h.text}: beyond it the simpler form is wrong, so "
+                                       "the optimized form is needed for correctness there, not only for speed",
+                                  probe=s.axes, failure=s.reason[:300]))
+                break
+        log.append(f"step valid only while {h.text} (the simpler form fails beyond it)")
     if not pre:
-        pre.append(Precondition(kind="none_found", text="no probe made the optimized form fail: valid for every size tried",
+        pre.append(Precondition(kind="none_found", text="no probe made the optimized form fail: valid for every size "
+                                f"tried ({_sizes_tried(ctx.probes_optimized)})",
                                 probes=probes_record, status="not_needed"))
     for kind, value, text_ in STRUCTURAL.get(ctx.carrier, []):
         pre.append(Precondition(kind=kind, value=value, text=text_, source="optimization", status="required"))
     return pre, risks, log
+
+
+def _sizes_tried(outcomes: list[ProbeOutcome]) -> str:
+    """'N up to 16385' per axis: what "every size tried" covered."""
+    top: dict[str, int] = {}
+    for o in outcomes:
+        for axis, v in o.axes.items():
+            top[axis] = max(top.get(axis, 0), int(v))
+    return ", ".join(f"{a} up to {v}" for a, v in top.items()) or "no probes"
 
 
 def lift_step(ctx: StepContext, *, problem: str, op_type: str, lineage_id: str, kernel_hash: str, executor: str,

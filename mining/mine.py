@@ -29,12 +29,15 @@ from typing import Any, Callable, Optional, Sequence
 from corpora.problem import Problem, ProblemError, load_problem
 from mining.carriers import Source, detect_carriers
 from mining.gate import BadInput, GateConfig, run_gate
-from mining.gate.gate import read_kernel
+from mining.gate.gate import kernel_inputs_hash, read_kernel
 from mining.gate.sandbox import gate_worker_init, require_isolation
-from mining.gate.executors import resolve_executor
+from mining.gate.cache import TOOL_VERSION
+from mining.gate.cases import reduce_workload
+from mining.gate.executors import make_executor, resolve_executor
 from mining.lift import StepContext, lift_step
 from mining.operators import all_operators
-from mining.probe import (force_guard, site_guards, hypotheses, induce, outcomes_from_gate, probe_problem_dir,
+from mining.probe import (force_guard, site_guards, hypotheses, induce, induce_step_bound, outcomes_from_gate,
+                          probe_problem_dir,
                           probe_workloads)
 from mining.walk import Candidate, Verdict, WalkEvent, WalkResult, backward_walk
 from skills.records import Lineage, Skill, Step, lineage_identity, sha256
@@ -121,6 +124,11 @@ def _gate_worker(args: tuple) -> dict[str, Any]:
         return {"passed": False, "verdict": "error", "reason": str(exc), "stages": {}, "wall_s": 0.0}
 
 
+def _environment_build_failure(d: dict[str, Any]) -> bool:
+    c = d.get("stages", {}).get("correctness", {})
+    return bool(c.get("transient")) and str(c.get("reason", "")).startswith("build failed")
+
+
 def _summary(d: dict[str, Any]) -> dict[str, Any]:
     st = d.get("stages", {})
     c = st.get("correctness", {})
@@ -148,6 +156,13 @@ class KernelGateChecker:
             dicts = list(self.pool.map(_gate_worker, args))
         else:
             dicts = [_gate_worker(a) for a in args]
+        # A build that failed for the machine's sake (compiler timed out on a loaded machine, a
+        # missing header) says nothing about the candidate: retry it once with more time rather
+        # than record a rejection (issue 22: environment failures are not verdicts).
+        for i, d in enumerate(dicts):
+            if _environment_build_failure(d):
+                cfg = GateConfig(**{**asdict(self.cfg), "timeout_s": self.cfg.timeout_s * 3})
+                dicts[i] = _gate_worker((args[i][0], args[i][1], cfg, args[i][3]))
         out = []
         for s, d in zip(sources, dicts):
             self.results[sha256(s)] = d
@@ -313,7 +328,8 @@ def _probe(problem: Problem, kernel: Path, cfg: GateConfig, sources: list[str], 
            pool: Optional[ProcessPoolExecutor]):
     probes = probe_workloads(problem, sources[0])
     pdir = probe_problem_dir(problem, probes, (cfg.store or Path(".skills")).resolve() / "cache")
-    pcfg = GateConfig(**{**asdict(cfg), "stages": ("correctness",), "seeds": cfg.seeds[:1]})
+    # probes vary sizes; the value-adversarial cases already ran in the walk's gate
+    pcfg = GateConfig(**{**asdict(cfg), "stages": ("correctness",), "seeds": cfg.seeds[:1], "adversarial": False})
     dicts = _run_many(pdir, kernel, pcfg, sources, pool)
     return probes, [outcomes_from_gate(d, probes) for d in dicts]
 
@@ -345,7 +361,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     listed = list(solution.carriers)
     kernel_hash = sha256(expert)
     lineage_id = lineage_identity(problem.name, kernel_hash, executor, strategy + (f"+llm:{model}" if model else ""))
-    fp = config.fingerprint()
+    fp = _lineage_fingerprint(config, problem, solution, executor)
 
     if store.exists():
         # read and let go: the walk below takes minutes, other processes may write meanwhile
@@ -416,8 +432,11 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
 
     row_axes = _row_axes(problem)
     var_axes = [a for a, spec in problem.definition.axes.items() if getattr(spec, "type", "var") == "var"]
-    space = hypotheses(var_axes, probes.tiles if probes else [], row_axes)
+    space = hypotheses(var_axes, probes.tiles if probes else [], row_axes, probes.bounds if probes else [])
     workloads = [w.label for w in problem.workloads if not (executor == "cpu" and "large" in w.tags)]
+    if executor == "cpu":  # large workloads ran in their reduced form
+        workloads += [r.label for w in problem.workloads if "large" in w.tags
+                      if (r := reduce_workload(problem.definition, w)) is not None]
     tolerances = {n: list(problem.definition.tolerance_for(n)) for n in problem.definition.outputs}
     dtypes = sorted({s.dtype for s in list(problem.definition.inputs.values()) + list(problem.definition.outputs.values())})
     static_of = lambda s: statics.get(sha256(s), {})  # noqa: E731
@@ -437,6 +456,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         if state_outcomes:
             ctx.probes_optimized, ctx.probes_simpler = state_outcomes[k - 1], state_outcomes[k]
             ctx.induced = induce(ctx.probes_optimized, ctx.probes_simpler, space)
+            ctx.step_bound = induce_step_bound(ctx.probes_optimized, ctx.probes_simpler, space)
         if k in guard_info and state_outcomes:
             g = guard_info[k]
             g["induced"] = induce(g["outcomes"], state_outcomes[k - 1], space)
@@ -462,6 +482,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         config={"fingerprint": fp, "max_steps": config.max_steps, "max_rejections": config.max_rejections,
                 "seeds": list(config.seeds), "archs": list(config.archs), "model": model or "",
                 "probes": probes.workloads if probes else [], "operators": [op.name for op in operators],
+                "end_point_probes": _end_point_probes(state_outcomes),
                 "listed_carriers": listed, "naive_ms": naive_ms, "cost_ceiling_ms": max_cost,
                 "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures]})
     gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
@@ -497,6 +518,24 @@ def save_to_store(store_root: Path, lineage: Lineage, skills: list[Skill], probl
         raise LineageNotSaved(f"{exc}; the finished lineage was kept in {spilled} and is saved by the next "
                               "`skills mine` into this store") from None
     return merged, existing_ids
+
+
+def _end_point_probes(state_outcomes: list) -> dict[str, Any]:
+    """The walk's last kernel on every probe size (geometry bounds included): which fail."""
+    if not state_outcomes:
+        return {}
+    last = state_outcomes[-1]
+    return {"probes": len(last), "passed": sum(o.passed for o in last),
+            "failed": [{"axes": o.axes, "reason": o.reason[:200]} for o in last if not o.passed]}
+
+
+def _lineage_fingerprint(config: MineConfig, problem: Problem, solution, executor: str) -> str:
+    """What a stored lineage must match to be reused: the mining settings, the problem's content
+    (definition.json, workloads.jsonl, reference), the kernel's solution.toml settings and local
+    headers, the toolchain (compiler, CPU runtime or GPU) and the gate's version."""
+    parts = [config.fingerprint(), problem.content_hash, kernel_inputs_hash(problem, solution),
+             make_executor(executor).fingerprint(), TOOL_VERSION]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def _cost_ceiling(problem: Problem, checker: KernelGateChecker, ratio: float) -> tuple[Optional[float], Optional[float]]:

@@ -18,6 +18,7 @@ of an already-gated source costs only its runs).
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from tree_sitter import Node
 
-from corpora.problem import Problem, ProblemError, _workload_from_line
+from corpora.problem import Problem, ProblemError, workload_from_dict
 from mining.carriers import Source, enclosing
 from mining.gate.cache import content_key
 
@@ -45,7 +46,7 @@ class ProbeOutcome:
 
 @dataclass
 class Hypothesis:
-    kind: str  # divisible | minimum | alignment | power_of_two
+    kind: str  # divisible | minimum | maximum | alignment | power_of_two
     axis: str
     value: int
     text: str
@@ -58,6 +59,8 @@ class Hypothesis:
             return v % self.value == 0
         if self.kind == "minimum":
             return v >= self.value
+        if self.kind == "maximum":
+            return v <= self.value
         if self.kind == "power_of_two":
             return v > 0 and v & (v - 1) == 0
         return True
@@ -68,6 +71,80 @@ class ProbeSet:
     workloads: list[dict[str, Any]]  # lines for workloads.jsonl
     base: dict[str, int]
     tiles: list[int] = field(default_factory=list)
+    bounds: list[int] = field(default_factory=list)  # products of the kernel's geometry, probed at P and P+1
+
+
+GEOMETRY_CAP = 16384      # largest geometry size probed on an inner axis
+GEOMETRY_PRODUCTS = 6     # boundaries probed per inner axis (each at P and P + 1)
+PROBE_VOLUME = 1 << 20    # product of a probe's axes: what the CPU executor runs in seconds
+_VECTOR_WIDTH = {"float4": 4, "int4": 4, "uint4": 4, "float2": 2, "int2": 2, "uint2": 2, "double2": 2,
+                 "half2": 2, "__half2": 2, "__nv_bfloat162": 2, "nv_bfloat162": 2, "char4": 4, "uchar4": 4}
+
+
+def geometry_factors(source: str) -> list[int]:
+    """The sizes a kernel's work distribution is built from: block sizes (launch configurations,
+    `dim3` blocks, `__launch_bounds__`), compile-time constants and template arguments, vector
+    widths (float4 ...), unroll factors and the warp size."""
+    names: dict[str, int] = {}
+    for m in re.finditer(r"#define\s+(\w+)\s+\(?\s*(\d+)\s*\)?\s*(?:$|//|/\*)", source, re.M):
+        names[m.group(1)] = int(m.group(2))
+    for m in re.finditer(r"(?:constexpr|const)\s+(?:static\s+)?(?:int|unsigned|size_t|long|int64_t)\s+(\w+)\s*=\s*(\d+)\s*;",
+                         source):
+        names[m.group(1)] = int(m.group(2))
+
+    def value(tok: str) -> Optional[int]:
+        tok = tok.strip().strip("()")
+        return int(tok) if tok.isdigit() else names.get(tok)
+
+    out = set(names.values())
+    for m in re.finditer(r"<<<[^,>]+,\s*([^,>]+?)\s*(?:,|>>>)", source):
+        v = value(m.group(1))
+        if v:
+            out.add(v)
+        else:  # a dim3 variable: dim3 block(32, 8)
+            d = re.search(rf"dim3\s+{re.escape(m.group(1).strip())}\s*\(([^)]*)\)", source)
+            if d:
+                dims = [value(t) for t in d.group(1).split(",")]
+                dims = [x for x in dims if x]
+                out.update(dims)
+                if dims:
+                    out.add(int(math.prod(dims)))
+    for m in re.finditer(r"__launch_bounds__\s*\(\s*(\w+)", source):
+        v = value(m.group(1))
+        if v:
+            out.add(v)
+    for m in re.finditer(r"\w+\s*<([^<>;]*)>\s*<<<", source):  # template arguments of a launch
+        out.update(v for t in m.group(1).split(",") if (v := value(t)))
+    for m in re.finditer(r"#pragma\s+unroll\s+\(?(\w+)", source):
+        v = value(m.group(1))
+        if v:
+            out.add(v)
+    for name, width in _VECTOR_WIDTH.items():
+        if re.search(rf"\b{name}\b", source):
+            out.add(width)
+    if re.search(r"__shfl|warpSize|\bwarp\b", source):
+        out.add(32)
+    return sorted(v for v in out if 2 <= v <= 1024)
+
+
+def geometry_bounds(source: str, cap: int = GEOMETRY_CAP, limit: int = GEOMETRY_PRODUCTS) -> list[int]:
+    """Sizes at which a kernel's work distribution runs out: each factor and each product of two
+    or three of them (block x vector width, block x unroll x vector, warps x lanes x vector ...),
+    up to `cap`; at most `limit`, spread over the range and always including the largest."""
+    factors = geometry_factors(source)
+    products = set()
+    for i, a in enumerate(factors):
+        products.add(a)
+        for j in range(i + 1, len(factors)):
+            b = factors[j]
+            products.add(a * b)
+            for c in factors[j + 1:]:
+                products.add(a * b * c)
+    ranked = sorted(p for p in products if 16 <= p <= cap)
+    if len(ranked) <= limit:
+        return ranked
+    step = (len(ranked) - 1) / (limit - 1)
+    return sorted({ranked[round(i * step)] for i in range(limit)})
 
 
 def tile_constants(source: str) -> list[int]:
@@ -81,7 +158,10 @@ def tile_constants(source: str) -> list[int]:
 
 
 def probe_workloads(problem: Problem, source: str, max_probes: int = 10) -> ProbeSet:
-    """Adversarial workloads: vary one var axis at a time around the smallest CPU-sized workload."""
+    """Adversarial workloads: vary one var axis at a time around the smallest CPU-sized workload
+    (small sizes, odd sizes, one past the kernel's tiles); and, on every inner axis (the last
+    dimension of a tensor), the kernel's geometry bounds and one past each, with the other axes
+    kept at the small base, so the CPU executor runs them in seconds."""
     small = [w for w in problem.workloads if "large" not in w.tags] or problem.workloads
     base_w = min(small, key=lambda w: _volume(w.axes))
     base = dict(base_w.axes)
@@ -108,12 +188,34 @@ def probe_workloads(problem: Problem, source: str, max_probes: int = 10) -> Prob
         if scalars:
             line["scalars"] = dict(scalars)
         try:
-            _workload_from_line(line, problem.definition, "probe", len(lines))
+            workload_from_dict(line, problem.definition, "probe", len(lines))
         except ProblemError:
             continue  # outside the definition's constraints: not a legal input
         lines.append(line)
     # keep the set small: the miner probes every lineage state with it
-    return ProbeSet(workloads=_spread(lines, max_probes), base=base, tiles=tiles)
+    chosen = _spread(lines, max_probes)
+    bounds = geometry_bounds(source)
+    inner = {spec.shape[-1] for spec in list(problem.definition.inputs.values()) +
+             list(problem.definition.outputs.values()) if spec.shape and isinstance(spec.shape[-1], str)}
+    seen = {tuple(sorted(line["axes"].items())) for line in chosen}
+    for axis in [a for a in var_axes if a in inner]:
+        for p in bounds:
+            for v in (p, p + 1):
+                axes = dict(base)
+                axes[axis] = v
+                key = tuple(sorted(axes.items()))
+                if key in seen or _volume(axes) > PROBE_VOLUME:
+                    continue
+                line = {"axes": axes, "tags": ["probe", "geometry"]}
+                if base_w.scalars:
+                    line["scalars"] = dict(base_w.scalars)
+                try:
+                    workload_from_dict(line, problem.definition, "probe", len(chosen))
+                except ProblemError:
+                    continue
+                seen.add(key)
+                chosen.append(line)
+    return ProbeSet(workloads=chosen, base=base, tiles=tiles, bounds=bounds)
 
 
 def _spread(lines: list[dict], n: int) -> list[dict]:
@@ -175,10 +277,14 @@ def outcomes_from_gate(gate_dict: dict[str, Any], probes: ProbeSet) -> list[Prob
     return out
 
 
-def hypotheses(axes: list[str], tiles: list[int], row_axes: dict[str, int]) -> list[Hypothesis]:
-    """The hypothesis space, most general first within each kind."""
+def hypotheses(axes: list[str], tiles: list[int], row_axes: dict[str, int],
+               bounds: Optional[list[int]] = None) -> list[Hypothesis]:
+    """The hypothesis space, most general first within each kind. `bounds` (the kernel's geometry
+    products) add `maximum` hypotheses: AXIS <= P."""
     out = []
     for axis in axes:
+        for b in sorted(set(bounds or []), reverse=True):
+            out.append(Hypothesis("maximum", axis, b, f"{axis} <= {b}"))
         for d in sorted(set(DIVISORS) | {t for t in tiles if t > 1}):
             if axis in row_axes and d * row_axes[axis] == 16:
                 out.append(Hypothesis("alignment", axis, d, f"rows of {axis} elements are 16-byte aligned "
@@ -201,11 +307,45 @@ def induce(optimized: list[ProbeOutcome], simpler: list[ProbeOutcome], space: li
     good = [o.axes for o, s in zip(optimized, simpler) if o.passed]
     if not bad:
         return None
-    consistent = [h for h in space if all(not h.holds(a) for a in bad) and all(h.holds(a) for a in good)]
+    consistent = _on_varied_axes([h for h in space if all(not h.holds(a) for a in bad) and all(h.holds(a) for a in good)],
+                                 bad, [o.axes for o in optimized])
     if not consistent:
         return None
-    order = {"alignment": 0, "divisible": 1, "minimum": 2, "power_of_two": 3}
-    return min(consistent, key=lambda h: (order[h.kind], h.value))
+    order = {"alignment": 0, "divisible": 1, "minimum": 2, "maximum": 3, "power_of_two": 4}
+    # weakest: the smallest divisor or minimum, the largest maximum
+    return min(consistent, key=lambda h: (order[h.kind], -h.value if h.kind == "maximum" else h.value))
+
+
+def _on_varied_axes(consistent: list[Hypothesis], bad: list[dict[str, int]],
+                    probes: list[dict[str, int]]) -> list[Hypothesis]:
+    """Probes vary one axis at a time around a base, so an axis a failing probe did not vary (its
+    value is the base's, the most common one) cannot explain the failure: `M % 64 == 0` must not
+    stand for failures that all came from varying N. Keeps the hypotheses on varied axes, if any."""
+    from collections import Counter
+
+    base = {a: Counter(p.get(a) for p in probes).most_common(1)[0][0] for a in (probes[0] if probes else {})}
+    varied = {a for p in bad for a, v in p.items() if base.get(a) != v}
+    kept = [h for h in consistent if h.axis in varied]
+    return kept if varied else consistent
+
+
+def induce_step_bound(optimized: list[ProbeOutcome], simpler: list[ProbeOutcome],
+                      space: list[Hypothesis]) -> Optional[Hypothesis]:
+    """Where the *simpler* form fails and the optimized one passes, the step (the simplification)
+    holds only on part of the sizes: the weakest hypothesis true on every probe the simpler form
+    passes and false on every probe where it alone fails (e.g. `C <= 1024` for a block-stride row
+    loop collapsed into one iteration of 256 threads x float4). None when the simpler form never
+    fails alone, or no hypothesis separates the probes."""
+    bad = [s.axes for o, s in zip(optimized, simpler) if o.passed and not s.passed]
+    good = [s.axes for s in simpler if s.passed]
+    if not bad:
+        return None
+    consistent = _on_varied_axes([h for h in space if all(not h.holds(a) for a in bad) and all(h.holds(a) for a in good)],
+                                 bad, [s.axes for s in simpler])
+    if not consistent:
+        return None
+    order = {"maximum": 0, "alignment": 1, "divisible": 2, "minimum": 3, "power_of_two": 4}
+    return min(consistent, key=lambda h: (order[h.kind], -h.value if h.kind == "maximum" else h.value))
 
 
 _DIVISIBILITY = re.compile(r"%|&\s*\(?\s*\d|&\s*\w+\s*\)\s*==|uintptr_t|size_t\)")

@@ -744,6 +744,8 @@ def check_precondition(p: dict, axes: Optional[dict[str, int]]) -> PreconditionC
         ok = value > 0 and v % value == 0
     elif kind == "minimum":
         ok = v >= value
+    elif kind == "maximum":
+        ok = v <= value
     elif kind == "power_of_two":
         ok = v > 0 and v & (v - 1) == 0
     elif kind == "guarded":

@@ -63,10 +63,10 @@ target = tmp / "target"; target.mkdir()
 store = tmp / "store"; (store / "cache" / "gate").mkdir(parents=True)
 cpu_cache = Path.home() / ".cache" / "kernel-skills" / "cpu-runtime"; cpu_cache.mkdir(parents=True, exist_ok=True)
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(8); srv.settimeout(0.2)
-accepted = []
+accepted, done = [], threading.Event()
 def loop():
     end = time.time() + 900
-    while time.time() < end and not getattr(srv, "done", False):
+    while time.time() < end and not done.is_set():
         try: c, _ = srv.accept(); accepted.append(1); c.close()
         except OSError: pass
 threading.Thread(target=loop, daemon=True).start()
@@ -82,7 +82,7 @@ t = time.time()
 r = subprocess.run([sys.executable, "-c", "import sys; from cli import app; sys.argv[0]='skills'; app()", "gate", str(prob),
                     "--all-kernels", "--executor", "cuda", "--stages", "correctness", "--seeds", "1", "--timeout", "60",
                     "--json", "--store", str(store)], env=env, capture_output=True, text=True, timeout=900)
-srv.done = True
+done.set()
 rows = json.loads(r.stdout) if r.stdout.strip().startswith("[") else []
 leaks = {"target_files": [p.name for p in target.iterdir()], "home_marker": (Path.home() / f".ks_hostile_{token}").exists(),
          "tmp_marker": Path(f"/tmp/ks_hostile_{token}").exists(), "loopback_accepted": len(accepted),
@@ -123,6 +123,6 @@ PY
 
 # ---- no sandbox: one line and exit 2 unless --trust
 log "refusal without a sandbox"
-KS_BWRAP=none skills gate corpora/kernels/vector_add --executor cuda --stages correctness 2>&1 | tail -2 | tee -a "$LOG"
+env KS_BWRAP=none python3 -c "import sys; from cli import app; sys.argv[0]='skills'; app()" gate corpora/kernels/vector_add --executor cuda --stages correctness 2>&1 | tail -2 | tee -a "$LOG"
 log "refusal rc=${PIPESTATUS[0]}"
 log "done"

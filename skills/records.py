@@ -39,10 +39,10 @@ class Precondition(_Record):
     """A condition under which the optimized form is valid."""
     # contiguous / structure: what the optimization needs of the code by construction (unit-stride
     # per-thread access, values combined across threads...), checked against query code at retrieval
-    kind: Literal["divisible", "minimum", "alignment", "power_of_two", "guarded", "none_found", "contiguous",
+    kind: Literal["divisible", "minimum", "maximum", "alignment", "power_of_two", "guarded", "none_found", "contiguous",
                   "structure"]
     axis: str = ""  # the definition axis it constrains ('' for alignment of a pointer)
-    value: int = 0  # divisor, minimum, alignment bytes
+    value: int = 0  # divisor, minimum, maximum, alignment bytes
     text: str = ""  # human form, e.g. "N % 4 == 0"
     source: Literal["probe", "code_guard", "optimization"] = "probe"
     probes: list[dict[str, Any]] = Field(default_factory=list)  # workload axes tried and their verdicts

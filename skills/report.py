@@ -529,6 +529,7 @@ def _lineage_inner(view: _LineageView, by_id: dict[str, Skill], sources: dict[st
 # --------------------------------------------------------------------------- skills
 def _precondition_html(p: Precondition) -> str:
     text = p.text or {"divisible": f"{p.axis} % {p.value} == 0", "minimum": f"{p.axis} >= {p.value}",
+                      "maximum": f"{p.axis} <= {p.value}",
                       "alignment": f"pointers aligned to {p.value} B", "power_of_two": f"{p.axis} is a power of two",
                       "guarded": "guarded in code", "none_found": "none found"}.get(p.kind, p.kind)
     status = {"discovered": "pass", "guarded_in_code": "warn", "not_needed": ""}.get(p.status, "")

@@ -288,3 +288,15 @@ def test_no_sandbox_refuses_unless_trusted(tmp_path):
     assert "no sandbox" in res.stderr and "--trust" in res.stderr
     res = _cli(args + ["--trust"], _env(KS_BWRAP="none"))
     assert res.returncode == 0, res.stderr
+
+
+@needs_sandbox
+def test_tools_behind_etc_alternatives_resolve_for_the_sandbox_uid(tmp_path):
+    """On Ubuntu /usr/local/cuda -> /etc/alternatives/cuda: the unprivileged uid must traverse /etc
+    (bwrap creates bind parents 0700; nvcc then could not find its own folder and crashed on the H200)."""
+    from mining.gate.sandbox import run_limited
+
+    r = run_limited(["sh", "-c", "stat -c %a /etc && ls /etc/alternatives > /dev/null && echo traversable"],
+                    timeout_s=30)
+    assert r.ok, r.stderr
+    assert r.stdout.split() == ["755", "traversable"]

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-TOOL_VERSION = "gate-1"
+TOOL_VERSION = "gate-2"  # gate-2: bf16 compared with tolerance, guard regions, derived cases
 
 
 def content_key(*parts: Any) -> str:

@@ -21,6 +21,8 @@ STORAGE = {  # dtype -> numpy dtype of the bytes on the wire
     "int32": np.int32, "int64": np.int64, "uint32": np.uint32, "int8": np.int8, "uint8": np.uint8,
 }
 ITEMSIZE = {k: np.dtype(v).itemsize for k, v in STORAGE.items()}
+# Exact dtypes, by the definition's dtype name: bfloat16 is stored as uint16 but is a float.
+INTEGER_DTYPES = frozenset({"int32", "int64", "uint32", "int8", "uint8"})
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:
@@ -52,7 +54,14 @@ def make_inputs(definition: Definition, workload: Workload, seed: int) -> dict[s
         # Stable per-input stream: the same (seed, workload, name) always gives the same data.
         rng = np.random.default_rng([seed, workload.index, zlib.crc32(name.encode())])
         shape = shape_of(spec, workload.axes)
-        init = spec.init
+        init = workload.init.get(name, spec.init)  # a workload may override any input's distribution
+        if init is not None and init.dist == "constant":
+            value = np.full(shape, init.value, dtype=np.float64)
+            if spec.dtype == "bfloat16":
+                out[name] = bf16_round(value.astype(np.float32))
+            else:
+                out[name] = value.astype(STORAGE[spec.dtype])
+            continue
         if spec.dtype in ("float32", "float64", "float16", "bfloat16"):
             if init is not None and init.dist == "normal":
                 values = rng.normal(init.mean, init.std, size=shape)
@@ -157,7 +166,7 @@ def compare(raw: bytes, ref: np.ndarray, dtype: str, rtol: float, atol: float) -
     poison = np.all(stored.view(np.uint8).reshape(stored.shape + (-1,)) == 0xFF, axis=-1) if stored.size else np.zeros(shape, bool)
     got = values.astype(np.float64)
     want = ref.astype(np.float64)
-    if np.issubdtype(np.dtype(STORAGE[dtype]), np.integer):
+    if dtype in INTEGER_DTYPES:
         # Integers are exact; -1 written on purpose is legitimate, so only count poison where ref differs.
         bad = got != want
         unwritten = poison & bad

@@ -17,7 +17,7 @@ from typing import Optional
 from mining.gate.errors import BadInput
 from mining.gate.harness import HARNESS_HEADER
 from mining.gate.sandbox import RunResult, run_limited
-from mining.gate.static import first_error_line, nvcc_path, nvcc_version
+from mining.gate.static import environment_failure, first_error_line, nvcc_path, nvcc_version
 
 
 @dataclass
@@ -28,13 +28,25 @@ class BuildResult:
     log: str = ""
     wall_s: float = 0.0
     cached: bool = False
+    transient: bool = False  # the machine failed (missing header, compiler killed): never cached
 
 
 @dataclass
 class RunSpec:
-    """One run of a built harness: environment and a label (e.g. the CPU fiber order)."""
+    """One run of a built harness: environment, a label (e.g. the CPU fiber order), which build
+    it runs (`default`, or `asan` on the CPU) and, on the GPU, the compute-sanitizer tool."""
     label: str
     env: dict[str, str] = field(default_factory=dict)
+    build: str = "default"
+    tool: str = ""
+
+
+# Poisoned guard bytes the harness puts before and after every device buffer and checks after
+# each run (a multiple of 256, so buffers keep cudaMalloc's alignment). Off where a checker sees
+# the true bounds (the CPU's checked forward run, compute-sanitizer): there the guard would sit
+# inside the allocation and hide an out-of-bounds access from it.
+GUARD_BYTES = 16384
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 
 
 @lru_cache(maxsize=1)
@@ -86,23 +98,32 @@ class CudaExecutor:
                           readable=[HARNESS_HEADER.parent])
         if not res.ok:
             reason = "nvcc timed out" if res.timed_out else first_error_line(res.stderr, kernel)
-            return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s)
+            return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s,
+                               transient=environment_failure(res.stderr, res.timed_out, res.mem_exceeded,
+                                                             res.returncode))
         return BuildResult(True, out, log=res.stderr[-2000:], wall_s=res.wall_s)
 
     def run_specs(self, sanitize: bool) -> list[RunSpec]:
-        return [RunSpec("gpu")]
-
-    def command(self, binary: Path, manifest: Path, sanitize: bool) -> list[str]:
+        """The plain run with guard regions always; --sanitize adds one compute-sanitizer run per
+        tool (memcheck: out-of-bounds and misaligned accesses; racecheck: shared-memory hazards;
+        initcheck: reads of uninitialized device memory; synccheck: invalid barrier and warp-sync
+        masks), each without guards so the tool sees the buffers' true bounds."""
+        specs = [RunSpec("gpu", {"KS_GUARD_BYTES": str(GUARD_BYTES)})]
         if sanitize:
-            tool = shutil.which("compute-sanitizer")
-            if not tool:
+            specs += [RunSpec(tool, {"KS_GUARD_BYTES": "0"}, tool=tool) for tool in SANITIZER_TOOLS]
+        return specs
+
+    def command(self, binary: Path, manifest: Path, spec: RunSpec) -> list[str]:
+        if spec.tool:
+            exe = shutil.which("compute-sanitizer")
+            if not exe:
                 raise BadInput("--sanitize on cuda needs compute-sanitizer on PATH")
-            return [tool, "--tool", "memcheck", "--error-exitcode", "89", str(binary), str(manifest)]
+            return [exe, "--tool", spec.tool, "--error-exitcode", "89", str(binary), str(manifest)]
         return [str(binary), str(manifest)]
 
     def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,
             sanitize: bool) -> RunResult:
-        return run_limited(self.command(binary, manifest, sanitize), cwd=manifest.parent, timeout_s=timeout_s,
+        return run_limited(self.command(binary, manifest, spec), cwd=manifest.parent, timeout_s=timeout_s,
                            mem_mb=mem_mb, env=spec.env, readable=[binary], writable=[manifest.parent], gpu=True)
 
 
@@ -139,15 +160,21 @@ class CpuExecutor:
                                                readable=[HARNESS_HEADER.parent])
         if not res.ok:
             reason = first_error_line(res.stderr, kernel)
-            return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s)
+            env = environment_failure(res.stderr) or "timed out after" in res.stderr or not res.command
+            return BuildResult(False, None, reason, res.stderr[-4000:], res.wall_s, transient=env)
         return BuildResult(True, out, log=res.stderr[-2000:], wall_s=res.wall_s)
 
     def run_specs(self, sanitize: bool) -> list[RunSpec]:
+        """Forward with the race and bounds checker, reverse (checker off, so the harness's guard
+        regions catch stray writes there); --sanitize adds an AddressSanitizer build's run."""
+        specs = [RunSpec("forward", {"KS_ORDER": "forward", "KS_RACECHECK": "1", "KS_GUARD_BYTES": "0"}),
+                 RunSpec("reverse", {"KS_ORDER": "reverse", "KS_RACECHECK": "0",
+                                     "KS_GUARD_BYTES": str(GUARD_BYTES)})]
         if sanitize:
-            return [RunSpec("asan", {"KS_ORDER": "forward", "KS_RACECHECK": "0",
-                                     "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=90"})]
-        return [RunSpec("forward", {"KS_ORDER": "forward", "KS_RACECHECK": "1"}),
-                RunSpec("reverse", {"KS_ORDER": "reverse", "KS_RACECHECK": "0"})]
+            specs.append(RunSpec("asan", {"KS_ORDER": "forward", "KS_RACECHECK": "0", "KS_GUARD_BYTES": "0",
+                                          "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=90"},
+                                 build="asan"))
+        return specs
 
     def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,
             sanitize: bool) -> RunResult:

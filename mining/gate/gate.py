@@ -7,6 +7,7 @@ pass | fail | skip | error and, when not pass, a one-line `reason`.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import statistics
@@ -20,13 +21,14 @@ from typing import Any, Optional
 from corpora.problem import Problem, ProblemError, Workload, load_problem
 from mining.gate.binding import EntryBinding, bind_entry
 from mining.gate.cache import GateCache, content_key
+from mining.gate.cases import ADVERSARIAL_VERSION, REDUCE_BUDGET, adversarial_workloads, reduce_workload
 from mining.gate.data import ITEMSIZE, compare, make_inputs
 from mining.gate.errors import BadInput
 from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
 from mining.gate.reference import ReferenceRun, write_case as write_reference_case
 from mining.gate.sandbox import abort_runs, read_output, require_isolation
 from mining.gate.harness import HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_manifest
-from mining.gate.static import nvcc_path, static_stage
+from mining.gate.static import environment_failure, nvcc_path, static_stage
 
 ALL_STAGES = ("static", "correctness", "profile")
 
@@ -46,7 +48,10 @@ class GateConfig:
     mem_mb: float = 8192.0
     use_cache: bool = True
     store: Optional[Path] = None
-    cpu_skip_tags: tuple[str, ...] = ("large",)  # workloads too big for the CPU emulator
+    # workloads too big for the CPU emulator: run in a reduced form there (same inner sizes,
+    # outer axes cut; mining/gate/cases.py), or listed as skipped when no reduced form is legal
+    cpu_reduce_tags: tuple[str, ...] = ("large",)
+    adversarial: bool = True  # add the op type's value-adversarial cases (mining/gate/cases.py)
     large_seeds: int = 1  # seeds for workloads tagged "large" (their numpy reference dominates gate time)
     profile_warmup: int = 5
     profile_repeats: int = 30
@@ -117,6 +122,7 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
     result = GateResult(problem=problem.name, kernel=str(kernel_path), executor=executor_name)
     archs = config.archs or tuple(solution.archs) or ("sm_80", "sm_90")
     src_hash = hashlib.sha256(source.encode()).hexdigest()
+    inputs_hash = kernel_inputs_hash(problem, solution)
 
     with tempfile.TemporaryDirectory(prefix="ks-gate-") as tmp, ThreadPoolExecutor(max_workers=2) as pool:
         workdir = Path(tmp)
@@ -124,12 +130,14 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
         # static (nvcc) and correctness (harness build + runs) are independent: run them side by side.
         static_future = correctness_future = None
         if "static" in config.stages:
-            static_future = pool.submit(_cached, cache, config, ("static", src_hash, solution.flags, archs,
+            static_future = pool.submit(_cached, cache, config, ("static", src_hash, inputs_hash, archs,
                                                                  _static_toolchain()),
                                         lambda: _static(source, kernel_path, workdir, archs, solution.flags, config))
         if "correctness" in config.stages:
-            key = ("correctness", src_hash, problem.content_hash, solution.flags, fp, config.seeds,
-                   config.large_seeds, config.sanitize, config.cpu_skip_tags if executor_name == "cpu" else ())
+            key = ("correctness", src_hash, problem.content_hash, inputs_hash, fp,
+                   config.seeds, config.large_seeds, config.sanitize,
+                   config.cpu_reduce_tags if executor_name == "cpu" else (),
+                   ADVERSARIAL_VERSION if config.adversarial else "", REDUCE_BUDGET)
             correctness_future = pool.submit(
                 _cached, cache, config, key,
                 lambda: _correctness(problem, binding, source, kernel_path, solution.flags, solution.gpu_only,
@@ -152,7 +160,7 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
             elif result.stages.get("correctness", {}).get("status") not in (None, "pass"):
                 result.stages["profile"] = {"status": "skip", "reason": "correctness failed"}
             else:
-                key = ("profile", src_hash, problem.content_hash, solution.flags, fp,
+                key = ("profile", src_hash, problem.content_hash, inputs_hash, fp,
                        config.profile_warmup, config.profile_repeats, config.flush_bytes)
                 result.stages["profile"] = _cached(
                     cache, config, key,
@@ -160,6 +168,18 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
                                      workdir, cache, config))
     result.wall_s = time.perf_counter() - start
     return result
+
+
+def kernel_inputs_hash(problem: Problem, solution) -> str:
+    """What besides the kernel source and the problem's content (definition, workloads,
+    reference) decides a result: this kernel's solution.toml settings (entry, flags, gpu_only),
+    headers beside it that it may include, and the harness the gate generates around it."""
+    digest = hashlib.sha256(json.dumps(solution.model_dump(mode="json"), sort_keys=True).encode())
+    for path in sorted(problem.root.iterdir()):
+        if path.is_file() and path.suffix in (".h", ".cuh", ".hpp", ".inc"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(HARNESS_HEADER.read_bytes())
+    return digest.hexdigest()
 
 
 def _result(future) -> dict[str, Any]:
@@ -233,21 +253,23 @@ def _static(source: str, kernel_path: Path, workdir: Path, archs: tuple[str, ...
 
 
 def _build(executor, binding: EntryBinding, source: str, kernel_path: Path, flags: list[str], workdir: Path,
-           cache: GateCache, config: GateConfig) -> tuple[Any, Optional[Path]]:
-    """Build the harness (cached by content); returns (BuildResult, binary path)."""
-    build_dir = workdir / f"build-{executor.name}"
+           cache: GateCache, config: GateConfig, variant: str = "default") -> tuple[Any, Optional[Path]]:
+    """Build the harness (cached by content); returns (BuildResult, binary path). `variant` is
+    the run spec's build: `default`, or `asan` (the CPU executor's AddressSanitizer build)."""
+    asan = variant == "asan"
+    build_dir = workdir / f"build-{executor.name}-{variant}"
     build_dir.mkdir(exist_ok=True)
     kernel_text = executor.prepare_source(source) if hasattr(executor, "prepare_source") else source
     (build_dir / kernel_path.name).write_text(kernel_text)
     harness = build_dir / "ks_harness_main.cu"
     harness.write_text(harness_source(binding, kernel_path.name))
     key = content_key("build", executor.fingerprint(), kernel_text, harness.read_text(),
-                      HARNESS_HEADER.read_text(), flags, config.sanitize)
+                      HARNESS_HEADER.read_text(), flags, asan)
     from mining.gate.executors import BuildResult
 
     if config.use_cache and (hit := cache.get_file(key)) is not None:
         return BuildResult(True, hit, cached=True), hit
-    res = executor.build(harness, build_dir / kernel_path.name, flags, build_dir / "harness", config.sanitize,
+    res = executor.build(harness, build_dir / kernel_path.name, flags, build_dir / "harness", asan,
                          config.timeout_s)
     if res.ok and res.binary is not None and not res.binary.is_symlink() and res.binary.is_file():
         res.binary = cache.put_file(key, res.binary)  # (a symlink from the build is not followed into the cache)
@@ -260,12 +282,20 @@ def _build(executor, binding: EntryBinding, source: str, kernel_path: Path, flag
 
 
 def _workloads_for(problem: Problem, executor_name: str, config: GateConfig) -> tuple[list[Workload], list[str]]:
+    """The cases to run: the problem's workloads (on the CPU, `large` ones in a reduced form) and
+    the op type's value-adversarial cases."""
     chosen, skipped = [], []
     for w in problem.workloads:
-        if executor_name == "cpu" and set(w.tags) & set(config.cpu_skip_tags):
-            skipped.append(w.label)
+        if executor_name == "cpu" and set(w.tags) & set(config.cpu_reduce_tags):
+            reduced = reduce_workload(problem.definition, w)
+            if reduced is None:
+                skipped.append(w.label)
+            else:
+                chosen.append(reduced)
         else:
             chosen.append(w)
+    if config.adversarial:
+        chosen += adversarial_workloads(problem.definition, problem.workloads)
     return chosen, skipped
 
 
@@ -279,8 +309,8 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
                     "run with --executor cuda"}
     workloads, skipped = _workloads_for(problem, executor.name, config)
     if not workloads:
-        return {"status": "unsupported", "reason": "every workload is tagged for GPU only "
-                f"({', '.join(config.cpu_skip_tags)}); run with --executor cuda"}
+        return {"status": "unsupported", "reason": "no workload has a form the cpu executor can run "
+                f"(tagged {', '.join(config.cpu_reduce_tags)}, no legal reduced form); run with --executor cuda"}
     data_dir = workdir / "data"
     data_dir.mkdir(exist_ok=True)
     ref_dir = workdir / "reference"
@@ -290,7 +320,9 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
     references: dict[int, dict[str, Any]] = {}
     ref_cases = []
     for w in workloads:
-        seeds = config.seeds[:config.large_seeds] if "large" in w.tags else config.seeds
+        # large workloads (their numpy reference dominates) and derived cases: fewer seeds
+        few = "large" in w.tags or "adversarial" in w.tags
+        seeds = config.seeds[:config.large_seeds] if few else config.seeds
         for seed in seeds:
             cid = len(cases)
             inputs = make_inputs(problem.definition, w, seed)
@@ -307,11 +339,17 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
     # the reference runs in its own sandboxed process while the harness builds
     ref_run = ReferenceRun(problem.definition, problem.reference_source, str(problem.root / "definition.json"),
                            ref_dir, ref_cases, config.timeout_s, config.mem_mb) if ref_cases else None
-    build, binary = _build(executor, binding, source, kernel_path, flags, workdir, cache, config)
-    if not build.ok:
-        if ref_run is not None:
-            ref_run.cancel()
-        return {"status": "fail", "reason": f"build failed: {build.reason}", "build_log": build.log}
+    specs = executor.run_specs(config.sanitize)
+    builds: dict[str, tuple[Any, Optional[Path]]] = {}
+    for variant in dict.fromkeys(spec.build for spec in specs):
+        builds[variant] = _build(executor, binding, source, kernel_path, flags, workdir, cache, config, variant)
+        build = builds[variant][0]
+        if not build.ok:
+            if ref_run is not None:
+                ref_run.cancel()
+            return {"status": "fail", "reason": f"build failed: {build.reason}", "build_log": build.log,
+                    **({"transient": True} if build.transient else {})}
+    build = builds["default"][0]
     if ref_run is not None:
         computed = ref_run.result()
         for c in ref_run.cases:
@@ -320,7 +358,8 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
 
     runs = []
     status, reason, transient = "pass", "", False
-    for spec in executor.run_specs(config.sanitize):
+    for spec in specs:
+        binary = builds[spec.build][1]
         res = executor.run(binary, manifest, spec, config.timeout_s, config.mem_mb, config.sanitize)
         parsed = parse_harness_stdout(res.stdout)
         run_summary: dict[str, Any] = {"run": spec.label, "wall_s": round(res.wall_s, 4), "cases": []}
@@ -366,7 +405,7 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
                 status = "fail"
                 where = f"{failed_at['workload']} seed {failed_at['seed']}: " if failed_at else ""
                 reason = f"{spec.label} run, {where}{why}"
-            transient = transient or res.timed_out or res.mem_exceeded
+            transient = transient or environment_failure(res.stderr, res.timed_out, res.mem_exceeded, res.returncode)
         runs.append(run_summary)
         if status == "fail":
             break  # one failing order is enough evidence; skip the others
@@ -377,7 +416,8 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
                            "build_cached": build.cached}
     if skipped:
         out["skipped_workloads"] = skipped
-        out["note"] = f"skipped on the cpu executor (tagged {', '.join(config.cpu_skip_tags)}): {', '.join(skipped)}"
+        out["note"] = (f"skipped on the cpu executor (tagged {', '.join(config.cpu_reduce_tags)}, no reduced form "
+                       f"satisfies the constraints): {', '.join(skipped)}")
     if reason:
         out["reason"] = reason
     if transient:
@@ -386,7 +426,7 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
 
 
 def _reference_folder(cache: GateCache, problem: Problem, w: Workload, seed: int) -> Path:
-    key = content_key("reference", problem.content_hash, w.index, seed)
+    key = content_key("reference", problem.content_hash, w.identity(), seed)
     return cache.root / "refs" / key[:2] / key
 
 

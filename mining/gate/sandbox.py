@@ -135,6 +135,9 @@ def _system_binds() -> list[str]:
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
+    # bwrap makes the parents of bind targets 0700; the unprivileged uid must traverse /etc (on Ubuntu
+    # /usr/local/cuda -> /etc/alternatives/cuda, and nvcc crashes when it cannot resolve its own folder)
+    args += ["--perms", "0755", "--dir", "/etc"]
     for f in _ETC_FILES:
         args += ["--ro-bind-try", f, f]
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]

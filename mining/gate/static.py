@@ -131,6 +131,24 @@ def compile_diagnostics(stderr: str, kernel_name: str) -> list[dict[str, Any]]:
     return diags
 
 
+# Failures of the machine, not of the kernel: a missing header or library, a compiler that crashed
+# or was killed, a full disk, no usable GPU. Their results are never cached (issue 22): the fix is
+# to the environment, and the kernel's verdict must be recomputed once it is made.
+_ENVIRONMENT = re.compile(
+    r"fatal error: [^\n]*: No such file or directory|No such file or directory[^\n]*#include|"
+    r"cannot open source file|cannot find -l|error while loading shared libraries|"
+    r"internal compiler error|Killed signal terminated program|g\+\+: fatal error: Killed|"
+    r"No space left on device|Could not open output file|"
+    r"KS_ERROR harness|no CUDA-capable device|CUDA driver version is insufficient|"
+    r"busy or unavailable|cudaMalloc: out of memory|initialization error")
+
+
+def environment_failure(stderr: str, timed_out: bool = False, mem_exceeded: bool = False,
+                        returncode: Optional[int] = None) -> bool:
+    """Did a build or run fail because of the machine (not a fact about the kernel)?"""
+    return timed_out or mem_exceeded or returncode == 127 or bool(_ENVIRONMENT.search(stderr or ""))
+
+
 def first_error_line(stderr: str, kernel_path: Path) -> str:
     """One line naming the kernel file and line for an nvcc/g++ failure."""
     for d in compile_diagnostics(stderr, kernel_path.name):
@@ -152,7 +170,8 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
     res = run_limited(cmd, cwd=workdir, timeout_s=timeout_s, mem_mb=8192, writable=[workdir])
     if not res.ok:
         reason = "nvcc timed out" if res.timed_out else first_error_line(res.stderr, src)
-        return {"arch": arch, "ok": False, "reason": reason, "log": res.stderr[-4000:]}
+        return {"arch": arch, "ok": False, "reason": reason, "log": res.stderr[-4000:],
+                "environment": environment_failure(res.stderr, res.timed_out, res.mem_exceeded, res.returncode)}
     kernels = parse_ptxas(res.stderr)
     sass: dict[str, Counter] = {}
     tool = cuobjdump_path()
@@ -191,6 +210,8 @@ def static_stage(src: Path, workdir: Path, archs: tuple[str, ...], flags: list[s
                               "archs": {r["arch"]: r for r in per_arch}}
     if failed:
         result["reason"] = failed[0]["reason"]
+        if any(r.get("environment") for r in failed):
+            result["transient"] = True  # a toolchain/environment failure is not cached
     else:
         spills = [(a, k) for a, r in result["archs"].items() for k, s in r["kernels"].items()
                   if s["spill_stores"] or s["spill_loads"]]

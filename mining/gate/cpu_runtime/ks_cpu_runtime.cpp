@@ -126,17 +126,24 @@ struct SCold {
     uint32_t w_pc, r_pc, a_pc;
     uint16_t a_tid, w_ws, a_ws;
     uint8_t a_warp, pad;
+    uint32_t o_pc;     // the reader before the last distinct one (named in race reports)
+    uint16_t o_tid, o_ws;
 };
-static_assert(sizeof(SCell) == 16 && sizeof(SCold) == 20, "shadow cell layout");
+static_assert(sizeof(SCell) == 16 && sizeof(SCold) == 28, "shadow cell layout");
 enum : uint8_t { S_SUB = 1, S_RMULTI = 2, S_ATOM = 4 };
 
-// Shadow of one 4-byte word (or byte) of a device buffer.
+// Shadow of one 4-byte word (or byte) of a device buffer. Within a block it tracks the last
+// writer and the last two distinct readers of the barrier interval with the warp-collective count
+// (`ws`) at their access, so lanes of one warp are ordered only by a collective between them,
+// exactly as in shared memory; the pcs name both sites in a race report.
 struct GCell {
     uint32_t launch;
     uint32_t block;   // first block that touched the word in this launch
-    uint32_t pc;
+    uint32_t pc;      // last access (cross-block reports)
+    uint32_t w_pc, r_pc, o_pc;
     uint16_t epoch;
-    uint16_t w_tid, r_tid;
+    uint16_t w_tid, r_tid, o_tid;
+    uint16_t w_ws, r_ws, o_ws;
     uint8_t flags, r_warp;
 };
 enum : uint8_t { G_W = 1, G_R = 2, G_A = 4, G_MB = 8, G_SUB = 16, G_RMULTI = 32 };
@@ -1315,6 +1322,7 @@ __attribute__((always_inline)) inline void shared_apply(Worker* W, Fiber* f, SCe
         c->epoch = W->epoch;
         c->w_tid = c->r_tid = kNone;
         c->flags &= (uint8_t)S_SUB;
+        k->o_tid = kNone;
     }
     auto unordered = [&](uint16_t other, uint16_t other_ws) {
         return other != tid && ((unsigned)(other >> 5) != warp || other_ws == ws);
@@ -1324,12 +1332,24 @@ __attribute__((always_inline)) inline void shared_apply(Worker* W, Fiber* f, SCe
         if (c->flags & S_RMULTI) return c->r_warp != warp || c->r_ws == ws;
         return unordered(c->r_tid, c->r_ws);
     };
+    // a reader this access conflicts with, by name when one of the last two is; else "another thread"
+    auto conflicting_reader = [&](uint32_t* rpc) -> uint16_t {
+        if (unordered(c->r_tid, c->r_ws)) { *rpc = k->r_pc; return c->r_tid; }
+        if ((c->flags & S_RMULTI) && k->o_tid != kNone && unordered(k->o_tid, k->o_ws)) { *rpc = k->o_pc; return k->o_tid; }
+        *rpc = k->r_pc;
+        return kMulti;
+    };
+    auto reader_race = [&]() {
+        uint32_t rpc = 0;
+        uint16_t who = conflicting_reader(&rpc);
+        shared_race(W, f, off, kind, pc, who, rpc, "read");
+    };
     // atomics by other threads conflict with plain accesses unless they are all by this warp and a
     // warp collective completed since the last of them
     bool atomics_by_others = (c->flags & S_ATOM) && k->a_tid != tid && (k->a_warp != warp || k->a_ws == ws);
     if (kind == K_WR) {
         if (c->w_tid != kNone && unordered(c->w_tid, k->w_ws)) shared_race(W, f, off, kind, pc, c->w_tid, k->w_pc, "wrote");
-        if (readers_conflict()) shared_race(W, f, off, kind, pc, c->r_tid, k->r_pc, "read");
+        if (readers_conflict()) reader_race();
         if (atomics_by_others) shared_race(W, f, off, kind, pc, k->a_tid, k->a_pc, "atomically updated");
         c->w_tid = tid;
         k->w_ws = ws;
@@ -1343,16 +1363,20 @@ __attribute__((always_inline)) inline void shared_apply(Worker* W, Fiber* f, SCe
             c->r_tid = tid;
             c->r_warp = (uint8_t)warp;
             c->flags &= (uint8_t)~S_RMULTI;
+            k->o_tid = kNone;
         } else if (c->r_tid != tid) {
             c->flags |= S_RMULTI;
             if (c->r_warp != warp) c->r_warp = kMixed;
+            k->o_tid = c->r_tid;
+            k->o_ws = c->r_ws;
+            k->o_pc = k->r_pc;
             c->r_tid = tid;
         }
         c->r_ws = ws;
         k->r_pc = (uint32_t)pc;
     } else {  // atomic
         if (c->w_tid != kNone && unordered(c->w_tid, k->w_ws)) shared_race(W, f, off, kind, pc, c->w_tid, k->w_pc, "wrote");
-        if (readers_conflict()) shared_race(W, f, off, kind, pc, c->r_tid, k->r_pc, "read");
+        if (readers_conflict()) reader_race();
         if (!(c->flags & S_ATOM) || (k->a_warp == warp && k->a_ws != ws)) {
             c->flags |= S_ATOM;
             k->a_tid = tid;
@@ -1408,14 +1432,19 @@ __attribute__((always_inline)) inline void shared_access(Worker* W, Fiber* f, si
 
 // ---- global memory races --------------------------------------------------------------------
 [[noreturn]] __attribute__((noinline)) void global_race(Worker* W, Fiber* f, Alloc* A, uintptr_t a, int kind,
-                                                         uintptr_t pc, const GCell* c, const char* other_what) {
+                                                         uintptr_t pc, uint16_t other, uint32_t other_pc,
+                                                         const char* other_what) {
     claim_failure();
-    uint16_t other = c->w_tid != kNone && strcmp(other_what, "wrote") == 0 ? c->w_tid : c->r_tid;
-    emit("race", fmt("%s: global memory race in block %s of kernel %s: thread %s %s byte %zu of %s; thread %s %s it "
-                     "at %s in the same barrier interval (no __syncthreads between the accesses)",
-                     where(pc).c_str(), coords(W->bidx).c_str(), g_L.info.kernel, coords(f->tid).c_str(),
-                     kind_verb(kind), (size_t)(a - A->base), alloc_desc(A).c_str(),
-                     coords(tid_coords(other == kNone ? 0 : other)).c_str(), other_what, where(c->pc).c_str()));
+    bool same_warp = other != kMulti && (other >> 5) == f->warp;
+    std::string here = where(pc), there = where(other_pc);
+    std::string other_who = other == kMulti ? std::string("another thread") : "thread " + coords(tid_coords(other));
+    emit("race", fmt("%s: global memory race in block %s of kernel %s: thread %s %s byte %zu of %s; %s %s it "
+                     "at %s in the same barrier interval (%s)",
+                     here.c_str(), coords(W->bidx).c_str(), g_L.info.kernel, coords(f->tid).c_str(),
+                     kind_verb(kind), (size_t)(a - A->base), alloc_desc(A).c_str(), other_who.c_str(), other_what,
+                     there.c_str(),
+                     same_warp ? "same warp: no __syncthreads, __syncwarp or warp collective between the accesses"
+                               : "no __syncthreads between the accesses"));
 }
 
 __attribute__((noinline)) void cross_race(Worker* W, Fiber* f, Alloc* A, uintptr_t a, int kind, uintptr_t pc,
@@ -1436,15 +1465,18 @@ __attribute__((always_inline)) inline void global_apply(Worker* W, Fiber* f, All
     uint16_t tid = f->linear;
     unsigned warp = f->warp;
     uint16_t ep = (uint16_t)W->epoch;
+    uint16_t ws = (uint16_t)W->warps[warp].ws;
     uint8_t kf = kind == K_WR ? G_W : kind == K_RD ? G_R : G_A;
     if (c->launch != L) {
         c->launch = L;
         c->block = b;
-        c->pc = (uint32_t)pc;
+        c->pc = c->w_pc = c->r_pc = (uint32_t)pc;
         c->epoch = ep;
         c->flags = kf;
         c->w_tid = kind == K_WR ? tid : kNone;
         c->r_tid = kind == K_RD ? tid : kNone;
+        c->o_tid = kNone;
+        c->w_ws = c->r_ws = ws;
         c->r_warp = (uint8_t)warp;
         return;
     }
@@ -1459,28 +1491,44 @@ __attribute__((always_inline)) inline void global_apply(Worker* W, Fiber* f, All
     if (kind == K_AT) return;
     if (c->epoch != ep) {
         c->epoch = ep;
-        c->w_tid = c->r_tid = kNone;
+        c->w_tid = c->r_tid = c->o_tid = kNone;
         c->flags &= (uint8_t)~G_RMULTI;
     }
-    auto other_warp = [&](uint16_t o) { return o != kNone && o != tid && (unsigned)(o >> 5) != warp; };
+    // Another thread's access is unordered with this one unless a warp collective of this warp
+    // completed between them (lanes of one warp) — across warps only a barrier orders them.
+    auto unordered = [&](uint16_t o, uint16_t o_ws) {
+        return o != kNone && o != tid && ((unsigned)(o >> 5) != warp || o_ws == ws);
+    };
+    if (unordered(c->w_tid, c->w_ws)) global_race(W, f, A, a, kind, pc, c->w_tid, c->w_pc, "wrote");
     if (kind == K_WR) {
-        if (other_warp(c->w_tid)) global_race(W, f, A, a, kind, pc, c, "wrote");
-        bool rc = (c->flags & G_RMULTI) ? c->r_warp != warp : other_warp(c->r_tid);
-        if (c->r_tid != kNone && rc) global_race(W, f, A, a, kind, pc, c, "read");
+        bool rc = (c->flags & G_RMULTI) ? (c->r_warp != warp || c->r_ws == ws) : unordered(c->r_tid, c->r_ws);
+        if (c->r_tid != kNone && rc) {
+            if (unordered(c->r_tid, c->r_ws)) global_race(W, f, A, a, kind, pc, c->r_tid, c->r_pc, "read");
+            if (unordered(c->o_tid, c->o_ws)) global_race(W, f, A, a, kind, pc, c->o_tid, c->o_pc, "read");
+            global_race(W, f, A, a, kind, pc, kMulti, c->r_pc, "read");
+        }
         c->w_tid = tid;
-        c->r_tid = kNone;
+        c->w_ws = ws;
+        c->w_pc = (uint32_t)pc;
+        c->r_tid = c->o_tid = kNone;
         c->flags &= (uint8_t)~G_RMULTI;
         c->pc = (uint32_t)pc;
     } else {
-        if (other_warp(c->w_tid)) global_race(W, f, A, a, kind, pc, c, "wrote");
-        if (c->r_tid == kNone) {
+        if (c->r_tid == kNone || (c->r_warp == warp && c->r_ws != ws)) {
             c->r_tid = tid;
             c->r_warp = (uint8_t)warp;
+            c->o_tid = kNone;
+            c->flags &= (uint8_t)~G_RMULTI;
         } else if (c->r_tid != tid) {
             c->flags |= G_RMULTI;
             if (c->r_warp != warp) c->r_warp = kMixed;
+            c->o_tid = c->r_tid;
+            c->o_ws = c->r_ws;
+            c->o_pc = c->r_pc;
             c->r_tid = tid;
         }
+        c->r_ws = ws;
+        c->r_pc = (uint32_t)pc;
         if (c->w_tid == kNone) c->pc = (uint32_t)pc;
     }
 }

@@ -30,10 +30,61 @@ inline void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess) fail_cuda(e, what);
 }
 
+// Guard regions: KS_GUARD_BYTES (rounded up to 256, so buffers keep cudaMalloc's alignment) of
+// poison before and after every device buffer, checked after each correctness run: a kernel that
+// writes past either end of a buffer fails even where the hardware does not fault (a write one
+// element past a cudaMalloc buffer lands in the allocator's slack). Off (0) where a checker sees
+// the true bounds: the CPU executor's checked run and compute-sanitizer.
+constexpr unsigned char kGuardByte = 0xA5;
+
+inline size_t guard_bytes() {
+    static const size_t g = [] {
+        const char* v = std::getenv("KS_GUARD_BYTES");
+        long long n = v ? std::atoll(v) : 0;
+        return n > 0 ? (size_t)((n + 255) / 256 * 256) : (size_t)0;
+    }();
+    return g;
+}
+
 struct Buffer {
     std::string path;
     size_t bytes = 0;
     void* dev = nullptr;
+    void* raw = nullptr;  // the allocation: guard, buffer, guard
+
+    void* alloc() {
+        size_t g = guard_bytes();
+        check(cudaMalloc(&raw, bytes + 2 * g ? bytes + 2 * g : 1), "cudaMalloc");
+        if (g) {
+            check(cudaMemset(raw, kGuardByte, g), "cudaMemset guard");
+            check(cudaMemset((char*)raw + g + bytes, kGuardByte, g), "cudaMemset guard");
+        }
+        dev = (char*)raw + g;
+        return dev;
+    }
+    // "" when both guards are intact, else what was overwritten.
+    std::string guard_damage() const {
+        size_t g = guard_bytes();
+        if (!g || !raw) return "";
+        std::vector<unsigned char> host(g);
+        const char* side[2] = {"before the start", "after the end"};
+        for (int s = 0; s < 2; ++s) {
+            const char* at = s == 0 ? (const char*)raw : (const char*)raw + g + bytes;
+            check(cudaMemcpy(host.data(), at, g, cudaMemcpyDeviceToHost), "cudaMemcpy guard");
+            size_t first = g, last = 0, n = 0;
+            for (size_t i = 0; i < g; ++i)
+                if (host[i] != kGuardByte) { first = first < i ? first : i; last = i; ++n; }
+            if (n) {
+                // distance from the buffer's edge, in bytes
+                size_t near = s == 0 ? g - last : first + 1, far = s == 0 ? g - first : last + 1;
+                char msg[256];
+                std::snprintf(msg, sizeof msg, "%zu guard bytes %s changed (%zu to %zu bytes %s; buffer of %zu bytes)",
+                              n, side[s], near, far, s == 0 ? "before it" : "past it", bytes);
+                return msg;
+            }
+        }
+        return "";
+    }
 };
 
 struct Case {
@@ -52,15 +103,24 @@ struct Case {
             std::fprintf(stderr, "KS_ERROR harness cannot read %s\n", b.path.c_str());
             std::exit(88);
         }
-        check(cudaMalloc(&b.dev, b.bytes ? b.bytes : 1), "cudaMalloc");
+        b.alloc();
         check(cudaMemcpy(b.dev, host.data(), b.bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
         return b.dev;
     }
     template <class T> T* input(const char* name) { return (T*)load(ins.at(name)); }
-    template <class T> T* output(const char* name) {
-        Buffer& b = outs.at(name);
-        check(cudaMalloc(&b.dev, b.bytes ? b.bytes : 1), "cudaMalloc");
-        return (T*)b.dev;
+    template <class T> T* output(const char* name) { return (T*)outs.at(name).alloc(); }
+    // Fails the case (exit 91) when the entry wrote into a guard region of any buffer.
+    void check_guards() const {
+        for (const auto* m : {&ins, &outs})
+            for (const auto& kv : *m) {
+                std::string damage = kv.second.guard_damage();
+                if (!damage.empty()) {
+                    std::fprintf(stderr, "KS_ERROR guard %s '%s': %s: the kernel wrote outside the buffer\n",
+                                 m == &ins ? "input" : "output", kv.first.c_str(), damage.c_str());
+                    std::fflush(stderr);
+                    std::exit(91);
+                }
+            }
     }
     // Outputs are poisoned (all bits set: NaN for floats, -1 for ints) so unwritten elements show.
     void poison_outputs() {
@@ -76,7 +136,10 @@ struct Case {
     }
     void release() {
         for (auto* m : {&ins, &outs})
-            for (auto& kv : *m) { if (kv.second.dev) cudaFree(kv.second.dev); kv.second.dev = nullptr; }
+            for (auto& kv : *m) {
+                if (kv.second.raw) cudaFree(kv.second.raw);
+                kv.second.dev = kv.second.raw = nullptr;
+            }
     }
 };
 
@@ -125,6 +188,7 @@ inline void run_case(const Manifest& m, Case& c, const std::function<void()>& ca
     sync_and_check("before entry");
     call();
     sync_and_check("entry");
+    c.check_guards();
     c.write_outputs();
     std::printf("case %d ok\n", c.id);
     std::fflush(stdout);
