@@ -76,6 +76,39 @@ def house_skill_ids(executor: str, house_store: Path, jobs: int, pool=None, log=
         return {s.skill_id: s.key for s in KernelStore(st).skills(kind="kernel")}
 
 
+def dump_house(house_store: Path, out: Path, executor: str = "cpu") -> dict[str, Any]:
+    """The house store's skill ids and the problems mined into it, read from a copy of its duckdb
+    file (so a house store still being mined by another process can be read)."""
+    import tempfile
+
+    from skills.kernel_store import KernelStore
+    from skills.store import Store
+
+    src = Path(house_store) / "store.duckdb"
+    if not src.is_file():
+        raise SystemExit(f"error: {house_store}: no house store")
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copyfile(src, Path(tmp) / "store.duckdb")
+        with Store(tmp, read_only=True) as st:
+            ks = KernelStore(st)
+            problems = sorted({lin.problem for lin in ks.lineages() if lin.executor == executor})
+            skills = {s.skill_id: s.key for s in ks.skills(kind="kernel")}
+    house_all = sorted(d.name for d in HOUSE_CORPUS.iterdir() if (d / "definition.json").is_file())
+    info = {"store": str(house_store), "executor": executor, "problems": problems,
+            "complete": not (set(house_all) - set(problems) - {"vector_add", "tiled_matmul", "hgemm_wmma"}),
+            "skills": skills}
+    Path(out).write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def load_house(path: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """{skill_id: key} and what the file says about the house store (a --dump-house file or a plain map)."""
+    data = json.loads(Path(path).read_text())
+    if isinstance(data.get("skills"), dict):
+        return data["skills"], {k: v for k, v in data.items() if k != "skills"}
+    return data, {}
+
+
 # --------------------------------------------------------------------------- one expert
 def walk_steps(lineage) -> list[dict[str, Any]]:
     return [{"index": s.index, "operator": s.operator, "carrier": s.carrier, "line": s.site_line,
@@ -136,7 +169,9 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
                extra_steps=len(extras), extra_step_list=extras, walk_steps=len(walk), walk=walk,
                termination=lin.termination, rejections=len(lin.rejections),
                end_point_ok=bool(recheck.passed), end_point_reason=recheck.reason,
-               wall_s=round(time.perf_counter() - t0, 1), mine_wall_s=round(mine_wall, 1), cached=out.cached,
+               # a cached lineage costs nothing now: its wall time is the walk's when it was mined, plus this run's
+               wall_s=round(time.perf_counter() - t0 + (lin.wall_s if out.cached else 0.0), 1),
+               mine_wall_s=round(lin.wall_s if out.cached else mine_wall, 1), cached=out.cached,
                skill_ids=ids,
                steps=verdicts, static=static, carriers_removed=out.removed_carriers,
                carriers_not_detected=out.undetected_carriers)
@@ -219,7 +254,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
         time_limit_s: Optional[float], probe: bool, arch: str, materialized: Optional[Path],
         house_skills: Optional[Path], log=print, no_house: bool = False,
         real_root: Optional[Path] = None, gpu_only: bool = False, strategy: Optional[str] = None,
-        timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        timeout_s: float = 120.0, progress=None) -> list[dict[str, Any]]:
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
@@ -260,8 +295,10 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
                     f"end {'ok' if row['end_point_ok'] else 'FAIL'}; {len(row['skill_ids'])} skills; {row['wall_s']} s")
             else:
                 log(f"[bench_lineage]   not run: {row['reason']}")
+            if progress is not None:
+                progress(rows)
         if house_skills is not None:
-            house = json.loads(Path(house_skills).read_text())
+            house = load_house(house_skills)[0]
         elif no_house:
             house = None
         else:
@@ -293,8 +330,6 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     """Materialize experts into DEST (for a machine without the sources or network) and write
     DEST/house_skills.json from the house store (skill identity does not depend on the executor)."""
     from corpora.real import list_experts, materialize
-    from skills.kernel_store import KernelStore
-    from skills.store import Store
 
     if not (Path(house_store) / "store.duckdb").is_file():
         raise SystemExit(f"error: {house_store}: no house store (run a CPU bench_lineage first, or pass --house-store)")
@@ -303,10 +338,8 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     for e in experts:
         materialize(e, store.resolve() / "sources", dest / e.source / e.problem)
         log(f"[bench_lineage] prepared {dest / e.source / e.problem}")
-    with Store(house_store, read_only=True) as st:
-        ids = {s.skill_id: s.key for s in KernelStore(st).skills(kind="kernel")}
-    (dest / "house_skills.json").write_text(json.dumps(ids, indent=1))
-    log(f"[bench_lineage] {len(ids)} house skills -> {dest / 'house_skills.json'}")
+    info = dump_house(house_store, dest / "house_skills.json")
+    log(f"[bench_lineage] {len(info['skills'])} house skills -> {dest / 'house_skills.json'}")
 
 
 def _n(x) -> str:
@@ -364,6 +397,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--arch", default="sm_90", help="static-stage target the judge reads")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (e.g. eval/results/bench_lineage_cpu.json)")
     ap.add_argument("--merge", type=Path, default=None, help="start from this result; replace only the experts run now")
+    ap.add_argument("--dump-house", type=Path, default=None,
+                    help="write the house store's skill ids and mined problems to this JSON (for --house-skills), exit")
     ap.add_argument("--combine", type=Path, nargs="+", default=None,
                     help="combine result files (a later file's expert replaces an earlier one's), write --out, exit")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
@@ -380,23 +415,38 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.prepare:
         prepare(only, store, args.house_store or ROOT / ".skills-house-cpu", args.prepare, args.gpu_only, log=log)
         return 0
+    if args.dump_house:
+        info = dump_house(house_store, args.dump_house, executor)
+        log(f"[bench_lineage] house: {len(info['skills'])} skills from {', '.join(info['problems'])}"
+            f"{'' if info['complete'] else ' (partial)'} -> {args.dump_house}")
+        return 0
     if args.combine:
         _finish(combine(args.combine), args)
         return 0
     if args.rescore:
         res = json.loads(args.rescore.read_text())
-        house = (json.loads(args.house_skills.read_text()) if args.house_skills
-                 else house_skill_ids(res.get("executor", executor), house_store, args.jobs, None, log))
+        if args.house_skills:
+            house, about = load_house(args.house_skills)
+        else:
+            house, about = house_skill_ids(res.get("executor", executor), house_store, args.jobs, None, log), {}
         score_skills(res["experts"], house)
         res["by_source"], res["totals"] = aggregate(res["experts"])
-        res["house_skills"] = len(house)
+        res["house"] = {**about, "skills": len(house)}
         _finish(res, args)
         return 0
     res: dict[str, Any] = stamp(executor, argv)
     res["strategy"] = args.strategy or ("smallest_effect" if executor == "cuda" else "priority")
+    def partial(rows_so_far: list[dict[str, Any]]) -> None:
+        # a long run on a loaded machine: what is done so far survives an interruption
+        if args.out:
+            part = {**res, "partial": True, "experts": rows_so_far}
+            part["by_source"], part["totals"] = aggregate(rows_so_far)
+            _write(args.out, part)
+
     rows = run(executor, only, store, house_store, args.jobs, args.max_steps, args.time_limit, args.probe,
                args.arch, args.materialized, args.house_skills, log, no_house=args.no_house,
-               real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy, timeout_s=args.timeout)
+               real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy, timeout_s=args.timeout,
+               progress=partial)
     if args.merge and args.merge.is_file():
         old = json.loads(args.merge.read_text())
         now = {(r["source"], r["problem"]) for r in rows}
@@ -429,12 +479,16 @@ def combine(paths: list[Path]) -> dict[str, Any]:
     return res
 
 
+def _write(out: Path, res: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=1) + "\n")
+    os.replace(tmp, out)
+
+
 def _finish(res: dict[str, Any], args) -> None:
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=1) + "\n")
-        os.replace(tmp, args.out)
+        _write(args.out, res)
     if args.json:
         print(json.dumps(res, indent=1))
     else:

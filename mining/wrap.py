@@ -79,8 +79,15 @@ def read_kernelbench(path: Path, timeout_s: float = 120.0) -> dict[str, Any]:
     """The problem's inputs/outputs/state/constants, from a child process (the file is untrusted)."""
     if not path.is_file():
         raise WrapError(f"{path}: no such file")
-    res = run_limited([sys.executable, "-I", str(PROBE), str(path.resolve())], cwd=path.resolve().parent,
-                      timeout_s=timeout_s, mem_mb=8192)
+    # the sandbox may run the child as another user: it reads a copy in a folder of its own
+    with tempfile.TemporaryDirectory(prefix="ks-kernelbench-") as tmp:
+        work = Path(tmp)
+        os.chmod(work, 0o755)
+        copy = work / path.name
+        shutil.copyfile(path, copy)
+        os.chmod(copy, 0o644)
+        res = run_limited([sys.executable, "-I", str(PROBE), str(copy)], cwd=work, timeout_s=timeout_s,
+                          mem_mb=8192, readable=[work, PROBE])
     if res.timed_out:
         raise WrapError(f"{path}: evaluating Model / get_inputs took longer than {timeout_s:.0f}s")
     if res.mem_exceeded:
