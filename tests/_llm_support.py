@@ -11,6 +11,8 @@ import pytest
 
 from eval.local_llm import missing, start, stop
 
+TEST_N_CTX = 1024
+
 
 @pytest.fixture(scope="session")
 def llm_server(tmp_path_factory):
@@ -18,7 +20,9 @@ def llm_server(tmp_path_factory):
     why = missing()
     if why:
         pytest.skip(why)
-    proc, server = start(tmp_path_factory.mktemp("llm_server") / "server.log")
+    # a 1024-token window: every path's prompt is cut to fit it (the cut is part of what is tested), and
+    # prompt evaluation, which dominates the tests' time on 2 cores, stays about half of 2048's
+    proc, server = start(tmp_path_factory.mktemp("llm_server") / "server.log", n_ctx=TEST_N_CTX)
     try:
         yield server
     finally:
