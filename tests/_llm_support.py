@@ -11,7 +11,7 @@ import pytest
 
 from eval.local_llm import missing, start, stop
 
-TEST_N_CTX = 1024
+TEST_N_CTX = 2048
 
 
 @pytest.fixture(scope="session")
@@ -20,8 +20,8 @@ def llm_server(tmp_path_factory):
     why = missing()
     if why:
         pytest.skip(why)
-    # a 1024-token window: every path's prompt is cut to fit it (the cut is part of what is tested), and
-    # prompt evaluation, which dominates the tests' time on 2 cores, stays about half of 2048's
+    # the paths' real prompts (~1,000-1,900 tokens) fit 2048 after their cuttable sections are cut; a
+    # 1024-token window left mine/optimize nothing to send (measured), so the window stays at 2048
     proc, server = start(tmp_path_factory.mktemp("llm_server") / "server.log", n_ctx=TEST_N_CTX)
     try:
         yield server

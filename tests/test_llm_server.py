@@ -3,7 +3,7 @@ SmolLM2-135M-Instruct on loopback (tests/_llm_support.py, started once per sessi
 through litellm exactly as a user's `--model openai/<name>` with `SKILLS_LLM_API_BASE` would.
 
 The model is tiny: its CUDA is poor and most answers do not follow the format. What is tested is
-the path: the prompt sized against the server's small (1024-token) window, the answer parsed or rejected
+the path: the prompt sized against the server's 2048-token window, the answer parsed or rejected
 with a recorded reason, a parsed answer judged by the gate, and the server's usage in the
 lineage / attempt log. Answers are capped at 96 tokens so the whole file takes seconds per test.
 """
