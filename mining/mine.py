@@ -497,7 +497,6 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                 "listed_carriers": listed, "naive_ms": naive_ms, "cost_ceiling_ms": max_cost,
                 "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures],
                 "llm_usage": {k: round(v, 6) if isinstance(v, float) else v for k, v in llm_usage.items()}})
-    existing_ids = {s.skill_id for s in ks.skills()} if store.exists() else set()
     gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
                  for h, d in checker.results.items()]
     problem_info = {"definition": problem.definition.model_dump(mode="json")}
