@@ -42,6 +42,7 @@ from typing import Any, Optional
 SERVE_FILE = "serve.json"
 API_VERSION = 1
 MAX_BODY = 1 << 20
+DRAIN_BODY = 8 << 20  # a body up to this size is read and dropped before the 413; a larger one is cut off
 MAX_CODE = 128 << 10  # the largest corpus kernel is under 20 KB; matching time grows with the code
 MAX_K = 100
 WORKERS = int(os.environ.get("SKILLS_SERVE_WORKERS", "8"))
@@ -234,7 +235,15 @@ def _handler(state: _State, server_ref: dict):
                 self._error(400, "bad_input", "bad Content-Length")
                 return None
             if n > MAX_BODY:
+                if n <= DRAIN_BODY:  # read and drop it, so the client is not cut off mid-send and sees the 413
+                    left = n
+                    while left > 0:
+                        chunk = self.rfile.read(min(left, 1 << 16))
+                        if not chunk:
+                            break
+                        left -= len(chunk)
                 self._error(413, "bad_input", f"request body over {MAX_BODY} bytes")
+                self.close_connection = True
                 return None
             raw = self.rfile.read(n) if n else b"{}"
             try:

@@ -106,6 +106,6 @@ def test_cli_fetch(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["targets"] == ["Kite", "Lark", "Wren"]
     r = runner.invoke(app, ["corpora", "fetch", "gcc", "--dest", str(tmp_path / "d")])
-    assert r.exit_code == 2 and "unknown corpus" in r.stderr
+    assert r.exit_code == 2 and "unknown source 'gcc'" in r.stderr and "sources.toml" in r.stderr
     r = runner.invoke(app, ["corpora", "fetch", "llvm", "--source", str(tmp_path / "nope"), "--dest", str(tmp_path / "e")])
     assert r.exit_code == 2 and r.stderr.startswith("error: ")

@@ -37,6 +37,30 @@ def _cli(args: list[str], env: dict, timeout: float = 600) -> subprocess.Complet
                           timeout=timeout)
 
 
+def _cli_with_maxrss(args: list[str], env: dict, timeout: float = 600) -> tuple[subprocess.CompletedProcess, int]:
+    """The CLI's result and the peak RSS (KB) of that one process tree: wait4 on its pid, not
+    RUSAGE_CHILDREN, which keeps the largest child the whole test session ever reaped."""
+    import tempfile
+
+    code = "import sys; from cli import app; sys.argv[0] = 'skills'; app()"
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=env, stdout=out, stderr=err,
+                                text=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            time.sleep(0.1)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()), usage.ru_maxrss
+
+
 def _env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KS_")}
     env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", **extra)
@@ -110,7 +134,7 @@ def attacked(tmp_path_factory):
         cu.write_text(text)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t = time.perf_counter()
-    res = _cli(["gate", str(problem), "--all-kernels", "--executor", "cpu", "--stages", "correctness", "--seeds", "1",
+    res, maxrss_kb = _cli_with_maxrss(["gate", str(problem), "--all-kernels", "--executor", "cpu", "--stages", "correctness", "--seeds", "1",
                 "--timeout", "30", "--json", "--store", str(store)],
                _env(KS_HOSTILE_SECRET=secret, KS_COMPILER_MEM_MB="1024"))
     wall = time.perf_counter() - t
@@ -119,7 +143,7 @@ def attacked(tmp_path_factory):
     by_kernel = {Path(r["kernel"]).name: r for r in rows if "kernel" in r}
     yield {"results": by_kernel, "tmp": tmp, "target": target, "token": token, "store": store, "cpu_cache": cpu_cache,
            "listener": listener, "stderr": res.stderr, "rc": res.returncode, "wall_s": wall,
-           "child_maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "before_kb": before}
+           "child_maxrss_kb": maxrss_kb, "before_kb": before}
     for p in [Path("/tmp") / f"ks_hostile_{token}", Path.home() / f".ks_hostile_{token}"]:
         p.unlink(missing_ok=True)
 
