@@ -9,11 +9,14 @@ Exit codes: 0 success/pass, 1 the checked thing failed, 2 bad input.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
+# click's plain help and errors: typer's rich rendering imports rich (~0.3 s of a 0.5 s `--help`)
+os.environ.setdefault("TYPER_USE_RICH", "0")
+import typer  # noqa: E402
 
 app = typer.Typer(
     name="skills",
@@ -73,10 +76,13 @@ def gate(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trust: bool = typer.Option(False, "--trust", help="Without a sandbox (bubblewrap) on this machine, build and run "
                                "the kernel and reference unisolated anyway (docs/security.md)."),
+    workload: Optional[list[str]] = typer.Option(None, "--workload", "-w", help="An extra workload to check, as "
+                                                 "axes (N=1001,M=3); repeatable. Tagged `extra`."),
 ) -> None:
     """Check kernels: static (parse, nvcc/ptxas, SASS), correctness (workloads x seeds), profile (GPU only)."""
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.report import render_summary, render_text
+    from retrieval.agent_tools import ToolError, gate_payload, problem_with_workloads
 
     problems = _problem_dirs(paths)
     if kernel is not None and len(problems) != 1:
@@ -98,21 +104,24 @@ def gate(
             jobs.extend((problem, k) for k in sorted(problem.glob("*.cu")))
         else:
             jobs.append((problem, kernel))
+    extra = [_parse_axes(w, "--workload") for w in workload or []]
     results, bad = [], []
     for problem, k in jobs:
         try:
-            results.append(run_gate(problem, kernel=k, config=config))
+            with problem_with_workloads(problem, extra) as pdir:
+                results.append(run_gate(pdir, kernel=k.resolve() if k is not None and pdir != problem and k.exists()
+                                        else k, config=config))
             if len(jobs) > 1:  # progress for corpus runs, on stderr so --json stays clean
                 r = results[-1]
                 typer.echo(f"{r.problem}/{Path(r.kernel).name}: {r.verdict} ({r.wall_s:.1f}s) {r.reason[:160]}", err=True)
-        except BadInput as exc:
+        except (BadInput, ToolError) as exc:
             if len(jobs) == 1:
                 fail(str(exc), 2)
             bad.append(str(exc))  # a corpus run reports every bad problem and goes on
         except KeyboardInterrupt:
             fail("interrupted", 130)
     if as_json:
-        payload = results[0].to_dict() if len(jobs) == 1 else [r.to_dict() for r in results] + \
+        payload = gate_payload(results[0]) if len(jobs) == 1 else [gate_payload(r) for r in results] + \
             [{"verdict": "bad_input", "reason": b} for b in bad]
         typer.echo(json.dumps(payload, indent=2))
     elif len(jobs) == 1:
@@ -228,7 +237,8 @@ def mine(
                              "steps": len(lin.steps), "rejections": len(lin.rejections), "new_skills": out.new_skills,
                              "merged_skills": out.merged_skills, "cached": out.cached, "wall_s": round(out.wall_s, 1),
                              "llm_tokens": lin.llm_tokens, "carriers_listed": out.listed_carriers,
-                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers})
+                             "carriers_removed": out.removed_carriers, "carriers_remaining": out.remaining_carriers,
+                             "carriers_not_detected": out.undetected_carriers})
     except BadInput as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -289,35 +299,14 @@ def mine(
     raise typer.Exit(2 if bad else 1 if failed else 0)
 
 
-def _kernel_store(store: Optional[Path]):
-    from skills.kernel_store import KernelStore
-    from skills.store import Store, resolve_root
+def _read(fn, *args, **kwargs) -> None:
+    """Print what a read view (skills/read_views.py) returns; its ReadError is bad input (exit 2)."""
+    from skills.read_views import ReadError
 
-    from skills.store import StoreError
-
-    root = resolve_root(store)
-    if root.exists() and not root.is_dir():
-        fail(f"{root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
-    if not (root / "store.duckdb").exists():
-        fail(f"{root}: no store here; build one with `skills mine corpora/kernels` (or pass --store DIR)")
-    st = Store(root, read_only=True)
     try:
-        st.con  # open now: a corrupt or locked file is one line here, not a traceback later
-        if "skills" not in st.tables():
-            fail(f"{root}: the store has no kernel tables yet; build them with `skills mine corpora/kernels`")
-    except StoreError as exc:
+        typer.echo(fn(*args, **kwargs))
+    except ReadError as exc:
         fail(str(exc))
-    return KernelStore(st)
-
-
-def _effect_text(skill) -> str:
-    for e in skill.effect:
-        if e.method == "gpu_timing" and e.time_ratio:
-            return f"{e.time_ratio:.2f}x ({e.device})"
-    for e in skill.effect:
-        if e.method == "static":
-            return f"regs {e.registers_delta:+d}, smem {e.smem_delta:+d} ({e.device})"
-    return "-"
 
 
 @app.command("list")
@@ -328,63 +317,21 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List the stored skills."""
-    skills = _kernel_store(store).skills(kind=kind, carrier=carrier)
-    if as_json:
-        typer.echo(json.dumps([{"skill_id": s.skill_id, "name": s.name, "carrier": s.carrier, "operator": s.operator,
-                                "kind": s.kind, "evidence": len(s.evidence), "problems": s.scope.get("problems", []),
-                                "preconditions": [p.text for p in s.preconditions if p.kind != "none_found"],
-                                "effect": _effect_text(s)} for s in skills], indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
+    from skills.read_views import list_text
 
-    table = Table(title=f"{len(skills)} skills")
-    for col in ("id", "name", "carrier", "evidence", "preconditions", "effect"):
-        table.add_column(col)
-    for s in skills:
-        pre = ", ".join(p.text for p in s.preconditions if p.kind != "none_found") or "-"
-        table.add_row(s.skill_id, s.name, s.carrier, f"{len(s.evidence)} ({len(s.scope.get('problems', []))} problems)",
-                      pre, _effect_text(s))
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    _read(list_text, store, kind=kind, carrier=carrier, as_json=as_json)
 
 
 @app.command()
 def show(
-    skill_id: str = typer.Argument(..., help="Skill id (or unique prefix), key or name."),
+    skill_id: str = typer.Argument(..., help="Skill id (or a prefix of 4+ characters), key, name, or SKILL.md folder name."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show one skill's card: intent, anchor, preconditions, effects, risks, evidence."""
-    s = _kernel_store(store).skill(skill_id)
-    if s is None:
-        fail(f"no skill {skill_id!r} in the store (see `skills list`)")
-    if as_json:
-        typer.echo(s.model_dump_json(indent=2))
-        return
-    lines = [f"{s.name}  [{s.skill_id}]", f"  intent: {s.intent}", f"  carrier: {s.carrier}   operator (reversed): {s.operator}",
-             f"  anchor: {s.anchor.function} line {s.anchor.line}: {s.anchor.excerpt}"]
-    if s.anchor.enclosing_loop:
-        lines.append(f"  in loop: {s.anchor.enclosing_loop}")
-    lines.append("  preconditions:")
-    lines += [f"    - {p.text} [{p.status}, {p.source}]" for p in s.preconditions]
-    lines.append("  effect:")
-    for e in s.effect:
-        if e.method == "gpu_timing":
-            lines.append(f"    - {e.device}: {e.time_ratio}x (spread {e.time_ratio_q1}-{e.time_ratio_q3}) on {e.workload}")
-        else:
-            lines.append(f"    - {e.device}: registers {e.registers_delta:+d}, smem {e.smem_delta:+d} B, spills "
-                         f"{e.spill_delta:+d}; SASS {', '.join(f'{k} {v:+d}' for k, v in list(e.sass_delta.items())[:5])}")
-    if s.risks:
-        lines.append("  risks:")
-        lines += [f"    - {r.text} (probe {r.probe}): {r.failure[:160]}" for r in s.risks]
-    lines.append(f"  scope: {json.dumps(s.scope)}")
-    if s.requires or s.conflicts:
-        lines.append(f"  requires: {', '.join(s.requires) or '-'}   conflicts: {', '.join(s.conflicts) or '-'}")
-    lines.append(f"  evidence ({len(s.evidence)}):")
-    lines += [f"    - {e.problem} lineage {e.lineage_id} step {e.step} ({e.executor})" for e in s.evidence]
-    lines.append("  exemplar (simpler -> optimized):")
-    lines += ["    " + ln for ln in s.diff.splitlines()[:40]]
-    typer.echo("\n".join(lines))
+    from skills.read_views import show_text
+
+    _read(show_text, store, skill_id, as_json=as_json)
 
 
 @app.command()
@@ -395,28 +342,9 @@ def lineage(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show a lineage: each accepted step (diff, effect, skill), the rejections and why the walk stopped."""
-    ks = _kernel_store(store)
-    lin = ks.lineage(problem)
-    if lin is None:
-        fail(f"no lineage for {problem!r} in the store (mine it with `skills mine`)")
-    if as_json:
-        typer.echo(lin.model_dump_json(indent=2, exclude={"sources"}))
-        return
-    out = [f"{lin.problem}: {lin.kernel} ({lin.kernel_hash[:12]}), executor {lin.executor}, strategy {lin.strategy}",
-           f"  {len(lin.steps)} steps, {len(lin.rejections)} rejections, termination: {lin.termination}, "
-           f"{lin.wall_s:.1f} s, LLM tokens {lin.llm_tokens}"]
-    for st in lin.steps:
-        eff = next((f"{e.time_ratio}x slower without it ({e.device})" for e in st.effect if e.method == "gpu_timing"), "")
-        if not eff:
-            eff = next((f"regs {e.registers_delta:+d}, smem {e.smem_delta:+d} ({e.device})" for e in st.effect
-                        if e.method == "static"), "")
-        out.append(f"step {st.index}: {st.operator} at line {st.site_line} [{st.carrier}] -> skill {st.skill_id}  {eff}")
-        if diffs:
-            out += ["    " + ln for ln in st.diff.splitlines()[2:60]]
-    if lin.rejections:
-        out.append("rejected:")
-        out += [f"  step {r.index}: {r.operator} at line {r.site_line} [{r.carrier}]: {r.reason[:160]}" for r in lin.rejections]
-    typer.echo("\n".join(out))
+    from skills.read_views import lineage_text
+
+    _read(lineage_text, store, problem, diffs=diffs, as_json=as_json)
 
 
 # --------------------------------------------------------------------------- corpora, backend
@@ -436,7 +364,12 @@ def _store(store: Optional[Path]):
 
 @corpora_app.command("fetch")
 def corpora_fetch(
-    name: str = typer.Argument(..., help="Corpus to fetch: llvm."),
+    name: str = typer.Argument(..., help="llvm, or a kernel collection: a name from corpora/sources.toml, "
+                                          "a git URL, a local git dir/checkout, or pypi:PACKAGE==VERSION."),
+    from_path: Optional[Path] = typer.Option(None, "--from", help="Kernel collection: fetch NAME from this local git "
+                                             "dir/checkout (git) or sdist archive/folder (sdist) instead of its URL."),
+    commit: Optional[str] = typer.Option(None, "--commit", help="Kernel collection: check out this commit "
+                                         "(default: the pinned one, else HEAD)."),
     version: int = typer.Option(15, "--version", help="LLVM major version."),
     dest: Optional[Path] = typer.Option(None, "--dest", help="Where to put it (default <store>/corpora/llvm-<version>)."),
     source: str = typer.Option("debian", "--source", help="debian (apt source package) | an LLVM checkout folder | a git URL."),
@@ -445,11 +378,12 @@ def corpora_fetch(
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Fetch LLVM's lib/Target and ELF relocation tables (Debian source package, a checkout, or git)."""
+    """Fetch LLVM's lib/Target (Debian source package, a checkout, or git), or a kernel collection into <store>/sources."""
     from corpora.llvm import FetchError, fetch_llvm
 
     if name != "llvm":
-        fail(f"unknown corpus {name!r} (known: llvm)")
+        _fetch_kernel_source(name, from_path, commit, force, store, as_json)
+        return
     try:
         result = fetch_llvm(version, dest=dest, store_root=store, source=source, ref=ref, force=force)
     except FetchError as exc:
@@ -461,6 +395,23 @@ def corpora_fetch(
         typer.echo(f"LLVM {result.version} ({result.method}) {how}: {result.dest}")
         typer.echo(f"{len(result.targets)} targets, {result.n_files} files, {result.bytes / 1e6:.1f} MB: "
                    + " ".join(result.targets))
+
+
+def _fetch_kernel_source(name: str, from_path: Optional[Path], commit: Optional[str], force: bool,
+                         store: Optional[Path], as_json: bool) -> None:
+    from corpora.kernel_sources import SourceError, fetch_source
+    from skills.sources import record_source
+
+    try:
+        dest = fetch_source(name, store, commit=commit, from_path=from_path, force=force, record=record_source)
+    except SourceError as exc:
+        fail(str(exc))
+    info = json.loads((dest / "SOURCE.json").read_text())
+    if as_json:
+        typer.echo(json.dumps({**info, "dir": str(dest)}, indent=2))
+    else:
+        pin = info.get("commit") or info.get("version")
+        typer.echo(f"{info['name']} ({info['kind']}, {info['url']} @ {pin}): {dest}")
 
 
 @backend_app.command("index")
@@ -672,6 +623,7 @@ def export_cmd(
 def import_cmd(
     in_dir: Path = typer.Argument(..., help="Folder of <skill>/SKILL.md folders (or one skill folder)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
+    index: bool = typer.Option(True, "--index/--no-index", help="Re-index the store's skills for `skills query`."),
     as_json: bool = typer.Option(False, "--json", help="Print what was imported as JSON."),
 ) -> None:
     """Import SKILL.md folders into the store (all or nothing; a skill with the same id is replaced)."""
@@ -687,20 +639,30 @@ def import_cmd(
         save_skills(st, skills)
     finally:
         st.close()
+    indexed = None
+    if index and any(s.kind == "kernel" for s in skills):
+        # the query index must not go stale: imported skills are found by `skills query` at once
+        from retrieval.skill_index import IndexError_, index_skills
+
+        try:
+            indexed = index_skills(Store(store), log=None if as_json else _stamped(lambda m: typer.echo(m, err=True))).n_skills
+        except IndexError_ as exc:
+            fail(str(exc))
     if as_json:
-        typer.echo(json.dumps({"store": str(st.root), "imported": [
+        typer.echo(json.dumps({"store": str(st.root), "indexed": indexed, "imported": [
             {"skill_id": s.skill_id, "name": s.name, "carrier": s.carrier} for s in skills]}, indent=2))
     else:
         for s in skills:
             typer.echo(f"{s.skill_id}  {s.name}")
-        typer.echo(f"{len(skills)} skill(s) imported into {st.root}")
+        typer.echo(f"{len(skills)} skill(s) imported into {st.root}"
+                   + (f"; index updated: {indexed} skills searchable by `skills query`" if indexed is not None else ""))
 
 
 # ---- report (issue 9)
 @app.command("report")
 def report_cmd(
     problems: Optional[list[str]] = typer.Argument(None, help="Problems to include (default: every problem in the store)."),
-    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="The HTML file to write."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="The HTML file to write (default <store>/report.html)."),
     title: str = typer.Option("", "--title", help="Page title (default: Kernel skills report)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
@@ -710,6 +672,7 @@ def report_cmd(
     from skills.store import StoreError, resolve_root
 
     root = resolve_root(store)
+    out = out or root / "report.html"  # beside the data it shows, not an untracked file where the command ran
     try:
         res = write_report(root, out, problems or [], title=title)
     except StoreError as exc:
@@ -740,19 +703,13 @@ def _blas_one_thread() -> None:
         os.environ.setdefault(var, os.environ.get("SKILLS_BLAS_THREADS", "1"))
 
 
-def _parse_axes(axes: Optional[str]) -> Optional[dict]:
-    if not axes:
-        return None
-    out = {}
-    for part in axes.split(","):
-        name, _, value = part.partition("=")
-        try:
-            out[name.strip()] = int(value)
-        except ValueError:
-            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
-        if not name.strip():
-            fail(f"--axes: expected NAME=INT[,NAME=INT...], got {part!r}")
-    return out
+def _parse_axes(axes: Optional[str], option: str = "--axes") -> Optional[dict]:
+    from retrieval.query_client import parse_axes
+
+    try:
+        return parse_axes(axes, option)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 @app.command("index")
@@ -818,27 +775,17 @@ def query_cmd(
             bad("bad_input", f"{code}: no such file")
         except (OSError, UnicodeDecodeError) as exc:
             bad("bad_input", f"{code}: cannot read ({exc.__class__.__name__})")
-    root = resolve_root(store)
-    req = {"code": src, "text": text, "path": str(code) if code else "", "k": k, "axes": _parse_axes(axes),
-           "mode": mode, "include_filtered": True}
-    ans = None
-    if not no_server and (root / "serve.json").is_file():
-        from retrieval.server import find_server, request
+    from retrieval.query_client import ask_server, build_request
 
-        info = find_server(root)
-        if info is not None:
-            try:
-                ans = request(info, "POST", "/query", {kk: v for kk, v in req.items() if v is not None})
-            except OSError:
-                ans = None  # the server went away: answer here
-            if ans is not None and ans.get("_status") == 500:
-                ans = None
+    root = resolve_root(store)
+    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode)
+    ans = None if no_server else ask_server(root, req)  # None: no live server, or it failed: answer here
     if ans is None:
         from retrieval.skill_search import QueryError, Searcher, SkillIndex, stale_warning
 
         try:
             idx = SkillIndex.open(root)
-            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req["axes"], mode=mode)
+            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode)
             w = stale_warning(idx)
             ans["warnings"] = [w] if w else []
             ans["served_by"] = {"kind": "cli"}
@@ -863,6 +810,8 @@ def serve_cmd(
     port: int = typer.Option(0, "--port", min=0, max=65535, help="TCP port (0: any free port; see <store>/serve.json)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     mcp: bool = typer.Option(False, "--mcp", help="Serve MCP tools on stdin/stdout for coding agents instead of HTTP."),
+    tools: Optional[str] = typer.Option(None, "--tools", help="MCP: expose only these tools (comma-separated), "
+                                        "e.g. gate_kernel,profile_kernel."),
 ) -> None:
     """Keep the skill index and encoders warm for fast queries (HTTP on loopback, or MCP over stdio; docs/query.md)."""
     _blas_one_thread()
@@ -870,9 +819,13 @@ def serve_cmd(
 
     root = resolve_root(store)
     if mcp:
-        from retrieval.mcp_server import serve_mcp
+        from retrieval.mcp_server import build_server
 
-        serve_mcp(root)
+        try:
+            server = build_server(root, tools_only=list(_split(tools) or ()))
+        except ValueError as exc:
+            fail(str(exc))
+        server.run("stdio")
         return
     from retrieval.server import find_server, serve
 
@@ -956,6 +909,45 @@ def optimize_cmd(
                                                                   if summary['retrieval']['note'] else ""))
     if out is not None:
         typer.echo(f"wrote {out}/final.cu, lineage.json, attempts.jsonl, summary.json")
+
+
+# --------------------------------------------------------------------------- wrap (issue 17)
+@app.command("wrap")
+def wrap_cmd(
+    kernel_file: Path = typer.Argument(..., help="A .cu file with __global__ kernels (and optionally a host entry)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Problem folder to write (default ./<name>)."),
+    kernelbench: Optional[Path] = typer.Option(None, "--kernelbench", help="KernelBench-style problem.py (Model, "
+                                               "get_inputs, get_init_inputs): the definition and reference."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="The __global__ to launch when there is no host entry."),
+    name: Optional[str] = typer.Option(None, "--name", help="Problem name (default: the file's stem)."),
+    executor: str = typer.Option("auto", "--executor", "-e", help="Gate executor: auto | cpu | cuda."),
+    gate_after: bool = typer.Option(True, "--gate/--no-gate", help="Run the gate on the new folder."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
+    store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (gate cache)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Turn an existing kernel file (and a KernelBench problem) into a problem folder; say what is still missing."""
+    from mining.wrap import WrapError, wrap
+
+    try:
+        rep = wrap(kernel_file, out, kernelbench=kernelbench, kernel_name=kernel, name=name, executor=executor,
+                   run_gate_after=gate_after, force=force, store=store)
+    except WrapError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(rep.to_dict(), indent=2))
+    else:
+        typer.echo(f"wrote {rep.out}: entry {rep.entry} ({rep.entry_kind}), kernels {', '.join(rep.kernels)}")
+        for n in rep.notes:
+            typer.echo(f"  note: {n}")
+        if rep.gate:
+            typer.echo(f"  gate ({rep.gate.get('executor', executor)}): {rep.gate.get('verdict')} "
+                       f"{rep.gate.get('cases', '')} {rep.gate.get('reason', '')[:200]}".rstrip())
+        for m in rep.missing:
+            typer.echo(f"  missing: {m}")
+        if rep.complete:
+            typer.echo("  complete: the folder passes the gate")
+    raise typer.Exit(0 if rep.complete or not gate_after else 1)
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -2,7 +2,8 @@
 
 An expression is parsed with `ast` and accepted only if every node is on an allow-list:
 integer and float literals, axis and scalar names, arithmetic (+ - * / // % and ** with a small
-exponent), comparisons, and/or/not, and min/max/abs calls. Nothing is ever evaluated as Python:
+exponent), comparisons, membership in a literal tuple of numbers (`K in (256, 512)`), and/or/not,
+and min/max/abs calls. Nothing is ever evaluated as Python:
 `evaluate` walks the checked tree itself, so attribute access, subscripts, lambdas, imports and
 every other construct are rejected when the problem loads.
 """
@@ -26,6 +27,7 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
 _FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
 
@@ -49,7 +51,23 @@ def parse(expr: str) -> ast.Expression:
         raise ConstraintError(f"constraint has more than {MAX_NODES} parts")
     for node in nodes:
         _check(node)
+    _check_membership(tree)
     return tree
+
+
+def _check_membership(tree: ast.Expression) -> None:
+    """A tuple may stand only right of `in` / `not in`, and `in` only before a tuple."""
+    allowed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for op, comp in zip(node.ops, node.comparators):
+                if isinstance(op, (ast.In, ast.NotIn)):
+                    if not isinstance(comp, ast.Tuple):
+                        raise ConstraintError("`in` needs a literal tuple of numbers: K in (256, 512)")
+                    allowed.add(id(comp))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple) and id(node) not in allowed:
+            raise ConstraintError("a tuple may only follow `in` in a constraint")
 
 
 def _check(node: ast.AST) -> None:
@@ -64,6 +82,14 @@ def _check(node: ast.AST) -> None:
             raise ConstraintError(f"operator {type(node.op).__name__} is not allowed")
         return
     if type(node) in _BINOPS or type(node) in _CMPOPS:
+        return
+    if isinstance(node, (ast.In, ast.NotIn)):
+        return
+    if isinstance(node, ast.Tuple):
+        # only as the right side of `in` / `not in`, and only of number literals (checked in _check_membership)
+        if not all(isinstance(e, ast.Constant) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool)
+                   for e in node.elts):
+            raise ConstraintError("a tuple in a constraint may hold number literals only")
         return
     if isinstance(node, ast.Constant):
         if isinstance(node.value, (bool, int, float)):
@@ -123,6 +149,8 @@ def _eval(node: ast.AST, env: Mapping[str, Number]) -> Any:
                 return False
             left = right
         return True
+    if isinstance(node, ast.Tuple):
+        return tuple(_eval(e, env) for e in node.elts)
     if isinstance(node, ast.Call):
         args = [_eval(a, env) for a in node.args]
         try:

@@ -5,8 +5,9 @@
 
 Per expert (problems tagged "example" are skipped), the backward walk runs from kernel.cu:
 - carrier recall: the share of the expert's listed carriers (solution.toml) that the carrier
-  detectors no longer find in the walk's last kernel; target >= 0.9 over the corpus (micro
-  average over the problems this executor can run);
+  detectors find in the expert and no longer find in the walk's last kernel; a listed carrier
+  the detectors never saw in the expert is "not detected" (counted in the denominator, never as
+  removed); target >= 0.9 over the corpus (micro average over the problems this executor can run);
 - end point: the last kernel passes the gate again (fresh seeds); on a GPU its time on the
   primary large workload is compared with naive.cu's (target: within 2x);
 - cost: wall time per problem (target <= 300 s for sgemm on 2 CPU cores) and LLM tokens
@@ -102,6 +103,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
         recheck = run_gate(d, None, GateConfig(executor=executor, stages=("correctness",), seeds=(11, 12),
                                                store=store), source=final)
         row.update(status="mined", removed=out.removed_carriers, remaining=out.remaining_carriers,
+                   not_detected=out.undetected_carriers,
                    recall=round(len(out.removed_carriers) / len(listed), 3) if listed else None,
                    steps=len(lin.steps), rejections=len(lin.rejections), termination=lin.termination,
                    wall_s=round(out.wall_s, 1), walk_wall_s=lin.wall_s, cached=out.cached, llm_tokens=lin.llm_tokens,
@@ -152,6 +154,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
             1 for s in skills if any(p.status == "discovered" for p in s.preconditions)),
         "skills_with_any_precondition": sum(1 for s in skills if any(p.kind != "none_found" for p in s.preconditions)),
         "remaining_by_carrier": _count(c for r in mined for c in r["remaining"]),
+        "not_detected_by_carrier": _count(c for r in mined for c in r.get("not_detected", [])),
     }
     if skills:
         summary["share_with_discovered_precondition"] = round(summary["skills_with_discovered_precondition"] / len(skills), 3)

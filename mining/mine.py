@@ -108,6 +108,7 @@ class MineOutcome:
     remaining_carriers: list[str] = field(default_factory=list)
     removed_carriers: list[str] = field(default_factory=list)
     listed_carriers: list[str] = field(default_factory=list)
+    undetected_carriers: list[str] = field(default_factory=list)  # listed, never detected in the expert
 
 
 # --------------------------------------------------------------------------- gate in worker processes
@@ -551,12 +552,22 @@ def _compact_static(static: dict[str, Any]) -> dict[str, Any]:
 
 def _outcome(problem: Problem, lineage: Lineage, skills: list[Skill], new: int, merged: int, cached: bool, wall: float,
              listed: list[str], expert: str, final: str) -> MineOutcome:
-    flags = problem.solution.flags
-    final_carriers = {n for n, sites in detect_carriers(final, flags).items() if sites}
-    removed = [c for c in listed if c not in final_carriers]
+    removed, remaining, undetected = carrier_accounting(listed, expert, final, problem.solution.flags)
     return MineOutcome(problem=problem.name, lineage=lineage, skills=skills, new_skills=new, merged_skills=merged,
-                       cached=cached, wall_s=wall, remaining_carriers=[c for c in listed if c in final_carriers],
-                       removed_carriers=removed, listed_carriers=listed)
+                       cached=cached, wall_s=wall, remaining_carriers=remaining, removed_carriers=removed,
+                       listed_carriers=listed, undetected_carriers=undetected)
+
+
+def carrier_accounting(listed: Sequence[str], expert: str, final: str,
+                       flags: Sequence[str] = ()) -> tuple[list[str], list[str], list[str]]:
+    """(removed, remaining, not detected) of the listed carriers. Removed = the detectors see it
+    in the expert and not at the end point; a listed carrier they never saw in the expert was not
+    removed by anything: it is "not detected", never "removed"."""
+    final_carriers = {n for n, sites in detect_carriers(final, list(flags)).items() if sites}
+    expert_carriers = {n for n, sites in detect_carriers(expert, list(flags)).items() if sites}
+    return ([c for c in listed if c in expert_carriers and c not in final_carriers],
+            [c for c in listed if c in final_carriers],
+            [c for c in listed if c not in expert_carriers])
 
 
 class LineageNotSaved(RuntimeError):

@@ -8,8 +8,9 @@ corpus's naive kernels, cut as real queries are cut) against calibration documen
 expert kernels), both embedded by fp32; int8 is used only where its query vectors pick the same
 top documents. The verdict is recorded next to the cached int8 graph
 (``minilm-l6-encoder-int8.check.json``), keyed by the CPU, onnxruntime's version, the graph's
-bytes and the calibration text, so it runs once per machine (~3-6 s on 2 busy cores) and again
-only when one of those changes. ``skills index`` runs it and prints the verdict; the server's
+bytes and the calibration text, so it runs once per machine and again only when one of those
+changes (13.6 s measured on the shared 2-core AMD EPYC VM at load average 6, 33 s at load 20:
+~70 fp32 and 28 int8 chunk embeddings; `skills index` pays it, not a query). ``skills index`` runs it and prints the verdict; the server's
 /health shows it (``text_encoder``).
 
     rec = resolve_precision(prepared_dir, 256)   # {"precision": "int8" | "fp32", "ok": ..., ...}

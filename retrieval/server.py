@@ -7,6 +7,9 @@ HTTP/1.1, JSON in and out (docs/query.md documents the API):
                             "include_filtered"} -> the answer of docs/query.md (400 + {"error"} on bad input)
     GET  /skills/<id>       the full skill record
     POST /reload            re-read the index snapshot now (it is also re-read when `CURRENT` changes)
+    GET  /tools             the agent tools (retrieval/agent_tools.py) and their arguments
+    POST /tools/<name>      body: the tool's arguments -> its answer (the CLI's --json; 400/404/503 + {"error"});
+                            needs the token (X-Skills-Token), as /reload and /shutdown do
     POST /shutdown          stop the server
 
 On start it writes ``<store>/serve.json`` ({"host", "port", "pid", "store", "started_at",
@@ -271,12 +274,54 @@ def _handler(state: _State, server_ref: dict):
                 if i is not None:
                     return self._send(200, s.index.record(i))
                 return self._send(404, {"error": {"kind": "not_found", "message": f"no skill {ident!r}"}})
+            if self.path == "/tools":
+                return self._send(200, {"tools": tool_signatures()})
             self._send(404, {"error": {"kind": "not_found", "message": f"no route GET {self.path}"}})
+
+        def _tool(self, name: str):
+            """One agent tool call; the same logic and JSON as the MCP tools (retrieval/agent_tools.py)."""
+            from retrieval import agent_tools as tools
+            from retrieval.skill_search import QueryError
+
+            if name not in tools.TOOL_NAMES:
+                return self._send(404, {"error": {"kind": "not_found", "message": f"no tool {name!r} "
+                                                  f"({', '.join(tools.TOOL_NAMES)})"}})
+            req = self._body()
+            if req is None:
+                return
+            try:
+                for key in ("source", "code", "text"):
+                    if isinstance(req.get(key), str) and len(req[key]) > MAX_CODE:
+                        raise tools.ToolError("bad_input", f"{key} is {len(req[key]) >> 10} KB, over the "
+                                              f"{MAX_CODE >> 10} KB limit")
+                if name in ("query_skills", "get_skill"):
+                    s = state.searcher_now()
+                    if name == "get_skill":
+                        out = tools.get_skill(s, str(req.get("skill_id", "")))
+                    else:
+                        out = tools.query_skills(s, **_args(req, tools.query_skills, skip=("searcher",)))
+                        w = state.stale_warning(s)
+                        out["warnings"] = [w] if w else []
+                        out["served_by"] = {"kind": "server", "pid": os.getpid()}
+                        state.queries += 1
+                else:
+                    fn = getattr(tools, name)
+                    out = fn(**_args(req, fn, skip=("store", "progress")), store=state.root)
+                return self._send(200, out)
+            except tools.ToolError as exc:
+                return self._send({"bad_input": 400, "parse_error": 400, "not_found": 404}.get(exc.kind, 503),
+                                  exc.to_dict())
+            except QueryError as exc:
+                return self._send(400 if exc.kind in ("bad_input", "parse_error") else 503, exc.to_dict())
+            except Exception as exc:  # a bug must not kill the server
+                return self._send(500, {"error": {"kind": "internal", "message": f"{exc.__class__.__name__}: {exc}"}})
 
         def do_POST(self):
             from retrieval.skill_search import QueryError
 
-            if not self._allowed(post=True, privileged=self.path in ("/reload", "/shutdown")):
+            # the tools build and run code (sandboxed): like /reload and /shutdown they need the token
+            if not self._allowed(post=True, privileged=self.path in ("/reload", "/shutdown")
+                                 or self.path.startswith("/tools/")):
                 return
             if self.path == "/query":
                 req = self._body()
@@ -311,6 +356,8 @@ def _handler(state: _State, server_ref: dict):
                     return self._send(400 if exc.kind in ("bad_input", "parse_error") else 503, exc.to_dict())
                 except Exception as exc:  # a bug must not kill the server; the client falls back
                     return self._send(500, {"error": {"kind": "internal", "message": f"{exc.__class__.__name__}: {exc}"}})
+            if self.path.startswith("/tools/"):
+                return self._tool(self.path[len("/tools/"):])
             if self.path == "/reload":
                 with state.lock:
                     state.searcher, state.current = None, None
@@ -326,6 +373,36 @@ def _handler(state: _State, server_ref: dict):
             self._send(404, {"error": {"kind": "not_found", "message": f"no route POST {self.path}"}})
 
     return Handler
+
+
+def _args(req: dict, fn, skip: tuple[str, ...] = ()) -> dict:
+    """The request's fields that are parameters of ``fn``; an unknown field is bad input."""
+    import inspect
+
+    from retrieval.agent_tools import ToolError
+
+    sig = inspect.signature(fn).parameters
+    params = set(sig) - set(skip)
+    missing = sorted(p for p in params if sig[p].default is inspect.Parameter.empty and p not in req)
+    if missing:
+        raise ToolError("bad_input", f"missing argument(s) {', '.join(missing)} for {fn.__name__}")
+    unknown = sorted(set(req) - params)
+    if unknown:
+        raise ToolError("bad_input", f"unknown argument(s) {', '.join(unknown)} for {fn.__name__} ({', '.join(sorted(params))})")
+    return dict(req)
+
+
+def tool_signatures() -> list[dict]:
+    import inspect
+
+    from retrieval import agent_tools as tools
+
+    out = []
+    for name in tools.TOOL_NAMES:
+        fn = getattr(tools, name)
+        params = [p for p in inspect.signature(fn).parameters if p not in ("searcher", "store", "progress")]
+        out.append({"name": name, "args": params, "doc": (fn.__doc__ or "").strip().splitlines()[0]})
+    return out
 
 
 def serve(root: os.PathLike | str, host: str = "127.0.0.1", port: int = 0, warm: bool = True,

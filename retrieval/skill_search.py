@@ -136,6 +136,8 @@ class SkillIndex:
 
     def find(self, ident: str) -> Optional[int]:
         """The index of the skill with this id, id prefix or key (what `/skills/<id>` and MCP accept)."""
+        if not ident or not ident.strip():  # "" is a prefix of every id: it names no skill
+            return None
         t = self.table
         for i, sid in enumerate(t["skill_id"]):
             if sid == ident or sid.startswith(ident) or t["key"][i] == ident:
@@ -679,7 +681,8 @@ class Searcher:
             "risks": rec.get("risks") or [],
             "requires": rec.get("requires") or [], "conflicts": rec.get("conflicts") or [],
             "exemplar": {"before": rec.get("before", ""), "after": rec.get("after", ""), "diff": rec.get("diff", ""),
-                         "anchor": {k: anchor.get(k) for k in ("function", "enclosing_loop", "line", "excerpt")}},
+                         "anchor": {k: anchor.get(k) for k in ("function", "enclosing_loop", "line", "excerpt")},
+                         "example": rec.get("example") or {}},
         }
 
 

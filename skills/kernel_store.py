@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from skills.merge import merge_skill
+from skills.record_reads import find_lineage, find_skill, skill_rows
 from skills.records import Lineage, Skill, Step
 from skills.store import Store, register_section
 
@@ -218,23 +219,12 @@ class KernelStore:
 
     # ---- reads
     def skills(self, kind: Optional[str] = None, carrier: Optional[str] = None) -> list[Skill]:
-        sql, params = "SELECT record FROM skills", []
-        where = []
-        if kind:
-            where.append("kind = ?"), params.append(kind)
-        if carrier:
-            where.append("carrier = ?"), params.append(carrier)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        return [Skill.model_validate_json(r["record"]) for r in self.store.query(sql + " ORDER BY name, skill_id", params)]
+        return [Skill.model_validate_json(r) for r in skill_rows(self.store, kind=kind, carrier=carrier)]
 
     def skill(self, ident: str) -> Optional[Skill]:
-        """By id, id prefix, key or name."""
-        if not ident.strip():  # an empty prefix would match every skill
-            return None
-        rows = self.store.query("SELECT record FROM skills WHERE skill_id = ? OR key = ? OR name = ? "
-                                "OR skill_id LIKE ? ORDER BY skill_id", [ident, ident, ident, ident + "%"])
-        return Skill.model_validate_json(rows[0]["record"]) if len(rows) >= 1 else None
+        """By id, id prefix (4+ characters), key, name or SKILL.md folder name (record_reads.find_skill)."""
+        rec = find_skill(self.store, ident)
+        return Skill.model_validate_json(rec) if rec is not None else None
 
     def lineages(self, problem: Optional[str] = None, kind: Optional[str] = None) -> list[Lineage]:
         sql, params, where = "SELECT record FROM lineages", [], []
@@ -251,9 +241,8 @@ class KernelStore:
         return out
 
     def lineage(self, ident: str) -> Optional[Lineage]:
-        rows = self.store.query("SELECT record FROM lineages WHERE lineage_id = ? OR problem = ? ORDER BY created_at DESC",
-                                [ident, ident])
-        return Lineage.model_validate_json(rows[0]["record"]) if rows else None
+        rec = find_lineage(self.store, ident)
+        return Lineage.model_validate_json(rec) if rec is not None else None
 
     def source(self, kernel_hash: str) -> Optional[str]:
         return self.store.scalar("SELECT source FROM kernels WHERE kernel_hash = ?", [kernel_hash])

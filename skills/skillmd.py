@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from skills.records import Anchor, Skill, skill_identity
+from skills.slugs import NAME_MAX, skill_slugs, slugify
 
-NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 FRONT_KEYS = ("name", "description", "license", "compatibility", "allowed-tools", "metadata")
 META_KEYS = ("skill_id", "key", "carrier", "operator", "variant", "kind", "scope")
@@ -43,36 +41,6 @@ class SkillMdError(ValueError):
         self.path = str(path)
         self.problem = " ".join(str(problem).split())
         super().__init__(f"{self.path}: {self.problem}")
-
-
-# --------------------------------------------------------------------------- names
-def slugify(text: str, limit: int = NAME_MAX) -> str:
-    """Lowercase ASCII letters and digits joined by single hyphens, at most `limit` characters."""
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
-    return slug[:limit].rstrip("-")
-
-
-def skill_slugs(skills: Iterable[Skill]) -> dict[str, str]:
-    """skill_id -> folder name, unique: a name two skills share gets each one's id appended, so the
-    result does not depend on the order of the skills."""
-    skills = list(skills)
-    ids = Counter(s.skill_id for s in skills)
-    dup = [i for i, k in ids.items() if k > 1]
-    if dup:
-        raise ValueError(f"skill {dup[0]} appears more than once")
-    base = {s.skill_id: slugify(s.name) or slugify(s.key) or slugify(s.skill_id) for s in skills}
-    counts = Counter(base.values())
-    out = {}
-    for s in skills:
-        b = base[s.skill_id]
-        if counts[b] > 1:
-            tag = slugify(s.skill_id.removeprefix("sk-"))[:12] or "x"
-            b = (b[:NAME_MAX - len(tag) - 1].rstrip("-") + "-" + tag).strip("-")
-        out[s.skill_id] = b
-    if len(set(out.values())) != len(out):  # ids sharing a 12-character prefix: fall back to the full id
-        out = {i: slugify(i) for i in out}
-    return out
 
 
 def _scope_text(scope: dict[str, list[str]]) -> str:
@@ -499,7 +467,8 @@ def _from_markdown(front: dict[str, Any], meta: dict[str, Any], body: str, path:
         "scope": scope, "requires": lists["Requires"], "provides": lists["Provides"],
         "conflicts": lists["Conflicts with"],
         "provenance": {"imported_from": f"{SKILL_FILE} without {RECORD_FILE}: preconditions, effects, evidence "
-                                        "and risks are in its text only"},
+                                        "and risks are in its text only",
+                       "folder": path.parent.name},  # `skills show <folder>` finds it
     }
     if meta.get("kind"):
         data["kind"] = meta["kind"]

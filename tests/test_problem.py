@@ -74,3 +74,16 @@ def test_per_file_solution_overrides():
     assert "vector_load" in p.solution.carriers
     assert p.solution.for_file("naive.cu").carriers == []
     assert p.solution.for_file("naive.cu").entry == "vector_add"
+
+
+def test_constraints_membership_in_a_literal_tuple():
+    """`K in (256, 512)` is data like any comparison; a tuple anywhere else, or of non-numbers, is refused."""
+    from corpora.constraints import ConstraintError, evaluate, parse
+
+    tree = parse("K in (256, 512, 1024) and N not in (0,)")
+    assert evaluate(tree, {"K": 512, "N": 3}) is True
+    assert evaluate(tree, {"K": 300, "N": 3}) is False
+    assert evaluate(tree, {"K": 256, "N": 0}) is False
+    for bad in ("K in K", "(1, 2) == K", "K in ('a',)", "K in (1, K)", "K in (1, __import__)"):
+        with pytest.raises(ConstraintError):
+            parse(bad)

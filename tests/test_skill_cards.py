@@ -105,3 +105,43 @@ def test_retrieval_checks_contiguity_and_cross_thread_reduction():
                  "  for (int j = 0; j < n; ++j) q[j] = p[(size_t)j * m] + p[m + j] + p[(j)] + p[m];\n}\n")
     got = [access_stride(node)[0] for node in src.nodes("subscript_expression")]
     assert got == ["unit", "strided", "unit", "unit", "invariant"]
+
+
+def test_reads_through_the_console_entry_skip_the_cli_framework(tmp_path):
+    """`skills list|show` answered by skills_entry.py without typer or pydantic, with the same text
+    as the typer commands; a card is found by its SKILL.md folder name; "" is no skill."""
+    import json
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from cli import app
+    from skills.skillmd import save_skills
+    from skills.slugs import skill_slugs
+    from skills.store import Store
+
+    expert = (KERNELS / "vector_add" / "kernel.cu").read_text()
+    skill = _lift(_step("vector_add", "vector_load_to_scalar", expert), "vector_add")
+    st = Store(tmp_path / "st")
+    save_skills(st, [skill])
+    st.close()
+    root = Path(__file__).resolve().parent.parent
+    folder = skill_slugs([skill])[skill.skill_id]
+
+    def entry(*args):
+        return subprocess.run([sys.executable, "-X", "importtime", str(root / "skills_entry.py"), *args,
+                               "--store", str(tmp_path / "st")], capture_output=True, text=True, cwd=root, timeout=120)
+
+    for args in (["list"], ["list", "--json"], ["show", folder], ["show", skill.skill_id, "--json"]):
+        r = entry(*args)
+        assert r.returncode == 0, r.stderr[-1500:]
+        imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
+        assert not {"typer", "pydantic", "rich", "numpy"} & imported, args
+        via_typer = CliRunner().invoke(app, [*args, "--store", str(tmp_path / "st")])
+        assert via_typer.exit_code == 0 and r.stdout == via_typer.stdout, args
+    assert json.loads(entry("show", folder, "--json").stdout)["skill_id"] == skill.skill_id
+    r = entry("show", "")
+    assert r.returncode == 2 and "error: no skill named '': give a skill id" in r.stderr
+    r = entry("show", "no-such-skill")
+    assert r.returncode == 2 and "no skill 'no-such-skill'" in r.stderr

@@ -246,9 +246,54 @@ def test_server_roundtrip_and_cli_uses_it(indexed, searcher):
                           "--store", str(root), "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["served_by"]["kind"] == "server"
+    # the console entry's thin client: the same answer, and nothing heavy imported (no CLI
+    # framework, numpy, pydantic, duckdb or encoders)
+    entry = [sys.executable, "-X", "importtime", str(ROOT / "skills_entry.py"), "query"]
+    out = subprocess.run(entry + ["--code", str(KERNELS / "softmax" / "naive.cu"), "--store", str(root), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    thin = json.loads(out.stdout)
+    assert thin["served_by"]["kind"] == "server" and [h["skill_id"] for h in thin["hits"]] == \
+        [h["skill_id"] for h in local["hits"]]
+    imported = {ln.split("|")[-1].strip() for ln in out.stderr.splitlines() if ln.startswith("import time:")}
+    heavy = {"typer", "numpy", "pydantic", "duckdb", "onnxruntime", "torch", "chromadb", "rich"}
+    assert not heavy & imported, heavy & imported
+    out = subprocess.run([sys.executable, str(ROOT / "skills_entry.py"), "query", "--text", "x", "--mode", "bogus", "--store", str(root)],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: unknown mode 'bogus'"), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
     request(info, "POST", "/shutdown")
     t.join(10)
     assert not (root / "serve.json").exists()
+
+
+def test_import_updates_the_index(indexed, tmp_path):
+    """`skills import` re-indexes: a hand-written skill is searchable at once (no stale index)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from cli import app
+    from retrieval.skill_search import SkillIndex
+
+    root = tmp_path / "store"
+    shutil.copytree(indexed[0], root)
+    before = SkillIndex.open(root).n_skills
+    hand = tmp_path / "hand" / "keep-the-row-max-in-a-register"
+    hand.mkdir(parents=True)
+    (hand / "SKILL.md").write_text(
+        "---\nname: keep-the-row-max-in-a-register\ndescription: Keep a row's running max in a register.\n"
+        "metadata:\n  carrier: register_cache\n  operator: manual\n---\n\n# Keep the row max in a register\n\n"
+        "Keep the running max in a register instead of re-reading it.\n\n## How to apply\n\n"
+        "### Simpler form (before)\n\n```cuda\nfor (int j = 0; j < N; ++j) y[j] = x[j] - m[row];\n```\n\n"
+        "### Optimized form (after)\n\n```cuda\nfloat mr = m[row];\nfor (int j = 0; j < N; ++j) y[j] = x[j] - mr;\n```\n")
+    r = CliRunner().invoke(app, ["import", str(tmp_path / "hand"), "--store", str(root)])
+    assert r.exit_code == 0, r.output
+    assert f"index updated: {before + 1} skills searchable" in r.stdout
+    idx = SkillIndex.open(root)
+    assert idx.n_skills == before + 1 and idx.find("register_cache:manual") is not None
+    r = CliRunner().invoke(app, ["show", "keep-the-row-max-in-a-register", "--store", str(root), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["carrier"] == "register_cache", r.output
 
 
 def test_cli_bad_input_exit_codes(indexed, tmp_path):
@@ -388,7 +433,7 @@ def test_mcp_stdio_server_answers_like_the_searcher(indexed, searcher, tmp_path)
         return names, ans, bad, rec, info, missing
 
     names, ans, bad, rec, info, missing = asyncio.run(session())
-    assert names == {"query_skills", "get_skill", "index_info"}
+    assert names == {"query_skills", "get_skill", "index_info", "gate_kernel", "profile_kernel", "wrap_kernel", "lineage"}
     assert not ans.is_error and ans.structured_content["served_by"]["kind"] == "mcp"
     local = searcher.query(code=src, path="naive.cu", k=5, axes={"N": 1000})
     assert [h["skill_id"] for h in ans.structured_content["hits"]] == [h["skill_id"] for h in local["hits"]]

@@ -308,14 +308,32 @@ def test_cli_export_then_import_round_trip(tmp_path):
     assert payload["format"] == "skillmd" and len(payload["skills"]) == len(skills)
     assert all(Path(x["path"]).is_file() for x in payload["skills"])
 
-    r = runner.invoke(app, ["import", str(tmp_path / "md"), "--store", str(tmp_path / "s2"), "--json"])
+    r = runner.invoke(app, ["import", str(tmp_path / "md"), "--store", str(tmp_path / "s2"), "--json", "--no-index"])
     assert r.exit_code == 0, r.output
     assert sorted(x["skill_id"] for x in json.loads(r.stdout)["imported"]) == sorted(s.skill_id for s in skills)
     assert _by_id(_store_skills(tmp_path / "s2")) == _by_id(skills)
 
-    r = runner.invoke(app, ["import", str(tmp_path / "md"), "--store", str(tmp_path / "s2")])  # again: replaces
-    assert r.exit_code == 0 and f"{len(skills)} skill(s) imported" in r.stdout
+    # again: replaces (re-indexing is tested on an indexed store: test_skill_retrieval.py)
+    r = runner.invoke(app, ["import", str(tmp_path / "md"), "--store", str(tmp_path / "s2"), "--no-index"])
+    assert r.exit_code == 0 and f"{len(skills)} skill(s) imported" in r.stdout, r.output
     assert len(_store_skills(tmp_path / "s2")) == len(skills)
+
+    # shown by its SKILL.md folder name; an empty name is an error, not an arbitrary skill
+    folder = Path(payload["skills"][1]["path"]).parent.name
+    r = runner.invoke(app, ["show", folder, "--store", str(tmp_path / "s2"), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["skill_id"] == payload["skills"][1]["skill_id"], r.output
+    r = runner.invoke(app, ["show", "", "--store", str(tmp_path / "s2")])
+    assert r.exit_code == 2 and "give a skill id" in r.output
+    # a hand-written skill (no skill.json) is found by its folder name too
+    hand = tmp_path / "hand" / "my-own-trick"
+    hand.mkdir(parents=True)
+    (hand / "SKILL.md").write_text("---\nname: my-own-trick\ndescription: Cache the row max in a register.\n"
+                                   "metadata:\n  carrier: register_cache\n  operator: manual\n---\n\n# Keep the max\n\n"
+                                   "Keep the running max in a register.\n")
+    r = runner.invoke(app, ["import", str(tmp_path / "hand"), "--store", str(tmp_path / "s2"), "--no-index"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["show", "my-own-trick", "--store", str(tmp_path / "s2"), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["name"] == "Keep the max", r.output
 
 
 def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path):

@@ -299,8 +299,13 @@ _FEATURES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"#\s*include\s*[<\"](cub/|thrust/|cublas|cudnn|cufft|curand|cusparse|cutlass/|cute/|cuda/std/|"
                 r"cuda/atomic|cuda/annotated_ptr)|\bcub::|\bthrust::|\bcublas[A-Z]\w*\s*\(|\bcutlass::|\bcute::|"
                 r"\bcuda::std::|\bcuda::atomic"), "CUDA libraries (cub, thrust, cuBLAS, CUTLASS, libcu++)"),
-    (re.compile(r"#\s*include\s*[<\"]cooperative_groups|\bcooperative_groups::|\bnamespace\s+cg\s*="),
-     "cooperative groups"),
+    # cooperative groups: thread_block, warp tiles (<= 32) and cg::reduce are in cpu_runtime/include;
+    # the rest (grid / cluster groups, coalesced / labeled partitions, multi-warp tiles, async copies) is not
+    (re.compile(r"#\s*include\s*[<\"]cooperative_groups/(?!reduce\.h)|\b(this_grid|this_multi_grid|grid_group|"
+                r"multi_grid_group|this_cluster|cluster_group|coalesced_threads|coalesced_group|labeled_partition|"
+                r"binary_partition|block_tile_memory|thread_block_tile\s*<\s*(64|128|256|512)|"
+                r"tiled_partition\s*<\s*(64|128|256|512)|invoke_one|reduce_update_async|reduce_store_async)\b"),
+     "cooperative groups beyond thread_block and warp tiles"),
     (re.compile(r"\b__nv_fp8\w*|cuda_fp8\.h|\b__nv_fp4\w*|cuda_fp4\.h|\b__nv_fp6\w*"), "fp8 / fp6 / fp4 types"),
     (re.compile(r"\bcudaGraph\w*"), "CUDA graphs"),
     (re.compile(r"\bcudaLaunchKernel\s*\(|\bcuLaunchKernel\s*\("), "cudaLaunchKernel (launch through the runtime API)"),

@@ -1,0 +1,5 @@
+// kernel-skills entry shim (project code): launches block_all_reduce_sum_f32_f32_kernel
+void block_all_reduce_sum(const float* a, float* y, int N) {
+    cudaMemsetAsync(y, 0, sizeof(float));
+    block_all_reduce_sum_f32_f32_kernel<256><<<(N + 255) / 256, 256>>>(const_cast<float*>(a), y, N);
+}

@@ -1,0 +1,4 @@
+// kernel-skills entry shim (project code): launches elementwise_add_f32_kernel
+void elementwise_add(const float* a, const float* b, float* c, int N) {
+    elementwise_add_f32_kernel<<<(N + 255) / 256, 256>>>(const_cast<float*>(a), const_cast<float*>(b), c, N);
+}
