@@ -79,8 +79,9 @@ def read_kernelbench(path: Path, timeout_s: float = 120.0) -> dict[str, Any]:
     """The problem's inputs/outputs/state/constants, from a child process (the file is untrusted)."""
     if not path.is_file():
         raise WrapError(f"{path}: no such file")
+    # sandboxed: the probe script and the file are shown read-only (files: their folders may be 0700)
     res = run_limited([sys.executable, "-I", str(PROBE), str(path.resolve())], cwd=path.resolve().parent,
-                      timeout_s=timeout_s, mem_mb=8192)
+                      timeout_s=timeout_s, mem_mb=8192, readable=[PROBE, path.resolve()])
     if res.timed_out:
         raise WrapError(f"{path}: evaluating Model / get_inputs took longer than {timeout_s:.0f}s")
     if res.mem_exceeded:
