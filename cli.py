@@ -953,13 +953,15 @@ def wrap_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root (gate cache)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    trust: bool = typer.Option(False, "--trust", help="Without a sandbox (bubblewrap) on this machine, run the "
+                               "KernelBench file anyway (it is untrusted Python)."),
 ) -> None:
     """Turn an existing kernel file (and a KernelBench problem) into a problem folder; say what is still missing."""
     from mining.wrap import WrapError, wrap
 
     try:
         rep = wrap(kernel_file, out, kernelbench=kernelbench, kernel_name=kernel, name=name, executor=executor,
-                   run_gate_after=gate_after, force=force, store=store)
+                   run_gate_after=gate_after, force=force, store=store, trust=trust)
     except WrapError as exc:
         fail(str(exc))
     if as_json:

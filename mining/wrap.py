@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 from tree_sitter import Node
 
-from mining.gate.sandbox import run_limited
+from mining.gate.sandbox import isolation, isolation_problem, run_limited
 from mining.parse import FunctionSig, functions, parse_cuda, syntax_issues, text, walk
 
 PROBE = Path(__file__).with_name("kernelbench_probe.py")
@@ -75,10 +75,14 @@ class WrapReport:
 
 
 # --------------------------------------------------------------------------- KernelBench
-def read_kernelbench(path: Path, timeout_s: float = 120.0) -> dict[str, Any]:
-    """The problem's inputs/outputs/state/constants, from a child process (the file is untrusted)."""
+def read_kernelbench(path: Path, timeout_s: float = 120.0, trust: bool = False) -> dict[str, Any]:
+    """The problem's inputs/outputs/state/constants, from a sandboxed child process (the file is
+    untrusted Python: without a sandbox it is refused unless the user said --trust, as the gate does)."""
     if not path.is_file():
         raise WrapError(f"{path}: no such file")
+    if not trust and isolation() is None:
+        raise WrapError(f"{path}: no sandbox ({isolation_problem()}); refusing to run this KernelBench file "
+                        "(install bubblewrap, or pass --trust to run it without isolation)")
     # the sandbox may run the child as another user: it reads a copy in a folder of its own
     with tempfile.TemporaryDirectory(prefix="ks-kernelbench-") as tmp:
         work = Path(tmp)
@@ -458,7 +462,7 @@ def definition_from_params(params, name: str) -> tuple[dict, list[dict], list[st
 def wrap(kernel_file: Path, out: Optional[Path] = None, kernelbench: Optional[Path] = None,
          kernel_name: Optional[str] = None, name: Optional[str] = None, executor: str = "auto",
          run_gate_after: bool = True, force: bool = False, store: Optional[Path] = None,
-         timeout_s: float = 120.0) -> WrapReport:
+         timeout_s: float = 120.0, trust: bool = False) -> WrapReport:
     kernel_file = Path(kernel_file)
     if not kernel_file.is_file():
         raise WrapError(f"{kernel_file}: no such file")
@@ -490,7 +494,7 @@ def wrap(kernel_file: Path, out: Optional[Path] = None, kernelbench: Optional[Pa
                    and not any(t for _, t in _torch_param(host_nodes[f.name]))]
     entry = "ks_entry"
     if kernelbench is not None:
-        info = read_kernelbench(Path(kernelbench), timeout_s)
+        info = read_kernelbench(Path(kernelbench), timeout_s, trust=trust)
         definition, workloads, kb_notes = definition_from_kernelbench(info, name, Path(kernelbench).name)
         notes += kb_notes
         notes.append("definition.json: op_type is 'kernelbench': set the family (gemm, softmax, ...) for skill scoping")

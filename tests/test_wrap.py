@@ -163,3 +163,15 @@ def test_torch_host_with_2d_launch_translates_to_the_definitions_names(tmp_path)
     p = load_problem(tmp_path / "mm")
     cpu = next(w for w in p.workloads if "large" not in w.tags)
     assert cpu.axes == {"M": 64, "K": 32, "N": 128}  # rectangular stays rectangular
+
+
+def test_kernelbench_file_is_refused_without_a_sandbox(tmp_path, monkeypatch):
+    """The problem file is untrusted Python: with no isolation it is not run unless --trust (as the gate)."""
+    (tmp_path / "k.cu").write_text(BARE)
+    marker = tmp_path / "ran"
+    (tmp_path / "problem.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n" + PROBLEM)
+    monkeypatch.setenv("KS_BWRAP", "none")
+    r = runner.invoke(app, ["wrap", str(tmp_path / "k.cu"), "--kernelbench", str(tmp_path / "problem.py"),
+                            "--out", str(tmp_path / "o"), "--no-gate"])
+    assert r.exit_code == 2 and "no sandbox" in r.stderr and "--trust" in r.stderr, r.output
+    assert not marker.exists() and not (tmp_path / "o").exists()
