@@ -37,30 +37,6 @@ def _cli(args: list[str], env: dict, timeout: float = 600) -> subprocess.Complet
                           timeout=timeout)
 
 
-def _cli_with_maxrss(args: list[str], env: dict, timeout: float = 600) -> tuple[subprocess.CompletedProcess, int]:
-    """The CLI's result and the peak RSS (KB) of that one process tree: wait4 on its pid, not
-    RUSAGE_CHILDREN, which keeps the largest child the whole test session ever reaped."""
-    import tempfile
-
-    code = "import sys; from cli import app; sys.argv[0] = 'skills'; app()"
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=env, stdout=out, stderr=err,
-                                text=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise subprocess.TimeoutExpired(proc.args, timeout)
-            time.sleep(0.1)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()), usage.ru_maxrss
-
-
 def _env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KS_")}
     env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", **extra)
@@ -134,7 +110,7 @@ def attacked(tmp_path_factory):
         cu.write_text(text)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t = time.perf_counter()
-    res, maxrss_kb = _cli_with_maxrss(["gate", str(problem), "--all-kernels", "--executor", "cpu", "--stages", "correctness", "--seeds", "1",
+    res = _cli(["gate", str(problem), "--all-kernels", "--executor", "cpu", "--stages", "correctness", "--seeds", "1",
                 "--timeout", "30", "--json", "--store", str(store)],
                _env(KS_HOSTILE_SECRET=secret, KS_COMPILER_MEM_MB="1024"))
     wall = time.perf_counter() - t
@@ -143,7 +119,7 @@ def attacked(tmp_path_factory):
     by_kernel = {Path(r["kernel"]).name: r for r in rows if "kernel" in r}
     yield {"results": by_kernel, "tmp": tmp, "target": target, "token": token, "store": store, "cpu_cache": cpu_cache,
            "listener": listener, "stderr": res.stderr, "rc": res.returncode, "wall_s": wall,
-           "child_maxrss_kb": maxrss_kb, "before_kb": before}
+           "before_kb": before}
     for p in [Path("/tmp") / f"ks_hostile_{token}", Path.home() / f".ks_hostile_{token}"]:
         p.unlink(missing_ok=True)
 
@@ -202,8 +178,13 @@ def test_setsid_children_die_with_the_run(attacked):
 def test_printf_flood_is_capped(attacked):
     reason = _blocked(attacked, "printf_flood.cu")
     assert "dropped" in reason or "output" in reason, reason
-    # the gate process read 100 MB of output and kept at most 16 MB per stream
-    assert attacked["child_maxrss_kb"] < 600 * 1024, attacked["child_maxrss_kb"]
+    # what keeps the parent small: a run's output is read and kept up to MAX_OUTPUT per stream, the
+    # rest dropped (checked on the runner itself: the gate tree's peak RSS is the compiler's, ~1.3 GB
+    # in a full suite, so it cannot show a 100 MB flood held or not)
+    from mining.gate.sandbox import MAX_OUTPUT, run_limited
+
+    r = run_limited(["sh", "-c", f"head -c {6 * MAX_OUTPUT} /dev/zero | tr '\\0' x"], timeout_s=60)
+    assert r.output_truncated and MAX_OUTPUT // 2 <= len(r.stdout) <= MAX_OUTPUT, (len(r.stdout), r.stderr[-200:])
 
 
 @needs_sandbox
