@@ -137,7 +137,7 @@ def bench_backend(model: str, roles: list[str], repair: int) -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     from _backend_support import indexed_toy_store  # the suite's three toy targets (tests/fixtures)
 
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
     from skills.store import Store
 
     store = Store(indexed_toy_store())
