@@ -524,7 +524,7 @@ def backend_generate(
     except GateUnavailable as exc:
         fail(str(exc), 2)
     except Exception as exc:  # an LLM endpoint failing is not bad input
-        from prompts.llm import LLMError
+        from mining.llm import LLMError
 
         if isinstance(exc, LLMError):
             fail(str(exc), 1)
@@ -866,7 +866,7 @@ def optimize_cmd(
 ) -> None:
     """Optimize a kernel with retrieved skills: every step is kept only if the gate accepts it."""
     from mining.gate import BadInput
-    from mining.optimize import OptimizeConfig, optimize
+    from prompts.optimize import OptimizeConfig, optimize
 
     try:
         seed_list = tuple(int(s) for s in seeds.split(","))
@@ -926,7 +926,7 @@ def llm_check_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """One call: does the endpoint answer, its context window, latency, and does it follow the answer format."""
-    from prompts.llm_check import check, exit_code, render
+    from mining.llm_check import check, exit_code, render
 
     report = check(model, max_tokens=max_tokens, timeout=timeout, **({"api_base": api_base} if api_base else {}))
     code = exit_code(report)

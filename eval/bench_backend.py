@@ -274,7 +274,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         llm = None
         if model:
             from prompts.backend.generate import GenerateRequest, generate
-            from prompts.llm import LEDGER
+            from mining.llm import LEDGER
 
             done = []
             for e in per_fn[:llm_limit]:

@@ -250,7 +250,7 @@ def test_checker_batches_variants_and_attributes_errors(mined):
         bad = site.text.replace("Lark::R3 :", "Lark::R3_bogus :")
         noret = site.text.replace("return TFI->hasFP(MF) ? Lark::R3 : Lark::R2;", "(void)TFI;")
         checker._run([(good, None), (bad, None), (noret, None)])
-        from skills.records import sha256
+        from mining.records import sha256
 
         v = [checker.verdicts[sha256(t)] for t in (good, bad, noret)]
         # clang skips -Wreturn-type after the first error in a file: `noret` passed behind `bad`

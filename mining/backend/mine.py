@@ -44,7 +44,7 @@ from corpora.backends.tree import (
 )
 from mining.backend.operators import CARRIERS, OPERATORS, BackendEdit, TargetNames, find_function, propose_edits
 from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
-from skills.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Precondition, Skill, Step, lineage_identity,
+from mining.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Precondition, Skill, Step, lineage_identity,
                             sha256, skill_identity)
 
 MINING_VERSION = "backend-mining-1"

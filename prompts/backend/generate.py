@@ -13,7 +13,7 @@ Strategies:
   mechanical instantiation as a starting point;
 * ``llm``: a few-shot prompt (prompts/backend/generate.md: the top-k implementations from the
   most similar targets, T's relevant attributes, the fork-and-adapt draft) sent through
-  prompts/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
+  mining/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
   up to N more attempts.
 
 Every result is checked by the compile gate (mining/backend/gate.py) when clang-15 is
@@ -332,7 +332,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     elif req.strategy == "skills" and not req.model:
         code = skills_draft
     else:
-        from prompts.llm import LEDGER, complete, extract_code
+        from mining.llm import LEDGER, complete, extract_code
 
         reply = complete(prompt, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
         code = extract_code(reply.text) if reply.text.strip() else ""
@@ -376,7 +376,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
             result["code"], result["lint"] = code, lint
     result["gate"] = verdict
     if attempts:
-        from prompts.llm import LEDGER
+        from mining.llm import LEDGER
 
         result["attempts"] = attempts
         result["tokens"] = LEDGER.to_dict()

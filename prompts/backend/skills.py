@@ -39,7 +39,7 @@ from mining.backend.operators import BackendEdit, TargetNames, propose_edits
 from retrieval.backend.adapt import (
     MATCH_KINDS, MATCH_THRESHOLD, TargetProfile, _kind_tokens, _similarity, adapt, name_similarity, rename_target,
 )
-from skills.records import Lineage
+from mining.records import Lineage
 
 COVERAGE = 0.5  # share of S's attributes of a kind a skill must range over to be "for each"
 _MARK = "@@ksfam{}@@"
