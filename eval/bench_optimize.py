@@ -4,7 +4,7 @@
     python -m eval.bench_optimize --executor cpu --json          (CI: correctness only, no speed claims)
 
 Per problem (leave-one-problem-out: the problem's own skills and the evidence it contributed to
-shared skills are removed before retrieval), `mining.optimize.optimize` runs from the problem's
+shared skills are removed before retrieval), `prompts.optimize.optimize` runs from the problem's
 naive.cu with the step budget (default 10). On the cuda executor the naive, final and expert
 kernels are timed by the gate's profile stage on the problem's primary large workload (the
 first tagged "large") and PyTorch eager the same way (eval/bench_corpus.py), giving
@@ -53,7 +53,7 @@ def geomean(values: list[float]) -> Optional[float]:
 
 
 def _has_skills(root: Path) -> bool:
-    from mining.optimize import load_skill_records
+    from prompts.optimize import load_skill_records
 
     try:
         return (root / "store.duckdb").is_file() and bool(load_skill_records(root))
@@ -113,7 +113,7 @@ ARM_CONFIG = {
 
 def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], out_dir: Optional[Path]) -> dict:
     from corpora.problem import load_problem
-    from mining.optimize import OptimizeConfig, SkillSource, optimize
+    from prompts.optimize import OptimizeConfig, SkillSource, optimize
 
     spec = ARM_CONFIG[arm]
     problem_dir = CORPUS / name
@@ -338,7 +338,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                       "leave-one-problem-out, cpu executor: every kept step and final kernel passes the gate on every "
                       "workload and seed; no timing, no speed claim"),
            "arms": {}}
-    from mining.optimize import make_pool
+    from prompts.optimize import make_pool
 
     pool = make_pool(args.jobs)
     t0 = time.perf_counter()

@@ -100,7 +100,7 @@ def make_lineage(problem: str, problem_dir: Path, kernel: str, chain: list[tuple
     effects(step_index, operator) -> [Effect]; rejections: [{"operator", "index", "reason", "verdict"}]
     (the candidate is the operator applied at its first site of the state it was tried on);
     preconditions / risks: {step_index: [dict]} recorded as the lineage's findings."""
-    from skills.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Skill, Step, lineage_identity, sha256,
+    from mining.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Skill, Step, lineage_identity, sha256,
                                 skill_identity)
     from mining.operators import get_operator
 
@@ -165,14 +165,14 @@ def make_lineage(problem: str, problem_dir: Path, kernel: str, chain: list[tuple
 
 
 def _static(dev: str, regs: int, smem: int = 0, sass: Optional[dict] = None, spills: int = 0):
-    from skills.records import Effect
+    from mining.records import Effect
 
     return Effect(device=dev, method="static", registers_delta=regs, smem_delta=smem, spill_delta=spills,
                   sass_delta=sass or {})
 
 
 def _timed(dev: str, ratio: float, spread: float, workload: str, opt_ms: float):
-    from skills.records import Effect
+    from mining.records import Effect
 
     return Effect(device=dev, method="gpu_timing", time_ratio=ratio, time_ratio_q1=round(ratio - spread, 4),
                   time_ratio_q3=round(ratio + spread, 4), workload=workload,

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from tree_sitter import Node
 
-from mining.parse import FunctionSig, functions, parse_cuda, text, walk
+from corpora.code.parse import FunctionSig, functions, parse_cuda, text, walk
 
 
 @dataclass(frozen=True)

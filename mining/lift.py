@@ -4,7 +4,7 @@ Every field is filled from what the walk measured: the exemplar and diff from th
 the anchor from the optimized text's syntax tree, static deltas from the gate's static stage
 (registers, shared memory, spills, SASS mix), a time ratio only from GPU profiles, and
 preconditions from probing (`mining/probe.py`) or from the guard the expert wrote around the
-site. What is the same optimization is decided by `skills.records.skill_identity`.
+site. What is the same optimization is decided by `mining.records.skill_identity`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from mining.carriers import Source
 from mining.probe import Hypothesis, ProbeOutcome, code_guard_text
-from skills.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
+from mining.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
 
 # carrier -> (skill name, intent in the optimizing direction)
 CARRIER_SKILLS: dict[str, tuple[str, str]] = {

@@ -11,7 +11,7 @@ changed. The walk gates it like any other candidate.
         for cand in result.candidates: ...           # gate cand.new_source
         for fail in result.failures: ...             # record fail.reason (never raised)
 
-Prompt: prompts/deoptimize.md (the kernel with line numbers, the problem, the carriers still
+Prompt: mining/deoptimize.md (the kernel with line numbers, the problem, the carriers still
 present, what was already rejected and why). The model answers in a strict format:
 
     CARRIER: <name from the carrier vocabulary>
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 OPERATOR_NAME = "llm_deoptimize"
-PROMPT_FILE = Path(__file__).resolve().parent.parent / "prompts" / "deoptimize.md"
+PROMPT_FILE = Path(__file__).resolve().parent / "deoptimize.md"
 MAX_BLOCKS = 4
 MAX_REJECTED = 24  # most recent rejections shown in the prompt
 MAX_SITES_SHOWN = 4  # per carrier
@@ -497,7 +497,7 @@ def _check(old: str, new: str) -> None:
         raise ReplyError("forbidden", "the edit adds an #include line (a simplification never needs one)")
     if len(_ASM.findall(_code_only(new))) > len(_ASM.findall(_code_only(old))):
         raise ReplyError("forbidden", "the edit adds inline assembly")
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
 
     before = syntax_issues(parse_cuda(old), limit=50)
     after = syntax_issues(parse_cuda(new), limit=50)
@@ -566,7 +566,7 @@ def propose(source: str, *, problem_summary: str, carriers_present: Any = None, 
     if model is None:
         result.failures.append(Failure("no model configured (pass --model or set SKILLS_MODEL)", "disabled"))
         return result
-    from prompts.llm import LLMError, complete
+    from mining.llm import LLMError, complete
 
     rejected = list(rejected or [])
     seen: dict[str, int] = {}

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from tree_sitter import Node
 
 from mining.carriers import LOAD_INTRINSICS, Source, call_name, declarator_name, enclosing, grid_stride_loops
-from mining.parse import FunctionSig, parse_cuda, syntax_issues, text, walk
+from corpora.code.parse import FunctionSig, parse_cuda, syntax_issues, text, walk
 
 WARP = 32
 PRIV_CAP = 4096  # shared-memory histogram copy: bins held per block (16 KB of int)

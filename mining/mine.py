@@ -40,7 +40,7 @@ from mining.probe import (force_guard, site_guards, hypotheses, induce, induce_s
                           probe_problem_dir,
                           probe_workloads)
 from mining.walk import Candidate, Verdict, WalkEvent, WalkResult, backward_walk
-from skills.records import Lineage, Skill, Step, lineage_identity, sha256
+from mining.records import Lineage, Skill, Step, lineage_identity, sha256
 
 # The CPU strategy's fixed priority: local, declarative carriers first (a pragma, a qualifier,
 # an intrinsic), then access-width and data-movement rewrites, then structural ones. Removing

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from mining.carriers import DETECTORS, Source, call_name, declarator_name, enclosing, grid_stride_loops
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
                 "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",

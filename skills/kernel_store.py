@@ -19,7 +19,7 @@ from typing import Any, Iterable, Optional
 
 from skills.merge import merge_skill
 from skills.record_reads import find_lineage, find_skill, skill_rows
-from skills.records import Lineage, Skill, Step
+from mining.records import Lineage, Skill, Step
 from skills.store import Store, register_section
 
 KERNEL_SCHEMA = [

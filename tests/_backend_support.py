@@ -19,7 +19,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 def indexed_toy_store() -> Path:
     """A store with the three toy targets indexed (small training budgets); built once per
     test session and shared read-mostly. Tests that write make their own store."""
-    from retrieval.backend_index import index_backends
+    from retrieval.backend.index import index_backends
     from skills.store import Store
 
     root = Path(tempfile.mkdtemp(prefix="toy-store-"))
@@ -36,7 +36,7 @@ def copy_toy(dst: Path) -> Path:
 
 
 def gate_skip_reason():
-    from mining.backend_gate import toolchain_available
+    from mining.backend.gate import toolchain_available
 
     missing = toolchain_available()
     if missing:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from _backend_support import TOY, TOY_TARGETS, copy_toy, gate_skip_reason
-from corpora.backend_tree import load_target
-from mining.backend_gate import (
+from corpora.backends.tree import load_target
+from mining.backend.gate import (
     CompileGate, GateInputError, Splice, config_h_from_template, lint_relocations, tablegen_calls,
 )
 

@@ -88,7 +88,7 @@ def test_sites_and_rewrite(name):
 
 @pytest.mark.parametrize("name", NEW)
 def test_every_site_is_byte_local_and_parses(name):
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
     op = get_operator(name)
     for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
         source = _read(problem)

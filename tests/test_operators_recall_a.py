@@ -12,7 +12,7 @@ import pytest
 from mining.carriers import detect_carriers
 from mining.mine import PRIORITY, _operator_order
 from mining.operators import all_operators, get_operator
-from mining.parse import parse_cuda, syntax_issues
+from corpora.code.parse import parse_cuda, syntax_issues
 
 from _operator_support import (
     KERNELS, assert_outside_identical as _assert_outside_identical,

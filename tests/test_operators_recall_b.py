@@ -229,7 +229,7 @@ def test_no_sites_in_naive_kernels():
 
 @pytest.mark.parametrize("name", MINE + ["shared_tile_to_global"])
 def test_every_corpus_site_is_byte_local_and_parses(name):
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
     op = get_operator(name)
     for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
         source = _read(problem)

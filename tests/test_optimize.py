@@ -10,7 +10,7 @@ import pytest
 
 from mining.gate import BadInput
 from mining.materialize import Context, materialize, rewrites_for, run_rewrite
-from mining.optimize import (OptimizeConfig, SkillSource, check_preconditions, optimize, parse_optimization,
+from prompts.optimize import (OptimizeConfig, SkillSource, check_preconditions, optimize, parse_optimization,
                              rank_memory, flat_memory, sanitize, skill_card)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,7 +207,7 @@ def test_llm_materializer_with_mocked_endpoint(tmp_path, cache):
 
 
 def test_prompt_carries_the_skill_card(tmp_path):
-    from mining.optimize import Attempt, build_prompt
+    from prompts.optimize import Attempt, build_prompt
 
     rec = skill("vector_load", "vector_load_to_scalar")
     p = build_prompt(NAIVE, problem_summary="- name: vector_add", guidance=skill_card(rec, None, []),

@@ -18,7 +18,7 @@ from mining.carriers import Source, call_name
 from mining.operators.base import Edit, Operator
 from mining.operators.rewrite_util import has_side_effects, structural, type_text
 from mining.operators.vector_access import pointer_type
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _TYPES = {"16", "8", "4"}
 

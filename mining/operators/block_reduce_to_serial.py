@@ -40,7 +40,7 @@ from mining.carriers import Source, _block_reduce_shared, call_name
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import _line_span, _same, norm, rename_identifiers
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _SHFL = {"__shfl_xor_sync", "__shfl_down_sync", "__shfl_sync", "__shfl_up_sync", "__shfl_xor", "__shfl_down"}
 

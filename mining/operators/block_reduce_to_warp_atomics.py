@@ -25,7 +25,7 @@ from mining.carriers import Source, _block_reduce_shared, call_name
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import _line_span, _same
 from mining.operators.rewrite_util import splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 class BlockReduceToWarpAtomics(Operator):

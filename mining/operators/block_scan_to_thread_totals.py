@@ -38,7 +38,7 @@ from mining.carriers import Source, _block_scan
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import splice_range, structural, type_text
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _LAST_LANE = re.compile(r"\(\s*(\w+)\s*==\s*(?:31|WARP_SIZE\s*-\s*1|warpSize\s*-\s*1)\s*\)")
 _DOUBLING = re.compile(r"(\w+)\s*(?:<<=\s*1|\*=\s*2)")

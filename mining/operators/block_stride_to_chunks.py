@@ -27,7 +27,7 @@ from typing import Optional
 from mining.carriers import Source, grid_stride_loops
 from mining.operators.base import Edit, Operator, raw_text
 from mining.operators.rewrite_util import structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _SYNC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|"
                    r"atomic\w*|__threadfence\w*)\s*\(")

@@ -39,7 +39,7 @@ from mining.carriers import Source
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import _line_span, _tokens
 from mining.operators.rewrite_util import line_indent, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 def _norm(s: str) -> str:

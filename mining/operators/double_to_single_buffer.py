@@ -26,7 +26,7 @@ from mining.carriers import Source, _double_buffer
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, _contains, _is_write, _same, subscript_chain
 from mining.operators.rewrite_util import line_indent, node_at, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 def _writers(src: Source, fn: Node, name: str) -> tuple[set[str], set[str]]:

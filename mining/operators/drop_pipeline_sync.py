@@ -14,7 +14,7 @@ from mining.carriers import Source, call_name
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import _line_span
 from mining.operators.rewrite_util import structural
-from mining.parse import walk
+from corpora.code.parse import walk
 
 
 class DropPipelineSync(Operator):

@@ -38,7 +38,7 @@ from tree_sitter import Node
 from mining.carriers import Source, _global_load_expr, pointer_roots
 from mining.operators.base import Edit
 from mining.operators.rewrite_util import pragma_before, splice_range
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _THREAD_VARS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 _OK_PREV = {"+", "(", "[", ",", "=", "?", ":", "<", ">", "<=", ">=", "==", "!=", "&&", "||", "return", "{"}

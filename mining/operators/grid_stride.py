@@ -17,7 +17,7 @@ import re
 
 from mining.carriers import grid_stride_loops
 from mining.operators.base import Edit, Operator, raw_text
-from mining.parse import text
+from corpora.code.parse import text
 
 
 class GridStrideToSingle(Operator):

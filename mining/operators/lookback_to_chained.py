@@ -47,7 +47,7 @@ from mining.carriers import Source, _decoupled_lookback, call_name
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex
 from mining.operators.rewrite_util import line_indent, splice_range, structural, type_text
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 def _decls(body: Node) -> dict[str, tuple[Node, Node]]:

@@ -42,7 +42,7 @@ from mining.carriers import Source
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
-from mining.parse import parse_cuda, text, walk
+from corpora.code.parse import parse_cuda, text, walk
 
 _EXP = r"(?:__expf|expf|exp|__exp2f|exp2f)"
 _BARRIER = re.compile(r"\s*(__syncthreads|__syncwarp)\s*\([^;]*\)\s*;\s*")

@@ -38,7 +38,7 @@ from mining.carriers import Source
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import _line_span, identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _EXP = r"(?:__expf|expf|exp|__exp2f|exp2f)"
 _UPDATE = re.compile(r"(\w+)\s*=\s*\1\s*\*\s*(" + _EXP + r")\s*\(\s*(\w+)\s*-\s*(\w+)\s*\)\s*\+\s*(.+);")

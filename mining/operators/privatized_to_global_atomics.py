@@ -30,7 +30,7 @@ from mining.carriers import Source, call_name
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, _contains, _line_span, _same
 from mining.operators.rewrite_util import params_of, pragma_before, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 def _atomic_target(arg: Node) -> Optional[str]:

@@ -43,7 +43,7 @@ from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import (FunctionIndex, _contains, _is_write, _line_span, _reads_global, _same,
                                               _tokens, loops_around, subscript_chain)
 from mining.operators.rewrite_util import after_open_brace, body_indent, line_indent, pragma_before, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _IMPURE_CALL = re.compile(r"(atomic\w*|__sync\w*|__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|__threadfence\w*|"
                           r"printf|malloc|free|memcpy|memset|__st\w+|__pipeline\w*)$")

@@ -28,7 +28,7 @@ from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import (FunctionIndex, Renderer, _line_span, _reads_global,
                                               _reads_written_memory, _same, forward_fill, loops_around)
 from mining.operators.rewrite_util import has_side_effects, node_at, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _DECLARATORS = ("identifier", "init_declarator", "array_declarator", "pointer_declarator", "reference_declarator")
 

@@ -39,7 +39,7 @@ from mining.operators.base import Edit
 from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, type_text
 from mining.operators.shrink_register_tile import RegisterTileOperator, int_value
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _SYNC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any\w*|__all\w*|atomic\w+|__threadfence\w*|"
                    r"__pipeline\w*|asm)\b")

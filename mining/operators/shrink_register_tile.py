@@ -30,7 +30,7 @@ from mining.carriers import Source, _local_arrays, _register_tile
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, _shape, subscript_chain
 from mining.operators.rewrite_util import line_indent, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 _DECLARATORS = ("identifier", "init_declarator", "array_declarator", "pointer_declarator", "reference_declarator")

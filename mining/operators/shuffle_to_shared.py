@@ -37,7 +37,7 @@ from mining.operators.base import Edit, Operator
 from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects, line_indent,
                                            paren, scope_body, scope_of, splice_range,
                                            structural)
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 SHUFFLES = {"__shfl_sync": "idx", "__shfl_xor_sync": "xor", "__shfl_down_sync": "down", "__shfl_up_sync": "up",
             "__shfl": "idx", "__shfl_xor": "xor", "__shfl_down": "down", "__shfl_up": "up"}

@@ -29,7 +29,7 @@ from mining.carriers import Source, call_name
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, _line_span, _same, norm
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _SHIFT = re.compile(r"(\w+)\s*\[\s*(\w+)\s*\]\s*=\s*(\w+)\s*\[\s*\2\s*\]\s*;")
 

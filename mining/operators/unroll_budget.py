@@ -24,7 +24,7 @@ from tree_sitter import Node
 from mining.carriers import Source
 from mining.operators.rewrite_util import pragma_before
 from mining.operators.shrink_register_tile import int_value
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255

@@ -27,7 +27,7 @@ from mining.carriers import Source, _transposed_tile
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import has_side_effects, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _VEC = re.compile(r"reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?((?:u?int|float|double|u?short|u?char|u?long)"
                   r"([234]))\s*(?:const\s*)?\*\s*>$")

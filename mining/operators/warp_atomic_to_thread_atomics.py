@@ -20,7 +20,7 @@ from mining.carriers import Source, _atomic_per_block
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import _same
 from mining.operators.rewrite_util import node_at, structural
-from mining.parse import text
+from corpora.code.parse import text
 
 _LANE0 = re.compile(r"\(\s*\(?\s*(?:\w*lane\w*|threadIdx\.x\s*(?:&\s*31|%\s*32)|tid\s*(?:&\s*31|%\s*32))\s*\)?\s*==\s*0\s*\)")
 

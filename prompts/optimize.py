@@ -1,7 +1,7 @@
 """`skills optimize` as a library: retrieved skills materialized on a new kernel, step by step,
 each step kept only when the gate accepts it.
 
-    from mining.optimize import OptimizeConfig, optimize
+    from prompts.optimize import OptimizeConfig, optimize
     res = optimize(Path("corpora/kernels/softmax"), Path("naive.cu"), OptimizeConfig(executor="cpu"))
     res.final_source, res.summary()
 
@@ -507,7 +507,7 @@ class Gate:
 
 
 # --------------------------------------------------------------------------- LLM materializer
-PROMPT_FILE = Path(__file__).resolve().parent.parent / "prompts" / "optimize.md"
+PROMPT_FILE = Path(__file__).resolve().parent / "optimize.md"
 # prompt sections cut (in this order) when the prompt does not fit the model's context window
 CUTTABLE = ("Earlier steps on this kernel", "Past successful changes", "Guidance", "The skill to apply", "The problem")
 
@@ -565,7 +565,7 @@ def parse_optimization(source: str, reply: str) -> tuple[str, str, str]:
     mining/llm_operator.py's matcher), or one fenced block holding the whole kernel. Raises
     ReplyError with a one-line reason otherwise."""
     from mining.llm_operator import ReplyError, apply_blocks, parse_reply
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
 
     try:
         parsed = parse_reply(reply)
@@ -598,11 +598,11 @@ def llm_materialize(source: str, *, guidance: str, problem_summary: str, model: 
                     usage: Optional[dict] = None, token_budget: Optional[int] = None
                     ) -> tuple[Optional[str], str, str, int, float, str]:
     """One LLM call: (new source or None, carrier, description or failure reason, tokens, cost, raw reply).
-    `usage` (when given) receives the call's usage (prompts/llm.py Completion.usage()) and, for a
+    `usage` (when given) receives the call's usage (mining/llm.py Completion.usage()) and, for a
     reply that gave no kernel, `rejected` = why in one word. `token_budget`: tokens left; the
     call is not sent when its prompt alone would spend them, and its completion is capped to the rest."""
     from mining.llm_operator import ReplyError
-    from prompts.llm import LLMError, billed_prompt_tokens, complete
+    from mining.llm import LLMError, billed_prompt_tokens, complete
 
     usage = usage if usage is not None else {}
     prompt = build_prompt(source, problem_summary=problem_summary, guidance=guidance, history=history,

@@ -1,13 +1,13 @@
 """Backend lineages: walk a target's implementation of a role backward under the compile gate.
 
-    from mining.backend_mine import BackendMineConfig, mine_backends
+    from mining.backend.mine import BackendMineConfig, mine_backends
     outcomes = mine_backends(store, roles=["ELFObjectWriter::getRelocType"])
 
 For one function of target T (an ingested row of the ``functions`` table): the operators of
-``mining/backend_operators.py`` propose simplifications (drop a case label or arm, a
+``mining/backend/operators.py`` propose simplifications (drop a case label or arm, a
 target-specific statement, an if branch; a switch becomes its default path), the generic walk
 (``mining/walk.py``) accepts one per step, and every candidate is checked by the clang-15
-compile gate (``mining/backend_gate.py``) spliced into T's real file. The final state is the
+compile gate (``mining/backend/gate.py``) spliced into T's real file. The final state is the
 function's *skeleton*; each accepted step, reversed, is lifted into a backend Skill
 (``kind="backend"``) whose identity is the step's *shape*: role + operator + the added code
 with T's identifiers abstracted by attribute kind (``case TGT::<fixup> : return ELF::<relocation> ;``),
@@ -39,12 +39,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     BackendInputError, cpp_parser, neutralize, normalize_code, prepare_cpp, statements_of,
 )
-from mining.backend_operators import CARRIERS, OPERATORS, BackendEdit, TargetNames, find_function, propose_edits
+from mining.backend.operators import CARRIERS, OPERATORS, BackendEdit, TargetNames, find_function, propose_edits
 from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
-from skills.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Precondition, Skill, Step, lineage_identity,
+from mining.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Precondition, Skill, Step, lineage_identity,
                             sha256, skill_identity)
 
 MINING_VERSION = "backend-mining-1"
@@ -290,7 +290,7 @@ class BackendGateChecker:
         return True
 
     def _run(self, batch: list[tuple[str, Optional[Candidate]]]) -> None:
-        from mining.backend_gate import GateInputError, Splice
+        from mining.backend.gate import GateInputError, Splice
 
         sources = [s for s, _ in batch]
         if self._out_of_time(sources):
@@ -317,7 +317,7 @@ class BackendGateChecker:
         self.absorb(batch, res)
 
     def splices(self, text: str, n: int) -> list:
-        from mining.backend_gate import Splice
+        from mining.backend.gate import Splice
 
         return [Splice(self.label, text, self.site.start_byte, self.site.end_byte)] + \
             [Splice(f"{self.label}.v{i}", "", 0, 0) for i in range(n)]
@@ -381,7 +381,7 @@ class BackendGateChecker:
         return True
 
     def _run_plain(self, source: str) -> None:
-        from mining.backend_gate import GateInputError, Splice
+        from mining.backend.gate import GateInputError, Splice
 
         if self._out_of_time([source]):
             return
@@ -409,7 +409,7 @@ def prefetch(checkers: Sequence["BackendGateChecker"]) -> int:
     """One clang run for the first speculated batch of every checker of one host file (their
     functions are spliced side by side). Returns the clang runs made (0 or 1); a checker whose
     verdicts cannot be attributed in the shared run simply checks on its own later."""
-    from mining.backend_gate import GateInputError
+    from mining.backend.gate import GateInputError
 
     live = [c for c in checkers if c.wrapped and c.propose is not None]
     if len(live) < 2:
@@ -597,7 +597,7 @@ def statement_stats(text: str, names: TargetNames) -> dict[str, Any]:
 # --------------------------------------------------------------------------- one function
 def _names_for(store, target: str, cache: dict) -> TargetNames:
     if target not in cache:
-        from retrieval.backend_adapt import load_profile
+        from retrieval.backend.adapt import load_profile
 
         try:
             cache[target] = TargetNames.from_profile(load_profile(store, target))
@@ -783,7 +783,7 @@ def select_functions(store, targets: Optional[Sequence[str]] = None, roles: Opti
 
 def make_backend_gate(store, target: str):
     """The compile gate for the corpus T was indexed from (raises GateUnavailable without clang-15)."""
-    from mining.backend_gate import CompileGate
+    from mining.backend.gate import CompileGate
 
     root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
     if not root:
@@ -800,7 +800,7 @@ def mine_backends(store, func_ids: Sequence[str], config: BackendMineConfig = Ba
     """Mine each function; one gate per corpus; the functions of one host file share their
     first clang run (``prefetch``). An error in one function does not stop the rest. After
     ``deadline`` (``time.monotonic()``), functions without a stored lineage are skipped."""
-    from mining.backend_gate import GateInputError
+    from mining.backend.gate import GateInputError
 
     gates = {} if gates is None else gates
     names_cache: dict = {}

@@ -4,19 +4,19 @@
 
 Strategies:
 * ``fork-adapt`` (default, no LLM): the best-ranked implementation from another target with
-  its target identifiers mapped onto T's (retrieval/backend_adapt.py);
+  its target identifiers mapped onto T's (retrieval/backend/adapt.py);
 * ``fork-flow`` (the baseline): Mips's implementation with the target renamed;
 * ``skills``: the best-ranked implementation's lineage (mined by ``skills backend mine``)
   gives the role's skeleton and its compile-validated skills; each skill is decided and
-  instantiated with T's attributes (retrieval/backend_skills.py). With ``--model`` the prompt
-  (prompts/backend_skills.md) carries the skeleton, the skills and T's attributes, and the
+  instantiated with T's attributes (prompts/backend/skills.py). With ``--model`` the prompt
+  (prompts/backend/skills.md) carries the skeleton, the skills and T's attributes, and the
   mechanical instantiation as a starting point;
-* ``llm``: a few-shot prompt (prompts/backend_generate.md: the top-k implementations from the
+* ``llm``: a few-shot prompt (prompts/backend/generate.md: the top-k implementations from the
   most similar targets, T's relevant attributes, the fork-and-adapt draft) sent through
-  prompts/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
+  mining/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
   up to N more attempts.
 
-Every result is checked by the compile gate (mining/backend_gate.py) when clang-15 is
+Every result is checked by the compile gate (mining/backend/gate.py) when clang-15 is
 installed, spliced into T's real file: replacing T's own implementation when T has one (the
 benchmark's case), else appended to the file that holds T's class for the role.
 """
@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from corpora.backend_tree import BackendInputError
-from retrieval.backend_adapt import (
+from corpora.backends.tree import BackendInputError
+from retrieval.backend.adapt import (
     TargetProfile, adapt, fit_definition, fork_flow, load_profile, rename_target,
 )
-from retrieval.backend_search import BackendIndex, SearchError
+from retrieval.backend.search import BackendIndex, SearchError
 
 PROMPT_DIR = Path(__file__).parent
 STRATEGIES = ("fork-adapt", "fork-flow", "skills", "llm")
@@ -177,7 +177,7 @@ class AdaptCache:
     def adapt(self, row: dict, target: str):
         key = (row["func_id"], target)
         if key not in self.adapted:
-            from corpora.backend_tree import parse_definition
+            from corpora.backends.tree import parse_definition
 
             a = adapt(self.text(row["func_id"]), list(row["identifiers"] or []), self.profile(row["target"]),
                       self.profile(target), row["func_id"])
@@ -194,7 +194,7 @@ def candidates_with_adaptations(store, index: BackendIndex, target: str, role: s
     vote (consensus_scores) and target similarity breaks near-ties (BackendIndex.role_candidates).
     Returns (T's profile, hits, {func_id: Adapted}).
     """
-    from retrieval.backend_adapt import consensus_scores
+    from retrieval.backend.adapt import consensus_scores
 
     cache = cache or AdaptCache(store)
     dst = cache.profile(target)
@@ -215,7 +215,7 @@ def candidates_with_adaptations(store, index: BackendIndex, target: str, role: s
 
 
 def _gate_check(gate, target: str, host: dict, code: str, label: str = "generated"):
-    from mining.backend_gate import Splice
+    from mining.backend.gate import Splice
 
     sp = Splice(label, code, host["start_byte"], host["end_byte"])
     res = gate.check(target, host["path"], [sp])
@@ -240,7 +240,7 @@ def llvm_version(store, target: str) -> str:
 
 def make_gate(store, target: str):
     """A CompileGate for the corpus T was indexed from, or (None, reason)."""
-    from mining.backend_gate import CompileGate, toolchain_available
+    from mining.backend.gate import CompileGate, toolchain_available
 
     missing = toolchain_available()
     if missing:
@@ -298,12 +298,12 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
                         f"{h.ranks.get('consensus', 0):.0%}, identifiers mappable to {req.target}: "
                         f"{h.ranks.get('mappability', 0):.0%})\n```cpp\n{text.strip()}\n```")
     version = llvm_version(store, req.target)
-    prompt = render(load_template("backend_generate.md"), llvm_version=str(version), target=req.target, role=role,
+    prompt = render(load_template("generate.md"), llvm_version=str(version), target=req.target, role=role,
                     qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
                     attributes=_format_attributes(attrs, dst), examples="".join(examples), draft=draft.strip(),
                     form="defined inside its class body" if in_class else "defined out of line")
     if skill_res is not None:
-        prompt = render(load_template("backend_skills.md"), llvm_version=str(version), target=req.target, role=role,
+        prompt = render(load_template("skills.md"), llvm_version=str(version), target=req.target, role=role,
                         qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
                         source_target=best.target, skeleton=fit(skill_res.skeleton or skill_res.code).strip(),
                         skills=format_skills(store, skill_res), attributes=_format_attributes(attrs, dst),
@@ -332,7 +332,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     elif req.strategy == "skills" and not req.model:
         code = skills_draft
     else:
-        from prompts.llm import LEDGER, complete, extract_code
+        from mining.llm import LEDGER, complete, extract_code
 
         reply = complete(prompt, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
         code = extract_code(reply.text) if reply.text.strip() else ""
@@ -364,7 +364,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
                 diag = "\n".join(f"- line {d['line']}:{d['column']}: {d['message']}" for d in verdict["diagnostics"]) \
                     or "- (no diagnostics inside the function; see the lint below)"
                 lint_text = ("Lint:\n" + "\n".join(f"- line {w['line']}: {w['message']}" for w in lint)) if lint else ""
-                rp = render(load_template("backend_repair.md"), target=req.target, role=role,
+                rp = render(load_template("repair.md"), target=req.target, role=role,
                             host_path=host["path"], llvm_version=str(version), diagnostics=diag, lint=lint_text,
                             code=code.strip())
                 reply = complete(rp, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
@@ -376,7 +376,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
             result["code"], result["lint"] = code, lint
     result["gate"] = verdict
     if attempts:
-        from prompts.llm import LEDGER
+        from mining.llm import LEDGER
 
         result["attempts"] = attempts
         result["tokens"] = LEDGER.to_dict()
@@ -400,8 +400,8 @@ _FENCED = re.compile(r"```")
 def skills_for(store, target: str, source_func_id: str, cache: AdaptCache):
     """Skill-guided instantiation of ``source_func_id``'s lineage for ``target``
     (fork-and-adapt when no lineage was mined for it)."""
-    from mining.backend_mine import function_site
-    from retrieval.backend_skills import instantiate, lineage_for
+    from mining.backend.mine import function_site
+    from prompts.backend.skills import instantiate, lineage_for
 
     row = store.query("SELECT target, identifiers FROM functions WHERE func_id = ?", [source_func_id])[0]
     lin = lineage_for(store, source_func_id)
@@ -448,7 +448,7 @@ def format_skills(store, res) -> str:
 
 
 def _lint(code: str, dst: TargetProfile) -> list[dict]:
-    from mining.backend_gate import lint_relocations
+    from mining.backend.gate import lint_relocations
 
     return lint_relocations(code, dst.target, dst.relocations)
 

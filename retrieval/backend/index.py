@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     ATTRIBUTE_KINDS, BackendInputError, TargetTree, find_target_dirs, load_target, neutralize, parse_cpp,
     subtokens_of_name,
 )

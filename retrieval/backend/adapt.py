@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     _alias_pattern_cached, _declarator_name, cpp_parser, prepare_cpp, subtokens_of_name, walk,
 )
 

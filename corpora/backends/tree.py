@@ -13,7 +13,7 @@ target folder). For each target ``T`` it yields:
   fixup kinds from the MC headers, relocation names from ``ELFRelocs/<arch>.def``;
 * a report per file: parsed or not, how many syntax errors, the first one's location.
 
-Everything here is a pure function of the files; nothing is stored (see retrieval/backend_index).
+Everything here is a pure function of the files; nothing is stored (see retrieval/backend/index).
 """
 from __future__ import annotations
 

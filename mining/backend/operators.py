@@ -2,7 +2,7 @@
 
 Each operator finds sites in one function definition (tree-sitter-cpp) and rewrites one site
 by a byte-range edit; everything outside the edit stays byte-identical (formatting and
-comments kept). The compile gate (mining/backend_gate.py) decides whether the result still
+comments kept). The compile gate (mining/backend/gate.py) decides whether the result still
 compiles in the target's real file; the walk (mining/walk.py) accepts one edit per step.
 
 Operators, in the walk's priority order (finest first, so every accepted step is one
@@ -16,7 +16,7 @@ statement family and the lineage ends in the role's skeleton):
   ``report_fatal_error``) is not dropped (only its labels may go), and the ``default`` arm is
   never dropped (``switch_to_default`` consumes it).
 * ``drop_target_statement``: drop one statement (expression, declaration, return, loop) that
-  references a target-specific identifier (``corpora.backend_tree.is_target_identifier``: T's
+  references a target-specific identifier (``corpora.backends.tree.is_target_identifier``: T's
   namespaces, fixups, relocations, registers, TableGen records, names carrying T's name). Not
   proposed where the result cannot compile or silently changes control flow: a declaration
   whose names are used later, the last statement of the function, the terminator of a
@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     _identifiers_in, cpp_parser, is_target_identifier, norm, prepare_cpp, reloc_prefixes as _reloc_prefixes,
 )
 
@@ -66,15 +66,15 @@ class TargetNames:
 
     @classmethod
     def from_profile(cls, prof) -> "TargetNames":
-        """From a ``retrieval.backend_adapt.TargetProfile``."""
-        from corpora.backend_tree import Attribute
+        """From a ``retrieval.backend.adapt.TargetProfile``."""
+        from corpora.backends.tree import Attribute
 
         relocs = [Attribute(prof.target, "relocation", n) for n in prof.by_kind.get("relocation", [])]
         return cls(prof.target, list(prof.aliases), dict(prof.kind_of), set(prof.declared), _reloc_prefixes(relocs))
 
     @classmethod
     def from_tree(cls, tree) -> "TargetNames":
-        """From a ``corpora.backend_tree.TargetTree`` (no store needed)."""
+        """From a ``corpora.backends.tree.TargetTree`` (no store needed)."""
         kind_of, declared = {}, set()
         for a in tree.attributes:
             if a.kind == "declaration":
