@@ -39,31 +39,8 @@ from mining.operators import all_operators
 from mining.probe import (force_guard, site_guards, hypotheses, induce, induce_step_bound, outcomes_from_gate,
                           probe_problem_dir,
                           probe_workloads)
-from mining.walk import Candidate, Verdict, WalkEvent, WalkResult, backward_walk
+from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
 from skills.records import Lineage, Skill, Step, lineage_identity, sha256
-
-# The CPU strategy's fixed priority: local, declarative carriers first (a pragma, a qualifier,
-# an intrinsic), then access-width and data-movement rewrites, then structural ones. Removing
-# vector accesses and double buffers first is what makes a shared tile's fill simple enough for
-# shared_tile_to_global. Operators not listed run after these, in registry order.
-PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load", "fast_math_to_precise",
-            "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "async_copy_to_sync",
-            "drop_pipeline_sync", "double_to_single_buffer", "register_cache_to_reload", "shuffle_to_shared",
-            "scan_shuffle_to_shared", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",
-            "privatized_to_global_atomics", "shrink_register_tile", "shared_tile_to_global", "drop_grid_clamp",
-            "grid_stride_to_single")
-# single-level / recomputed / two-pass forms, after the operators above; a block-stride loop is
-# split into per-thread chunks only where one element per thread was refused, and before the
-# softmax max gets a pass of its own (a max over a subset of the row still normalizes correctly:
-# one element per thread in that pass would pass the gate while computing another max)
-PRIORITY += ("block_reduce_to_serial", "register_array_to_recompute", "block_stride_to_chunks",
-             "online_softmax_to_two_pass", "chan_stats_to_two_pass")
-# outer-product register tiles, transposed operand tiles, decoupled look-back, block scan (helper A2)
-PRIORITY += ("register_tile_to_dot", "untranspose_tile", "lookback_to_chained", "block_scan_to_thread_totals")
-# last: splitting a flash-style sweep into a max pass and an accumulation pass duplicates the
-# sweep, so every other simplification of it comes first (helper A1)
-PRIORITY += ("online_rescale_to_two_pass",)
-
 
 @dataclass(frozen=True)
 class MineConfig:
@@ -233,14 +210,14 @@ def _vol(axes: dict[str, int]) -> int:
 
 # --------------------------------------------------------------------------- candidates
 def _operator_order(names: Optional[Sequence[str]]) -> list:
+    """The operators the walk proposes from, in the registry's priority order (mining/operators/registry.py)."""
     ops = all_operators()
     if names:
         unknown = set(names) - {op.name for op in ops}
         if unknown:
             raise BadInput(f"--operators: unknown operator {sorted(unknown)[0]!r}")
         ops = [op for op in ops if op.name in names]
-    rank = {n: i for i, n in enumerate(PRIORITY)}
-    return sorted(ops, key=lambda op: (rank.get(op.name, len(PRIORITY)), [o.name for o in all_operators()].index(op.name)))
+    return ops
 
 
 def deterministic_candidates(source: str, operators: list) -> list[Candidate]:

@@ -43,17 +43,14 @@ from typing import Any, Callable, Optional, Sequence
 
 from mining.gate import BadInput, GateConfig, run_gate
 from mining.gate.sandbox import gate_worker_init
+from mining.operators import get_rewrite
+from skills.records import Skill
 
 MODES = ("skills", "no_skills", "flat_memory")
 
-# Expected effect of a forward rewrite when the skill carries no GPU measurement: the order in
-# which candidates are gated (structural rewrites move the most data; qualifiers least).
-REWRITE_PRIOR = {
-    "warp_scan": 9.0, "warp_per_row": 8.0, "privatize_atomics": 8.0, "stage_matmul_tiles": 6.0,
-    "stage_transpose_tile": 5.0, "vectorize_elementwise": 2.0, "vectorize_loop": 1.8, "grid_stride": 1.5,
-    "to_fast_math": 1.3, "add_ldg": 1.1, "add_restrict": 1.1, "add_unroll": 1.05, "add_launch_bounds": 1.02,
-    "add_shared_padding": 1.02, "llm": 1.5,
-}
+# Expected effect of an LLM materialization when the skill carries no GPU measurement (a forward
+# rewrite's is its `Rewrite.prior`): the order in which candidates are gated.
+LLM_PRIOR = 1.5
 
 
 def sha256(text: str) -> str:
@@ -648,7 +645,8 @@ def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeC
              on_event: Callable[[str, dict], None] = lambda kind, data: None) -> OptimizeResult:
     from corpora.problem import ProblemError, load_problem
     from mining.gate.executors import resolve_executor
-    from mining.materialize import Context, materialize
+    from mining.operators.base import Context
+    from mining.operators.forward import materialize
 
     t0 = time.perf_counter()
     if config.mode not in MODES:
@@ -741,12 +739,12 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
             retrieved = retrieve(skills, cur, axes, config.k)
             if config.deterministic:
                 for r in retrieved:
-                    ms = materialize(r.skill, cur, ctx)
+                    ms = materialize(Skill.model_validate(r.skill), cur, ctx)
                     if not ms:
                         unmaterialized.append(r)
                     for m in ms:
                         ratios = [e.get("time_ratio") for e in r.skill.get("effect", []) if e.get("time_ratio")]
-                        prior = max(REWRITE_PRIOR.get(m.rewrite, 1.0), max(ratios) if ratios else 0.0)
+                        prior = max(get_rewrite(m.rewrite).prior, max(ratios) if ratios else 0.0)
                         cands.append(Candidate(m.source, "deterministic", m.rewrite, r.skill, m.description, m.guards,
                                                m.site_line, prior, r.rank))
             else:
@@ -800,7 +798,7 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
                                         why=desc, llm=usage))
                 continue
             llm_usage["parsed"] += 1
-            cands.append(Candidate(new, "llm", kind, rec, desc, [], 0, REWRITE_PRIOR["llm"], 0, tk, usd, usage))
+            cands.append(Candidate(new, "llm", kind, rec, desc, [], 0, LLM_PRIOR, 0, tk, usd, usage))
         # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
         uniq: dict[str, Candidate] = {}
         for c in sorted(cands, key=lambda c: (-c.prior, c.rank)):

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from mining.gate import BadInput
-from mining.materialize import Context, materialize, rewrites_for, run_rewrite
+from mining.operators.base import Context
+from mining.operators.forward import materialize, run_rewrite
+from mining.operators.registry import rewrites_for
+from skills.records import Skill
 from mining.optimize import (OptimizeConfig, SkillSource, check_preconditions, optimize, parse_optimization,
                              rank_memory, flat_memory, sanitize, skill_card)
 
@@ -56,22 +59,22 @@ def skills_file(tmp_path: Path) -> Path:
 
 # --------------------------------------------------------------------------- forward rewrites (no gate)
 def test_rewrites_map_skills_to_forward_edits():
-    assert rewrites_for({"operator": "drop_restrict", "carrier": "restrict"}) == ["add_restrict"]
-    assert "warp_per_row" in rewrites_for({"operator": "shuffle_to_shared", "carrier": "warp_shuffle_reduce"})
-    assert rewrites_for({"operator": "llm", "carrier": "vector_store"})[0] == "vectorize_elementwise"
-    assert rewrites_for({"operator": "llm", "carrier": "online_softmax"}) == []
+    assert rewrites_for("drop_restrict", "restrict") == ["add_restrict"]
+    assert "warp_per_row" in rewrites_for("shuffle_to_shared", "warp_shuffle_reduce")
+    assert rewrites_for("llm", "vector_store")[0] == "vectorize_elementwise"
+    assert rewrites_for("llm", "online_softmax") == []
 
 
 def test_vector_add_materializations():
-    r = materialize(skill("restrict", "drop_restrict"), NAIVE)
+    r = materialize(Skill.model_validate(skill("restrict", "drop_restrict")), NAIVE)
     assert len(r) == 1 and "const float* __restrict__ a" in r[0].source and "float* __restrict__ y" in r[0].source
     assert r[0].site_line == 4 and r[0].rewrite == "add_restrict"
-    v = materialize(skill("vector_load", "vector_load_to_scalar"), NAIVE)
+    v = materialize(Skill.model_validate(skill("vector_load", "vector_load_to_scalar")), NAIVE)
     src = v[0].source
     assert "reinterpret_cast<const float4*>(a)" in src and "reinterpret_cast<float4*>(y)" in src
     assert "gridDim.x * blockDim.x" in src and "ks_clamp_grid(" in src  # grid-stride form, clamped launch
     assert v[0].guards and "alignment" in v[0].guards[0]  # the precondition is checked at run time
-    g = materialize(skill("grid_stride", "grid_stride_to_single"), NAIVE)[0].source
+    g = materialize(Skill.model_validate(skill("grid_stride", "grid_stride_to_single")), NAIVE)[0].source
     assert "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)" in g
     # outside its edits the file is byte-identical
     assert g.startswith(NAIVE[:NAIVE.index("__global__")])
