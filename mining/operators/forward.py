@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import replace
 from typing import Optional
 
-from mining.operators.base import Context, Materialization, Skip
+from mining.operators.base import Context, Materialization, Skip, changed_span
 from mining.operators.registry import get_rewrite, rewrites_for
 from mining.parse import parse_cuda, syntax_issues
 from skills.records import Skill
@@ -72,16 +72,9 @@ def _run_rewrite(name: str, source: str, ctx: Optional[Context] = None) -> list[
 
 def _locate(old: str, m: Materialization) -> None:
     """The changed byte range of the old source, its first line and an excerpt of that line."""
-    a, b = old.encode(), m.source.encode()
-    p = 0
-    lim = min(len(a), len(b))
-    while p < lim and a[p] == b[p]:
-        p += 1
-    s = 0
-    while s < lim - p and a[len(a) - 1 - s] == b[len(b) - 1 - s]:
-        s += 1
-    m.start, m.end = p, len(a) - s
-    m.site_line = a.count(b"\n", 0, p) + 1
+    e = changed_span(old, m.source)
+    m.start, m.end = e.start, e.end
+    m.site_line = old.encode().count(b"\n", 0, e.start) + 1
     if not m.site_excerpt:
         line = old.split("\n")[m.site_line - 1] if m.site_line - 1 < len(old.split("\n")) else ""
         m.site_excerpt = " ".join(line.split())[:160]
