@@ -168,7 +168,8 @@ def mine(
 
     from corpora.problem import ProblemError, load_problem
     from mining.gate import BadInput
-    from mining.mine import LineageNotSaved, MineConfig, make_pool, mine_problem, stop_pool
+    from mining.checker import make_pool, stop_pool
+    from mining.mine import LineageNotSaved, MineConfig, mine_problem
     from skills.store import StoreError
 
     try:

@@ -258,7 +258,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
-    from mining.mine import make_pool
+    from mining.checker import make_pool
 
     executor = resolve_executor(executor)
     experts = select(list_experts(real_root) if real_root else list_experts(), only, gpu_only)

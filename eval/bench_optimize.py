@@ -71,7 +71,7 @@ def _primary(problem) -> Any:
 
 def _profile_ms(problem_dir: Path, kernel: str, source: Optional[str], cache: Path, label: str) -> tuple[Optional[float], str]:
     from mining.gate import GateConfig, run_gate
-    from mining.mine import gpu_timing_lock
+    from mining.checker import gpu_timing_lock
 
     with gpu_timing_lock(cache):  # several benchmark processes may share the GPU: time one at a time
         r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache),
@@ -338,7 +338,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                       "leave-one-problem-out, cpu executor: every kept step and final kernel passes the gate on every "
                       "workload and seed; no timing, no speed claim"),
            "arms": {}}
-    from prompts.optimize import make_pool
+    from mining.checker import make_pool
 
     pool = make_pool(args.jobs)
     t0 = time.perf_counter()

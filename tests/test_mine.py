@@ -329,7 +329,7 @@ def test_gpu_timing_lock_can_be_shared_across_stores(tmp_path, monkeypatch):
     second holder waits until the first releases it."""
     import fcntl
 
-    from mining.mine import gpu_timing_lock
+    from mining.checker import gpu_timing_lock
 
     shared = tmp_path / "gpu.lock"
     monkeypatch.setenv("SKILLS_GPU_LOCK", str(shared))

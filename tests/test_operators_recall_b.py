@@ -29,8 +29,6 @@ def test_registered_with_their_carriers():
     assert {n: get_operator(n).carrier for n in MINE} == {
         "register_tile_to_dot": "register_tile", "untranspose_tile": "transposed_tile",
         "lookback_to_chained": "decoupled_lookback", "block_scan_to_thread_totals": "block_scan"}
-    from mining.mine import PRIORITY
-    assert all(n in PRIORITY for n in MINE)
 
 
 # ----------------------------------------------------------------------------- register_tile_to_dot

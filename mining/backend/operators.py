@@ -41,6 +41,7 @@ from typing import Callable, Iterable, Optional
 from corpora.backends.tree import (
     _identifiers_in, cpp_parser, is_target_identifier, norm, prepare_cpp, reloc_prefixes as _reloc_prefixes,
 )
+from mining.operators.base import Edit
 
 OPERATORS = ("drop_case_label", "drop_case_arm", "drop_target_statement", "drop_if_branch", "switch_to_default")
 # operator -> the statement family its inverse adds back (the skill's carrier)
@@ -115,12 +116,11 @@ class TargetNames:
 # --------------------------------------------------------------------------- edits
 @dataclass
 class BackendEdit:
+    """One backend simplification: the `Edit` of the function text, and what it removed and where."""
     operator: str
     carrier: str
     variant: str
-    start: int  # byte range of the function text replaced
-    end: int
-    replacement: str
+    edit: Edit  # the byte range of the function text replaced, and what replaces it
     site_start: int  # the construct's own range (the fragment the inverse adds back)
     site_end: int
     fragment: str  # the construct as written (expert side)
@@ -131,6 +131,18 @@ class BackendEdit:
     _anchor: Optional[dict] = field(default=None, repr=False)
     _anchor_fn: Optional[Callable[[], dict]] = field(default=None, repr=False, compare=False)
     _tids_fn: Optional[Callable[[], list]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def start(self) -> int:
+        return self.edit.start
+
+    @property
+    def end(self) -> int:
+        return self.edit.end
+
+    @property
+    def replacement(self) -> str:
+        return self.edit.replacement
 
     @property
     def target_identifiers(self) -> list[str]:
@@ -155,7 +167,8 @@ class BackendEdit:
 
     def apply(self, text: str) -> str:
         data = text.encode()
-        return (data[:self.start] + self.replacement.encode() + data[self.end:]).decode("utf-8", errors="replace")
+        e = self.edit
+        return (data[:e.start] + e.replacement.encode() + data[e.end:]).decode("utf-8", errors="replace")
 
 
 def _t(node) -> str:
@@ -409,7 +422,7 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
             return {"enclosing": _enclosing(site, func), "header": _head(site), "before": before, "after": after,
                     "path": _path(site, func)}
 
-        return BackendEdit(op, CARRIERS[op], variant, start, end, repl, site.start_byte, site.end_byte, frag,
+        return BackendEdit(op, CARRIERS[op], variant, Edit(start, end, repl), site.start_byte, site.end_byte, frag,
                            description, _depth(site, func), None, key, _anchor_fn=anchor,
                            _tids_fn=lambda: [i for i in _identifiers_in(site) if names.is_target(i)])
 

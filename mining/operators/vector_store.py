@@ -2,11 +2,14 @@
 becomes a block of scalar stores:
 
     { const float4 ks_v = (v); (p)[4 * (i)] = ks_v.x; (p)[4 * (i) + 1] = ks_v.y; ... }
+
+Forward: `vectorize_elementwise` / `vectorize_loop` (vector_load.py) write 16-byte stores as well
+as loads; a vector_store_to_scalar step is undone by them.
 """
 from __future__ import annotations
 
 from mining.carriers import vector_accesses
-from mining.operators.base import Edit, Operator, code_text
+from mining.operators.base import Edit, Operator, Pair, code_text
 from mining.operators.vector_access import FIELDS, VECTORS, element, scalar_base_ok
 
 
@@ -33,3 +36,6 @@ class VectorStoreToScalar(Operator):
             body = " ".join(f"{element(a, k, False)} = {tmp}.{FIELDS[k]};" for k in range(n))
             rep = f"{{ const {a.vec_type} {tmp} = ({code_text(src, right.start_byte, right.end_byte)}); {body} }}"
             yield Edit(stmt.start_byte, stmt.end_byte, rep)
+
+
+PAIR = Pair(VectorStoreToScalar, inverted_by=("vectorize_elementwise", "vectorize_loop"))

@@ -10,6 +10,10 @@ warp sum must be a device function of this file that adds up a value across the 
 adds, `+=` / `+`, values obtained by warp shuffles or through a shared exchange), assigned back to
 the same variable that the guarded `atomicAdd` then publishes, in two consecutive statements; the
 guard must be a lane-0 test.
+
+Forward: `privatize_atomics` (privatized_to_global_atomics.py) and `warp_per_row`
+(shuffle_to_shared.py), in that order: per-thread global atomics are gathered per block again,
+through a shared copy or a warp all-reduce.
 """
 from __future__ import annotations
 
@@ -17,10 +21,11 @@ import re
 from typing import Optional
 
 from mining.carriers import Source, _atomic_per_block
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _same
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import same_node
 from mining.operators.rewrite_util import node_at, structural
 from corpora.code.parse import text
+
 
 _LANE0 = re.compile(r"\(\s*\(?\s*(?:\w*lane\w*|threadIdx\.x\s*(?:&\s*31|%\s*32)|tid\s*(?:&\s*31|%\s*32))\s*\)?\s*==\s*0\s*\)")
 
@@ -66,7 +71,7 @@ class WarpAtomicToThreadAtomics(Operator):
         if parent is None or parent.type != "compound_statement":
             return None
         sibs = list(parent.named_children)
-        k = next(i for i, c in enumerate(sibs) if _same(c, guard))
+        k = next(i for i, c in enumerate(sibs) if same_node(c, guard))
         if k == 0:
             return None
         prev = sibs[k - 1]
@@ -75,3 +80,6 @@ class WarpAtomicToThreadAtomics(Operator):
         if m is None or m.group(1) not in sums:
             return None
         return Edit(prev.start_byte, guard.end_byte, text(stmt))
+
+
+PAIR = Pair(WarpAtomicToThreadAtomics, inverted_by=("privatize_atomics", "warp_per_row"))
