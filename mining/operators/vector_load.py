@@ -6,11 +6,16 @@ becomes per-component scalar loads assembled with `make_<vec>`:
 
 `__ldg(p4 + i)` keeps the read-only path per component (`__ldg((p) + 4 * (i) + k)`); removing
 `__ldg` is ldg_to_plain_load's job. Only casts of a pointer to the vector's own scalar type.
+
+Every other wide global load, however spelled (view macros, pointers bound to a cast, parameters
+typed `uint4 *`, struct types, copies into registers or shared memory), is narrowed by the
+type-directed rewrite of `devectorize.py`: the same optimization, so the same skill.
 """
 from __future__ import annotations
 
 from mining.carriers import vector_accesses
 from mining.operators.base import Edit, Operator
+from mining.operators.devectorize import devectorize_edits
 from mining.operators.vector_access import VECTORS, element, scalar_base_ok
 
 
@@ -20,6 +25,11 @@ class VectorLoadToScalar(Operator):
     description = "split one vector global load into scalar loads"
 
     def edits(self, src):
+        own = list(self._house_edits(src))
+        yield from own
+        yield from devectorize_edits(src, "load", skip=[(e.start, e.end) for e in own])
+
+    def _house_edits(self, src):
         for a in vector_accesses(src):
             if a.kind != "load" or a.via not in ("subscript", "deref", "ldg") or not scalar_base_ok(src, a):
                 continue

@@ -2,11 +2,15 @@
 becomes a block of scalar stores:
 
     { const float4 ks_v = (v); (p)[4 * (i)] = ks_v.x; (p)[4 * (i) + 1] = ks_v.y; ... }
+
+Every other wide global store (view macros, struct types, copies out of registers) is narrowed by
+the type-directed rewrite of `devectorize.py`: the same optimization, so the same skill.
 """
 from __future__ import annotations
 
 from mining.carriers import vector_accesses
 from mining.operators.base import Edit, Operator, code_text
+from mining.operators.devectorize import devectorize_edits
 from mining.operators.vector_access import FIELDS, VECTORS, element, scalar_base_ok
 
 
@@ -16,6 +20,11 @@ class VectorStoreToScalar(Operator):
     description = "split one vector global store into scalar stores"
 
     def edits(self, src):
+        own = list(self._house_edits(src))
+        yield from own
+        yield from devectorize_edits(src, "store", skip=[(e.start, e.end) for e in own])
+
+    def _house_edits(self, src):
         tmp = "ks_v"
         while tmp.encode() in src.raw:
             tmp += "_"
