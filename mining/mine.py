@@ -56,6 +56,9 @@ PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to
 # split into per-thread chunks only where one element per thread was refused, and before the
 # softmax max gets a pass of its own (a max over a subset of the row still normalizes correctly:
 # one element per thread in that pass would pass the gate while computing another max)
+# a block that cooperates on one row becomes one thread per row before its sweeps are split into
+# chunks or its reductions flattened (issue 19)
+PRIORITY += ("block_per_row_to_thread",)
 PRIORITY += ("block_reduce_to_serial", "register_array_to_recompute", "block_stride_to_chunks",
              "online_softmax_to_two_pass", "chan_stats_to_two_pass")
 # outer-product register tiles, transposed operand tiles, decoupled look-back, block scan (helper A2)
@@ -63,6 +66,9 @@ PRIORITY += ("register_tile_to_dot", "untranspose_tile", "lookback_to_chained", 
 # last: splitting a flash-style sweep into a max pass and an accumulation pass duplicates the
 # sweep, so every other simplification of it comes first (helper A1)
 PRIORITY += ("online_rescale_to_two_pass",)
+# generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
+# instance goes once the fine-grained steps above have narrowed what they can of that instance
+PRIORITY += ("drop_specialized_dispatch",)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ from mining.operators.untranspose_tile import UntransposeTile  # noqa: E402
 from mining.operators.lookback_to_chained import LookbackToChained  # noqa: E402
 from mining.operators.block_scan_to_thread_totals import BlockScanToThreadTotals  # noqa: E402
 _CLASSES += (RegisterTileToDot, UntransposeTile, LookbackToChained, BlockScanToThreadTotals)
+# generic simplifications found by meaning (issue 19)
+from mining.operators.drop_specialized_dispatch import DropSpecializedDispatch  # noqa: E402
+from mining.operators.block_per_row_to_thread import BlockPerRowToThread  # noqa: E402
+_CLASSES += (DropSpecializedDispatch, BlockPerRowToThread)
 
 
 def all_operators() -> list[Operator]:

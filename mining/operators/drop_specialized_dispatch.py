@@ -78,6 +78,8 @@ def dispatch_sites(src: Source) -> list[tuple[Node, Node]]:
         cons = node.child_by_field_name("consequence")
         if alt is None or cons is None or not _is_host(src, node.start_byte):
             continue
+        if node.parent is not None and node.parent.type == "else_clause":
+            continue  # the tail of an else-if chain
         else_stmt = next((c for c in alt.named_children if c.type != "comment"), None) \
             if alt.type == "else_clause" else alt
         if else_stmt is None or else_stmt.type == "if_statement":

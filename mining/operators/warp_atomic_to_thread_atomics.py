@@ -10,6 +10,10 @@ warp sum must be a device function of this file that adds up a value across the 
 adds, `+=` / `+`, values obtained by warp shuffles or through a shared exchange), assigned back to
 the same variable that the guarded `atomicAdd` then publishes, in two consecutive statements; the
 guard must be a lane-0 test.
+
+Any other block or warp sum that only feeds one thread's `atomicAdd` (helpers, shared partials,
+barriers, a folding warp) is dropped the same way by `reduce_then_publish.py`: the same
+optimization, so the same skill.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from typing import Optional
 from mining.carriers import Source, _atomic_per_block
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import _same
+from mining.operators.reduce_then_publish import publish_edits
 from mining.operators.rewrite_util import node_at, structural
 from mining.parse import text
 
@@ -45,10 +50,16 @@ class WarpAtomicToThreadAtomics(Operator):
     def edits(self, src: Source):
         sums = _warp_sums(src)
         st = structural(src)
+        own = []
         for site in _atomic_per_block(src):
             call = node_at(st, site.start_byte, site.end_byte, "call_expression")
             e = self.rewrite(st, call, sums) if call is not None else None
             if e is not None:
+                own.append(e)
+                yield e
+        # any block or warp sum feeding one thread's atomic, however it is computed (issue 19)
+        for e in publish_edits(src):
+            if not any(o.start < e.end and e.start < o.end for o in own):
                 yield e
 
     def rewrite(self, src: Source, call, sums) -> Optional[Edit]:

@@ -1,0 +1,210 @@
+"""Generic simplifications found by meaning (issue 19): run-time dispatch to a specialized instance,
+a block sum feeding one atomic, a block cooperating on one row, shuffles written through macros,
+cooperative-groups tiles or wrappers. Each on variants the operators were not written for, with
+sites they must refuse and a CPU gate run of a rewritten variant."""
+from __future__ import annotations
+
+import pytest
+
+from _operator_support import cpu_gate, edited, to_fixpoint
+from mining.operators import get_operator
+
+DISPATCH = get_operator("drop_specialized_dispatch")
+PUBLISH = get_operator("warp_atomic_to_thread_atomics")
+ROW = get_operator("block_per_row_to_thread")
+SHUFFLE = get_operator("shuffle_to_shared")
+
+
+# --------------------------------------------------------------------------- specialized dispatch
+VEC_DISPATCH = """
+#include <cuda_runtime.h>
+template <int W>
+__global__ void add_w(const float* a, const float* b, float* y, int n) {
+    int i = W * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (W == 4 && i + 3 < n) {
+        float4 p = *reinterpret_cast<const float4*>(a + i), q = *reinterpret_cast<const float4*>(b + i);
+        *reinterpret_cast<float4*>(y + i) = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+    } else {
+        for (int k = 0; k < W; ++k) if (i + k < n) y[i + k] = a[i + k] + b[i + k];
+    }
+}
+void vector_add(const float* a, const float* b, float* y, int N) {
+    bool aligned = ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
+                     reinterpret_cast<unsigned long long>(y)) & 15) == 0;
+    if (aligned && N % 4 == 0) {
+        add_w<4><<<(N / 4 + 255) / 256, 256>>>(a, b, y, N);
+    } else {
+        add_w<1><<<(N + 255) / 256, 256>>>(a, b, y, N);
+    }
+}
+"""
+
+
+def test_dispatch_keeps_the_general_branch(tmp_path):
+    sites = DISPATCH.find_sites(VEC_DISPATCH)
+    assert len(sites) == 1 and sites[0].carrier == "specialized_dispatch"
+    new = DISPATCH.apply(VEC_DISPATCH, sites[0])
+    assert edited(VEC_DISPATCH, new, sites[0]) == "{\n        add_w<1><<<(N + 255) / 256, 256>>>(a, b, y, N);\n    }"
+    assert cpu_gate("vector_add", new, tmp_path).passed
+
+
+@pytest.mark.parametrize("code", [
+    # two different launches: a vectorized kernel and a scalar one
+    "__global__ void v4(float* y) {}\n__global__ void v1(float* y) {}\n"
+    "void run(float* y, int n) { if (n % 4 == 0) v4<<<1, 1>>>(y); else v1<<<1, 1>>>(y); }",
+])
+def test_dispatch_between_two_kernels(code):
+    new, n = to_fixpoint(DISPATCH, code)
+    assert n == 1 and "v1<<<1, 1>>>(y);" in new and "v4<<<" not in new
+
+
+@pytest.mark.parametrize("code", [
+    # an else-if chain: several specializations, no single fallback
+    "template <int W> void f(int n);\nvoid run(int n) { if (n % 8 == 0) f<8>(n); else if (n % 4 == 0) f<4>(n); else f<1>(n); }",
+    # two different host functions: not instances of one template
+    "void a(int n); void b(int n);\nvoid run(int n) { if (n > 4) a(n); else b(n); }",
+    # no fallback branch
+    "template <int W> void f(int n);\nvoid run(int n) { if (n % 8 == 0) f<8>(n); }",
+    # device code: a branch inside a kernel is not a launch dispatch
+    "template <int W> __device__ void f(int n);\n__global__ void k(int n) { if (n % 8 == 0) f<8>(n); else f<1>(n); }",
+])
+def test_dispatch_refusals(code):
+    assert DISPATCH.find_sites(code) == [], code
+
+
+# --------------------------------------------------------------------------- block sum -> per-thread atomics
+BLOCK_SUM = """
+#include <cuda_runtime.h>
+__device__ float block_sum(float v) {
+    __shared__ float buf[256];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+        __syncthreads();
+    }
+    return buf[0];
+}
+__global__ void partial(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? x[i] : 0.0f;
+    v = block_sum(v);
+    if (threadIdx.x == 0) atomicAdd(y, v);
+}
+void reduce_sum(const float* x, float* y, int N) {
+    cudaMemsetAsync(y, 0, sizeof(float));
+    partial<<<(N + 255) / 256, 256>>>(x, y, N);
+}
+"""
+
+
+def test_block_sum_feeding_one_atomic_becomes_per_thread_atomics(tmp_path):
+    sites = PUBLISH.find_sites(BLOCK_SUM)
+    assert len(sites) == 1
+    new = PUBLISH.apply(BLOCK_SUM, sites[0])
+    assert edited(BLOCK_SUM, new, sites[0]) == "atomicAdd(y, v);"
+    assert "block_sum(v)" not in new
+    assert cpu_gate("reduce_sum", new, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # the helper takes a maximum: not a sum, adding every thread's value would be wrong
+    ("buf[threadIdx.x] += buf[threadIdx.x + s];", "buf[threadIdx.x] = fmaxf(buf[threadIdx.x], buf[threadIdx.x + s]);"),
+    # the block total is used again after the atomic
+    ("if (threadIdx.x == 0) atomicAdd(y, v);", "if (threadIdx.x == 0) atomicAdd(y, v);\n    y[1 + blockIdx.x] = v;"),
+    # published by every thread already: nothing to drop
+    ("if (threadIdx.x == 0) atomicAdd(y, v);", "atomicAdd(y, v);"),
+])
+def test_block_sum_refusals(change):
+    code = BLOCK_SUM.replace(*change)
+    assert PUBLISH.find_sites(code) == [], change
+
+
+# --------------------------------------------------------------------------- block per row -> thread per row
+ROW_SOFTMAX = """
+#include <cuda_runtime.h>
+template <typename T, int OP>
+__device__ T block_all(T v) {
+    __shared__ T red[128];
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = 64; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] = OP ? red[threadIdx.x] + red[threadIdx.x + s]
+                                                    : fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    T r = red[0];
+    __syncthreads();
+    return r;
+}
+__global__ void row_softmax(const float* x, float* y, int n) {
+    const float* row = x + (size_t)blockIdx.x * n;
+    __shared__ float total;
+    float m = -1e30f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, row[j]);
+    m = block_all<float, 0>(m);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) s += expf(row[j] - m);
+    s = block_all<float, 1>(s);
+    if (threadIdx.x == 0) total = s;
+    __syncthreads();
+    for (int j = threadIdx.x; j < n; j += blockDim.x) y[(size_t)blockIdx.x * n + j] = expf(row[j] - m) / total;
+}
+void softmax(const float* x, float* y, int M, int N) {
+    row_softmax<<<M, 128>>>(x, y, N);
+}
+"""
+
+
+def test_block_per_row_becomes_one_thread_per_row(tmp_path):
+    sites = ROW.find_sites(ROW_SOFTMAX)
+    assert len(sites) == 1 and sites[0].carrier == "block_per_row"
+    new = ROW.apply(ROW_SOFTMAX, sites[0])
+    assert "row_softmax<<<M, 1>>>" in new and "float total;" in new and "__shared__ float total" not in new
+    assert "for (int j = 0; j < n; j += 1)" in new and "m = (m);" in new and "s = (s);" in new
+    assert "__syncthreads();\n    for (int j" not in new  # the kernel's barrier is gone
+    assert cpu_gate("softmax", new, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # the thread index reaches the data directly (one element per thread): a row needs the block
+    ("for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, row[j]);", "m = row[threadIdx.x];"),
+    # a two-dimensional block
+    ("const float* row = x + (size_t)blockIdx.x * n;", "const float* row = x + (size_t)(blockIdx.x + threadIdx.y) * n;"),
+    # dynamic shared memory sized for the block at the launch
+    ("row_softmax<<<M, 128>>>", "row_softmax<<<M, 128, 512>>>"),
+    # a shuffle in the kernel itself: one lane would read lanes that do not exist
+    ("if (threadIdx.x == 0) total = s;", "s += __shfl_xor_sync(0xffffffffu, s, 1);\n    if (threadIdx.x == 0) total = s;"),
+])
+def test_block_per_row_refusals(change):
+    code = ROW_SOFTMAX.replace(*change)
+    assert code != ROW_SOFTMAX
+    assert ROW.find_sites(code) == [], change
+
+
+# --------------------------------------------------------------------------- shuffles in other forms
+def test_shuffle_through_a_macro_a_tile_and_a_wrapper():
+    macro = ("#define XOR_SHFL(v, m) __shfl_xor_sync(uint32_t(-1), v, m)\n"
+             "__device__ float wsum(float val) { for (int o = 16; o > 0; o >>= 1) val += XOR_SHFL(val, o); return val; }")
+    reps = [edited(macro, SHUFFLE.apply(macro, s), s) for s in SHUFFLE.find_sites(macro)]
+    assert len(reps) == 1 and "val += ks_xchg_float[ks_tid ^ o];" in reps[0] and "__syncwarp(uint32_t(-1));" in reps[0]
+    tile = ("#include <cooperative_groups.h>\nnamespace cg = cooperative_groups;\n"
+            "__device__ float tsum(float v) { cg::thread_block_tile<16> t = cg::tiled_partition<16>(cg::this_thread_block());\n"
+            "  for (int o = 8; o > 0; o /= 2) v += t.shfl_down(v, o);\n  return v; }")
+    reps = [edited(tile, SHUFFLE.apply(tile, s), s) for s in SHUFFLE.find_sites(tile)]
+    assert len(reps) == 1 and "(ks_tid & 15) + o < 16 ? ks_tid + o : ks_tid" in reps[0]
+    wrap = "template <typename T> __device__ T bcast(T value, int src) { return __shfl_sync(0xffffffffu, value, src); }"
+    reps = [edited(wrap, SHUFFLE.apply(wrap, s), s) for s in SHUFFLE.find_sites(wrap)]
+    assert len(reps) == 1 and "T ks_shfl = ks_xchg_T[(ks_tid & ~31) + (src & 31)];" in reps[0] and \
+        "return ks_shfl; }" in reps[0]
+
+
+@pytest.mark.parametrize("code", [
+    # a macro that is not a shuffle
+    "#define TWICE(v) ((v) + (v))\n__device__ float f(float val) { return TWICE(val); }",
+    # a method called shfl_down on something that is not a cooperative-groups tile
+    "struct Q { __device__ float shfl_down(float v, int o) const { return v; } };\n"
+    "__device__ float f(Q q, float v) { return q.shfl_down(v, 1); }",
+])
+def test_shuffle_form_refusals(code):
+    assert SHUFFLE.find_sites(code) == [], code
