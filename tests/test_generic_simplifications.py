@@ -164,6 +164,22 @@ def test_block_per_row_becomes_one_thread_per_row(tmp_path):
     assert "for (int j = 0; j < n; j += 1)" in new and "m = (m);" in new and "s = (s);" in new
     assert "__syncthreads();\n    for (int j" not in new  # the kernel's barrier is gone
     assert cpu_gate("softmax", new, tmp_path).passed
+    # the forward rewrite gives the block its row back, and that is correct too
+    from mining.operators.block_per_row_to_thread import forward
+    mats = forward(new)
+    assert len(mats) == 1 and "row_softmax<<<M, 256>>>" in mats[0].source
+    assert "for (int j = threadIdx.x; j < n; j += blockDim.x) s += expf(row[j] - m); s = ks_block_reduce<0>(s);" \
+        in mats[0].source
+    assert cpu_gate("softmax", mats[0].source, tmp_path).passed
+
+
+def test_dispatch_forward_adds_the_wide_instance_behind_its_check(tmp_path):
+    from mining.operators.drop_specialized_dispatch import forward
+    general = DISPATCH.apply(VEC_DISPATCH, DISPATCH.find_sites(VEC_DISPATCH)[0])
+    mats = forward(general)
+    assert len(mats) == 1
+    assert "add_w<4><<<(N + 255) / 256, 256>>>(a, b, y, N);" in mats[0].source and "N % 4 == 0" in mats[0].guards[0]
+    assert cpu_gate("vector_add", mats[0].source, tmp_path).passed
 
 
 @pytest.mark.parametrize("change", [

@@ -24,6 +24,10 @@ that thread; a group reduction over a group of one thread returns its one input 
 reduces is read from its body; the gate checks the result); a barrier in a one-thread block
 orders nothing; shared memory of a one-thread block is private to it, so plain locals hold the
 same values. The grid is unchanged (one block per row).
+
+`forward` is the inverse the optimizer applies: a kernel launched with one thread per block whose
+serial row loops accumulate sums or maxima gets block-stride loops, a block reduction of each
+accumulator, and 256 threads per block.
 """
 from __future__ import annotations
 
@@ -221,4 +225,93 @@ def _outermost(subs: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
                 continue
             return []
         out.append(s)
+    return out
+
+
+# --------------------------------------------------------------------------- forward
+_SERIAL = re.compile(r"for\s*\(\s*int\s+(\w+)\s*=\s*0\s*;\s*\1\s*<\s*([^;]+?)\s*;\s*(?:\+\+\s*\1|\1\s*\+\+|\1\s*\+=\s*1)\s*\)")
+BLOCK = 256
+_HELPER = """// ks-optimize helper: ks_block_reduce -- every thread of the block gets the block's sum (MAX = 0)
+// or maximum (MAX = 1) of v; blockDim.x must be a power of two <= 1024
+template <int MAX>
+__device__ float ks_block_reduce(float v) {
+    __shared__ float ks_red[1024];
+    ks_red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) ks_red[threadIdx.x] = MAX ? fmaxf(ks_red[threadIdx.x], ks_red[threadIdx.x + s])
+                                                       : ks_red[threadIdx.x] + ks_red[threadIdx.x + s];
+        __syncthreads();
+    }
+    float r = ks_red[0];
+    __syncthreads();
+    return r;
+}
+
+"""
+
+
+def forward(source: str, ctx=None) -> list:
+    """One thread per row-block -> the block cooperates on its row: a kernel launched with one
+    thread per block (`<<<rows, 1>>>`) whose serial row loops accumulate float scalars with `+=`
+    or `x = fmaxf(x, ...)` gets block-stride loops, a block reduction of each accumulator after
+    its loop, and 256 threads per block."""
+    from mining.materialize import Materialization
+
+    src = structural(Source(source))
+    out = []
+    for f in src.funcs:
+        if not f.is_kernel:
+            continue
+        launches = _launches(src, f.name)
+        if not launches:
+            continue
+        cfgs = [next(c for c in l.children if c.type == "kernel_call_syntax") for l in launches]
+        blocks = [[c for c in cfg.named_children if c.type != "comment"] for cfg in cfgs]
+        if any(len(b) != 2 or text(b[1]).strip() != "1" for b in blocks):
+            continue
+        fn = src.func_node(f)
+        body = fn.child_by_field_name("body")
+        code = src.code[body.start_byte:body.end_byte].decode("utf-8", "replace")
+        if re.search(r"\b(threadIdx|blockDim)\b|__syncthreads|__shared__", code):
+            continue
+        subs = []
+        for loop in walk(body):
+            if loop.type != "for_statement":
+                continue
+            head = src.code[loop.start_byte:loop.child_by_field_name("body").start_byte].decode()
+            m = _SERIAL.match(head)
+            if not m or any(p.type == "for_statement" for p in _ancestors(loop, body)):
+                continue
+            loop_body = text(loop.child_by_field_name("body"))
+            accs = {a for a in re.findall(r"\b(\w+)\s*\+=", loop_body)}
+            maxs = {a for a, b in re.findall(r"\b(\w+)\s*=\s*fmaxf\s*\(\s*(\w+)\s*,", loop_body) if a == b}
+            if re.search(r"\[[^\]]*\b%s\b" % re.escape(m.group(1)), loop_body) is None:
+                continue  # the loop does not walk an array
+            i = m.group(1)
+            subs.append((loop.start_byte, loop.child_by_field_name("body").start_byte,
+                         f"for (int {i} = threadIdx.x; {i} < {m.group(2)}; {i} += blockDim.x) "))
+            tail = "".join(f" {a} = ks_block_reduce<0>({a});" for a in sorted(accs)) + \
+                "".join(f" {a} = ks_block_reduce<1>({a});" for a in sorted(maxs))
+            if tail:
+                subs.append((loop.end_byte, loop.end_byte, tail))
+        if not subs:
+            continue
+        new = bytearray(src.raw)
+        edits = subs + [(b[1].start_byte, b[1].end_byte, str(BLOCK)) for b in blocks]
+        for s, e, t in sorted(edits, reverse=True):
+            new[s:e] = t.encode()
+        text_ = _HELPER + new.decode("utf-8") if "ks_block_reduce" not in source else new.decode("utf-8")
+        out.append(Materialization(source=text_, rewrite="block_per_row", carrier="block_per_row",
+                                   description=f"{f.name}: each block's {BLOCK} threads sweep the row in "
+                                               f"block-stride steps and reduce their partials"))
+    return out
+
+
+def _ancestors(node: Node, stop: Node) -> list[Node]:
+    out, p = [], node.parent
+    while p is not None and p.start_byte >= stop.start_byte and not (p.start_byte == stop.start_byte and
+                                                                      p.end_byte == stop.end_byte):
+        out.append(p)
+        p = p.parent
     return out
