@@ -620,6 +620,19 @@ def _wide_sites(src: Source, kind: str) -> list[Site]:
     return out
 
 
+# --------------------------------------------------------------------------- cache hints
+LOAD_HINTS = {"__ldcs": "streaming_load", "__ldcg": "l2_only_load", "__ldca": "cache_all_load",
+              "__ldlu": "last_use_load", "__ldcv": "volatile_load"}
+STORE_HINTS = {"__stcs": "streaming_store", "__stcg": "l2_only_store", "__stwt": "write_through_store",
+               "__stwb": "write_back_store"}
+
+
+def hint_sites(src: Source, intrinsic: str) -> list[Site]:
+    """Calls of one cache-operator intrinsic, as sites of the carrier it stands for."""
+    return [src.site((LOAD_HINTS | STORE_HINTS)[intrinsic], c.start_byte, c.end_byte)
+            for c in src.nodes("call_expression") if call_name(c) == intrinsic]
+
+
 def _extend(name: str, extra) -> None:
     base = DETECTORS[name]
 
@@ -641,6 +654,11 @@ def register() -> None:
     register.done = True
     _extend("vector_load", lambda src: _wide_sites(src, "load"))
     _extend("vector_store", lambda src: _wide_sites(src, "store"))
+    # each cache hint under its own name: `ldg` is the read-only path only
+    DETECTORS["ldg"] = lambda src: [src.site("ldg", c.start_byte, c.end_byte) for c in src.nodes("call_expression")
+                                    if call_name(c) == "__ldg"]
+    for intrinsic, carrier in (LOAD_HINTS | STORE_HINTS).items():
+        DETECTORS[carrier] = (lambda i: lambda src: hint_sites(src, i))(intrinsic)
 
 
 __all__ = ["Decl", "ViewMacro", "WideAccess", "element_type", "find_decl", "is_wide_type", "memory_space",

@@ -58,6 +58,10 @@ CARRIER_SKILLS: dict[str, tuple[str, str]] = {
     "thread_coarsening": ("Coarsen the per-thread work", "Give each thread several elements (a pack, a tile, several rows) sized by a compile-time constant: more independent work per thread, wider accesses, fewer threads and less index arithmetic."),
 }
 
+from mining.operators.cache_hints import HINT_SKILLS  # noqa: E402  (cache hints, each its own skill)
+
+CARRIER_SKILLS.update(HINT_SKILLS)
+
 # operators whose skill is not the carrier's main one
 OPERATOR_SKILLS: dict[str, tuple[str, str]] = {
     "drop_grid_clamp": ("Clamp the grid to the resident capacity", "Launch only as many blocks as the GPU keeps resident (SMs x blocks per SM) and let a grid-stride loop cover the rest: no tail wave, per-block setup amortized."),

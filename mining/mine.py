@@ -46,7 +46,10 @@ from skills.records import Lineage, Skill, Step, lineage_identity, sha256
 # an intrinsic), then access-width and data-movement rewrites, then structural ones. Removing
 # vector accesses and double buffers first is what makes a shared tile's fill simple enough for
 # shared_tile_to_global. Operators not listed run after these, in registry order.
-PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load", "fast_math_to_precise",
+from mining.operators.cache_hints import HINT_OPERATORS  # noqa: E402  (each cache hint under its own name)
+
+PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load",
+            *(op.name for op in HINT_OPERATORS), "fast_math_to_precise",
             "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "async_copy_to_sync",
             "drop_pipeline_sync", "double_to_single_buffer", "register_cache_to_reload", "shuffle_to_shared",
             "scan_shuffle_to_shared", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",

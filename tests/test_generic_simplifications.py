@@ -224,3 +224,49 @@ def test_shuffle_through_a_macro_a_tile_and_a_wrapper():
 ])
 def test_shuffle_form_refusals(code):
     assert SHUFFLE.find_sites(code) == [], code
+
+
+# --------------------------------------------------------------------------- cache hints, each by its own name
+HINTED_ADD = """
+#include <cuda_runtime.h>
+__global__ void add_hinted(const float* a, const float* b, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) __stcs(y + i, __ldcs(a + i) + __ldcg(&b[i]));
+}
+void vector_add(const float* a, const float* b, float* y, int N) {
+    add_hinted<<<(N + 255) / 256, 256>>>(a, b, y, N);
+}
+"""
+
+
+def test_each_cache_hint_is_its_own_carrier_and_operator(tmp_path):
+    from mining.carriers import detect_carriers
+    found = {k: len(v) for k, v in detect_carriers(HINTED_ADD).items()}
+    assert found.get("streaming_load") == 1 and found.get("l2_only_load") == 1 and found.get("streaming_store") == 1
+    assert "ldg" not in found  # __ldcs is not the read-only path
+    assert get_operator("ldg_to_plain_load").find_sites(HINTED_ADD) == []
+    src = HINTED_ADD
+    for name, expect in (("drop_streaming_load_hint", "*(a + i)"), ("drop_l2_only_load_hint", "*(&b[i])"),
+                         ("drop_streaming_store_hint", "*(y + i) = ")):
+        op = get_operator(name)
+        sites = op.find_sites(src)
+        assert len(sites) == 1, name
+        new = op.apply(src, sites[0])
+        assert expect in edited(src, new, sites[0])
+        src = new
+    assert "__ld" not in src.split("void vector_add")[0] and "__st" not in src.split("void vector_add")[0]
+    assert cpu_gate("vector_add", src, tmp_path).passed
+    # the inverse: streaming hints on data read once and output never reread
+    from mining.operators.cache_hints import forward
+    mats = forward(src.replace("*(y + i) = *(a + i) + *(&b[i])", "y[i] = a[i] + b[i]"))
+    assert len(mats) == 1 and "__stcs(&y[i], __ldcs(&a[i]) + __ldcs(&b[i]))" in mats[0].source
+    assert cpu_gate("vector_add", mats[0].source, tmp_path).passed
+
+
+def test_cache_hint_refusals():
+    # a store hint whose call is part of a larger expression has no statement of its own to become
+    code = "__global__ void k(float* y, float v) { int r = (__stcs(y, v), 1); y[1] = r; }"
+    assert get_operator("drop_streaming_store_hint").find_sites(code) == []
+    # a load hint with the wrong arity (a user function of the same name would need two)
+    code = "__device__ float __ldcs(const float* p, int k);\n__global__ void k(const float* a, float* y) { y[0] = __ldcs(a, 1); }"
+    assert get_operator("drop_streaming_load_hint").find_sites(code) == []

@@ -52,7 +52,8 @@ _CLASSES += (RegisterTileToDot, UntransposeTile, LookbackToChained, BlockScanToT
 # generic simplifications found by meaning (issue 19)
 from mining.operators.drop_specialized_dispatch import DropSpecializedDispatch  # noqa: E402
 from mining.operators.block_per_row_to_thread import BlockPerRowToThread  # noqa: E402
-_CLASSES += (DropSpecializedDispatch, BlockPerRowToThread)
+from mining.operators.cache_hints import HINT_OPERATORS  # noqa: E402
+_CLASSES += (DropSpecializedDispatch, BlockPerRowToThread) + HINT_OPERATORS
 
 
 def all_operators() -> list[Operator]:

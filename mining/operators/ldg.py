@@ -1,7 +1,10 @@
-"""ldg_to_plain_load: `__ldg(p)` -> `*(p)` (an ordinary, coherent global load)."""
+"""ldg_to_plain_load: `__ldg(p)` -> `*(p)` (an ordinary, coherent global load).
+
+The other cache-operator loads (`__ldcs`, `__ldcg`, ...) are other optimizations with their own
+names: cache_hints.py removes each under its own carrier."""
 from __future__ import annotations
 
-from mining.carriers import LOAD_INTRINSICS, call_name
+from mining.carriers import call_name
 from mining.operators.base import Edit, Operator, raw_text
 
 
@@ -12,7 +15,7 @@ class LdgToPlainLoad(Operator):
 
     def edits(self, src):
         for call in src.nodes("call_expression"):
-            if call_name(call) not in LOAD_INTRINSICS:
+            if call_name(call) != "__ldg":
                 continue
             args = call.child_by_field_name("arguments")
             if args is None or len(args.named_children) != 1:
