@@ -70,8 +70,9 @@ PRIORITY += ("register_tile_to_dot", "untranspose_tile", "lookback_to_chained", 
 # sweep, so every other simplification of it comes first (helper A1)
 PRIORITY += ("online_rescale_to_two_pass",)
 # generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
-# instance goes once the fine-grained steps above have narrowed what they can of that instance
-PRIORITY += ("drop_specialized_dispatch",)
+# instance goes once the fine-grained steps above have narrowed what they can of that instance;
+# then a compile-time constant that sizes one thread's work (pack width, tile extent) becomes 1
+PRIORITY += ("drop_specialized_dispatch", "shrink_work_constant")
 
 
 @dataclass(frozen=True)

@@ -270,3 +270,57 @@ def test_cache_hint_refusals():
     # a load hint with the wrong arity (a user function of the same name would need two)
     code = "__device__ float __ldcs(const float* p, int k);\n__global__ void k(const float* a, float* y) { y[0] = __ldcs(a, 1); }"
     assert get_operator("drop_streaming_load_hint").find_sites(code) == []
+
+
+# --------------------------------------------------------------------------- per-thread work constants
+COARSE_ADD = """
+#include <cuda_runtime.h>
+constexpr int ELEMS = 4;
+template <int PER>
+__global__ void add_chunks(const float* a, const float* b, float* y, int n) {
+    float r[PER];
+    int base = PER * (blockIdx.x * blockDim.x + threadIdx.x);
+    for (int k = 0; k < PER; ++k) r[k] = base + k < n ? a[base + k] + b[base + k] : 0.0f;
+    for (int k = 0; k < PER; ++k) if (base + k < n) y[base + k] = r[k];
+}
+void vector_add(const float* a, const float* b, float* y, int N) {
+    add_chunks<ELEMS><<<(N + 256 * ELEMS - 1) / (256 * ELEMS), 256>>>(a, b, y, N);
+}
+"""
+
+
+def test_work_constant_shrinks_to_one_and_the_launch_follows(tmp_path):
+    from mining.operators.shrink_work_constant import forward, work_constants
+    from mining.carriers import Source
+    op = get_operator("shrink_work_constant")
+    found = [(w.name, w.value, w.how) for w in work_constants(Source(COARSE_ADD))]
+    assert found == [("ELEMS", 4, "constexpr")]
+    new = op.apply(COARSE_ADD, op.find_sites(COARSE_ADD)[0])
+    assert "constexpr int ELEMS = 1;" in new
+    assert cpu_gate("vector_add", new, tmp_path).passed
+    # a literal template argument at the launch is the constant's definition too
+    lit = COARSE_ADD.replace("add_chunks<ELEMS><<<(N + 256 * ELEMS - 1) / (256 * ELEMS), 256>>>",
+                             "add_chunks<8><<<(N + 2047) / 2048, 256>>>")
+    assert [(w.name, w.value, w.how) for w in work_constants(Source(lit))] == [("PER", 8, "template_arg")]
+    assert "add_chunks<1><<<" in op.apply(lit, op.find_sites(lit)[0])
+    # the inverse widens a constant that is 1 again
+    mats = forward(new)
+    assert [m.source.count("constexpr int ELEMS = 4;") for m in mats][:1] == [1]
+    assert cpu_gate("vector_add", mats[0].source, tmp_path).passed
+
+
+@pytest.mark.parametrize("code", [
+    # the block size: how many threads share the work, not the work of one
+    "constexpr int BLOCK = 256;\n__global__ void k(float* y) { y[threadIdx.x] = 0; }\nvoid run(float* y) { k<<<4, BLOCK>>>(y); }",
+    # a shared-memory extent
+    "#define TILE 32\n__global__ void k(float* y) { __shared__ float t[TILE]; float r[TILE]; t[0] = 1; r[0] = t[0]; y[0] = r[0]; }",
+    # a size the host dispatch picks from the problem
+    "template <int C> __global__ void k(float* y) { float r[C]; for (int i = 0; i < C; ++i) r[i] = 0; y[0] = r[0]; }\n"
+    "void run(float* y, int c) { switch (c) { case 8: k<8><<<1, 32>>>(y); break; default: break; } }",
+    # a loop that starts at the thread's place: a problem size walked by the block, not per-thread work
+    "#define BINS 256\n__global__ void k(int* h) { for (int b = threadIdx.x; b < BINS; b += blockDim.x) h[b] = 0; }",
+    # a warp-size constant
+    "#define WARP_SIZE 32\n__global__ void k(float* y) { float r[WARP_SIZE]; r[0] = 1; y[0] = r[0]; }",
+])
+def test_work_constant_refusals(code):
+    assert get_operator("shrink_work_constant").find_sites(code) == [], code
