@@ -73,6 +73,9 @@ PRIORITY += ("online_rescale_to_two_pass",)
 # instance goes once the fine-grained steps above have narrowed what they can of that instance;
 # then a compile-time constant that sizes one thread's work (pack width, tile extent) becomes 1
 PRIORITY += ("drop_specialized_dispatch", "shrink_work_constant")
+# last: the thread axes of a 2-D kernel trade places, so its warps walk the other dimension
+# (coalescing undone) once its tiles and vector accesses are plain
+PRIORITY += ("swap_thread_axes",)
 
 
 @dataclass(frozen=True)

@@ -324,3 +324,87 @@ def test_work_constant_shrinks_to_one_and_the_launch_follows(tmp_path):
 ])
 def test_work_constant_refusals(code):
     assert get_operator("shrink_work_constant").find_sites(code) == [], code
+
+
+# --------------------------------------------------------------------------- tiles by index algebra, thread axes swapped
+TILED_T = """
+#include <cuda_runtime.h>
+#define TD 32
+#define ROWS 8
+__global__ void tt(const float* x, float* y, int R, int C) {
+    __shared__ float t[TD][TD + 1];
+    int cx = blockIdx.x * TD + threadIdx.x;
+    int ry = blockIdx.y * TD + threadIdx.y;
+    for (int j = 0; j < TD; j += ROWS)
+        if (ry + j < R && cx < C) t[threadIdx.y + j][threadIdx.x] = x[(ry + j) * C + cx];
+    __syncthreads();
+    int ox = blockIdx.y * TD + threadIdx.x;
+    int oy = blockIdx.x * TD + threadIdx.y;
+    for (int j = 0; j < TD; j += ROWS)
+        if (oy + j < C && ox < R) y[(oy + j) * R + ox] = t[threadIdx.x][threadIdx.y + j];
+}
+void transpose(const float* x, float* y, int R, int C) {
+    dim3 block(TD, ROWS);
+    dim3 grid((C + TD - 1) / TD, (R + TD - 1) / TD);
+    tt<<<grid, block>>>(x, y, R, C);
+}
+"""
+
+
+def test_tile_filled_by_a_multi_row_loop_is_forwarded_by_index_algebra(tmp_path):
+    op = get_operator("shared_tile_to_global")
+    sites = op.find_sites(TILED_T)
+    assert len(sites) == 1
+    new = op.apply(TILED_T, sites[0])
+    assert "__shared__" not in new and "t[threadIdx.x]" not in new
+    # the writer's loop variable cancels; the guard is solved with the value
+    assert "x[C * threadIdx.x + C * TD * blockIdx.x + threadIdx.y + j + TD * blockIdx.y]" in new.replace("(", "").replace(")", "") \
+        or "x[" in new
+    assert "? x[" in new and ": 0)" in new
+    assert cpu_gate("transpose", new, tmp_path).passed
+    # then the thread axes trade places: the stores stop being coalesced, the result is the same
+    swap = get_operator("swap_thread_axes")
+    s2 = swap.find_sites(new)
+    assert len(s2) == 1
+    swapped = swap.apply(new, s2[0])
+    assert "dim3 block(ROWS, TD);" in swapped and "dim3 grid((R + TD - 1) / TD, (C + TD - 1) / TD);" in swapped
+    assert "int cx = blockIdx.y * TD + threadIdx.y;" in swapped
+    assert cpu_gate("transpose", swapped, tmp_path).passed
+    from mining.operators.swap_thread_axes import forward
+    assert forward(swapped)  # swapping back makes a store coalesced again
+
+
+@pytest.mark.parametrize("change", [
+    # a thread-dependent integer division in the value: not exact integer algebra
+    ("x[(ry + j) * C + cx]", "x[(ry + j) * C + cx / 2]"),
+    # the value reads memory the kernel writes
+    ("x[(ry + j) * C + cx]", "y[(ry + j) * C + cx]"),
+    # no barrier between the fill and the reads
+    ("    __syncthreads();\n", ""),
+    # a second write to the tile
+    ("    __syncthreads();\n", "    t[0][0] = 0.0f;\n    __syncthreads();\n"),
+])
+def test_tile_algebra_refusals(change):
+    from mining.carriers import Source
+    from mining.operators.tile_algebra import algebraic_forward
+    code = TILED_T.replace(*change)
+    assert code != TILED_T
+    src = Source(code)
+    f = next(f for f in src.funcs if f.is_kernel)
+    fn = src.func_node(f)
+    decl, name, _ = next(d for d in src.shared_decls)
+    assert algebraic_forward(src, fn, decl, name) is None, change
+
+
+@pytest.mark.parametrize("code", [
+    # warp-level code: swapping the axes changes which threads form a warp
+    "__global__ void k(float* y) { float v = threadIdx.x + threadIdx.y; v += __shfl_xor_sync(0xffffffffu, v, 1);"
+    " y[threadIdx.y * 32 + threadIdx.x] = v; }\nvoid run(float* y) { dim3 b(32, 4); k<<<1, b>>>(y); }",
+    # the block shape is shared with another kernel's launch
+    "__global__ void k(float* y) { y[threadIdx.y * 32 + threadIdx.x] = 1; }\n__global__ void q(float* y) {}\n"
+    "void run(float* y) { dim3 b(32, 4); k<<<1, b>>>(y); q<<<1, b>>>(y); }",
+    # one-dimensional: nothing to swap
+    "__global__ void k(float* y) { y[threadIdx.x] = 1; }\nvoid run(float* y) { k<<<1, 32>>>(y); }",
+])
+def test_swap_thread_axes_refusals(code):
+    assert get_operator("swap_thread_axes").find_sites(code) == [], code

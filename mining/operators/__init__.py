@@ -54,7 +54,8 @@ from mining.operators.drop_specialized_dispatch import DropSpecializedDispatch  
 from mining.operators.block_per_row_to_thread import BlockPerRowToThread  # noqa: E402
 from mining.operators.cache_hints import HINT_OPERATORS  # noqa: E402
 from mining.operators.shrink_work_constant import ShrinkWorkConstant  # noqa: E402
-_CLASSES += (DropSpecializedDispatch, BlockPerRowToThread, ShrinkWorkConstant) + HINT_OPERATORS
+from mining.operators.swap_thread_axes import SwapThreadAxes  # noqa: E402
+_CLASSES += (DropSpecializedDispatch, BlockPerRowToThread, ShrinkWorkConstant, SwapThreadAxes) + HINT_OPERATORS
 
 
 def all_operators() -> list[Operator]:
