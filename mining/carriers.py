@@ -1053,3 +1053,9 @@ def detect_carriers(source: str | bytes, flags: Sequence[str] = ()) -> dict[str,
 
 def carrier_names(source: str | bytes, flags: Sequence[str] = ()) -> set[str]:
     return set(detect_carriers(source, flags))
+
+
+# detection by meaning (issue 19): what mining/carriers_meaning.py finds extends the detectors above
+from mining import carriers_meaning as _meaning  # noqa: E402
+
+_meaning.register()

@@ -249,7 +249,10 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         # read and let go: the walk below takes minutes, other processes may write meanwhile
         with Store(store_root, read_only=True).session() as reader:
             rks = KernelStore(reader)
-            existing = rks.lineage(lineage_id)
+            # a store made by `skills corpora fetch` alone has no kernel tables yet
+            has_kernel_tables = bool(reader.query(
+                "SELECT 1 FROM information_schema.tables WHERE table_name = 'lineages'"))
+            existing = rks.lineage(lineage_id) if has_kernel_tables else None
             if existing is not None and existing.config.get("fingerprint") == fp and config.use_cache:
                 skills = [s for s in rks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
                 final = rks.source(existing.final_hash) or expert

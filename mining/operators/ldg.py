@@ -4,12 +4,15 @@ Forward, `add_ldg`: reads `p[i]` through a const pointer of a scalar or vector t
 `__ldg(&p[i])` (outermost subscripts only, never a written or address-taken element). Sound
 because the kernel never writes through a const pointer, so the read-only path sees the same
 values for the kernel's lifetime (unless another pointer aliases it: the gate's workloads decide).
+
+The other cache-operator loads (`__ldcs`, `__ldcg`, ...) are other optimizations with their own
+names: cache_hints.py removes each under its own carrier.
 """
 from __future__ import annotations
 
 
 
-from mining.carriers import LOAD_INTRINSICS, Source, call_name
+from mining.carriers import Source, call_name
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all, raw_text)
 from mining.operators.nodes import (address_taken,
                                     code, in_ldg, is_lhs, kernels, local_pointers, raw, subscripts_of)
@@ -22,7 +25,7 @@ class LdgToPlainLoad(Operator):
 
     def edits(self, src):
         for call in src.nodes("call_expression"):
-            if call_name(call) not in LOAD_INTRINSICS:
+            if call_name(call) != "__ldg":
                 continue
             args = call.child_by_field_name("arguments")
             if args is None or len(args.named_children) != 1:

@@ -19,7 +19,8 @@ docs/architecture.md, "Operators".
 """
 from __future__ import annotations
 
-from mining.operators import (async_copy_to_sync, block_reduce_to_serial, block_reduce_to_warp_atomics,
+from mining.operators import (async_copy_to_sync, block_per_row_to_thread, cache_hints, drop_specialized_dispatch,
+                              shrink_work_constant, swap_thread_axes, block_reduce_to_serial, block_reduce_to_warp_atomics,
                               block_scan_to_thread_totals, block_stride_to_chunks, chan_stats_to_two_pass,
                               double_to_single_buffer, drop_pipeline_sync, fast_math, grid_clamp, grid_stride,
                               launch_bounds, ldg, lookback_to_chained, online_rescale_to_two_pass,
@@ -32,7 +33,9 @@ from mining.operators.base import Operator, Pair, Rewrite
 
 PAIRS: tuple[Pair, ...] = (
     # local, declarative carriers
-    unroll.PAIR, launch_bounds.PAIR, restrict.PAIR, ldg.PAIR, fast_math.PAIR, shared_padding.PAIR,
+    unroll.PAIR, launch_bounds.PAIR, restrict.PAIR, ldg.PAIR,
+    *cache_hints.PAIRS,  # each cache hint under its own name (issue 19)
+    fast_math.PAIR, shared_padding.PAIR,
     # access width and data movement
     vector_store.PAIR, vector_load.PAIR, async_copy_to_sync.PAIR, drop_pipeline_sync.PAIR,
     double_to_single_buffer.PAIR, register_cache_to_reload.PAIR,
@@ -40,13 +43,20 @@ PAIRS: tuple[Pair, ...] = (
     shuffle_to_shared.PAIR, scan_shuffle_to_shared.PAIR, block_reduce_to_warp_atomics.PAIR,
     warp_atomic_to_thread_atomics.PAIR, privatized_to_global_atomics.PAIR, shrink_register_tile.PAIR,
     shared_tile_to_global.PAIR, grid_clamp.PAIR, grid_stride.PAIR,
-    # single-level, recomputed and two-pass forms
+    # single-level, recomputed and two-pass forms; a block that cooperates on one row becomes one
+    # thread per row before its sweeps are split into chunks or its reductions flattened (issue 19)
+    block_per_row_to_thread.PAIR,
     block_reduce_to_serial.PAIR, register_array_to_recompute.PAIR, block_stride_to_chunks.PAIR,
     online_softmax_to_two_pass.PAIR, chan_stats_to_two_pass.PAIR,
     # outer-product register tiles, transposed operand tiles, decoupled look-back, block scan
     register_tile_to_dot.PAIR, untranspose_tile.PAIR, lookback_to_chained.PAIR, block_scan_to_thread_totals.PAIR,
     # the flash-loop split, after everything that simplifies the loop
     online_rescale_to_two_pass.PAIR,
+    # generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
+    # instance goes once the fine-grained steps above have narrowed what they can of it; then a
+    # compile-time constant that sizes one thread's work becomes 1; last, the thread axes of a 2-D
+    # kernel trade places (coalescing undone) once its tiles and vector accesses are plain
+    drop_specialized_dispatch.PAIR, shrink_work_constant.PAIR, swap_thread_axes.PAIR,
     sliding_window_to_reload.PAIR,
 )
 

@@ -52,6 +52,7 @@ from mining.operators.nodes import (WARP, Kernel, bare_jumps, base_name, block_d
 from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects,
                                            line_indent, paren, scope_body, scope_of, splice_range, structural)
 from corpora.code.parse import text, walk
+from mining.operators.shuffle_forms import normalized_edits  # noqa: E402  (after rewrite_shuffle's helpers)
 
 
 SHUFFLES = {"__shfl_sync": "idx", "__shfl_xor_sync": "xor", "__shfl_down_sync": "down", "__shfl_up_sync": "up",
@@ -149,8 +150,20 @@ class ShuffleToShared(Operator):
     def edits(self, src: Source):
         scan = {(s.start_byte, s.end_byte) for s in _warp_scan(src)}
         st = structural(src)
-        yield from first_hoist_per_scope(st, [n for n in walk(st.tree.root_node) if n.type == "call_expression" and
-                                              call_name(n) in SHUFFLES and (n.start_byte, n.end_byte) not in scan])
+        own = list(first_hoist_per_scope(st, [n for n in walk(st.tree.root_node) if n.type == "call_expression" and
+                                               call_name(n) in SHUFFLES and (n.start_byte, n.end_byte) not in scan]))
+        yield from own
+        # shuffles written through macros, cooperative-groups tiles or returned from wrappers (issue 19)
+        hoisted = {e.start for e in own if not src.raw[e.start:e.end].strip().startswith(b"__shfl")}
+        for e in normalized_edits(st, rewrite_shuffle, tuple(n for n in SHUFFLES if "up" not in n)):
+            inserts = b"ks_xchg_" in e.replacement.encode() and "__shared__" in e.replacement
+            if inserts and e.start in hoisted:
+                continue
+            if any(o.start < e.end and e.start < o.end for o in own):
+                continue
+            if inserts:
+                hoisted.add(e.start)
+            yield e
 
 
 def first_hoist_per_scope(src: Source, calls: list[Node]):
@@ -219,6 +232,14 @@ def _fits(src: Source, scope: Node, vtype: str) -> bool:
     return own + max(callers) + extra <= STATIC_SHARED_LIMIT
 
 
+def _literal_cast(call: Node) -> bool:
+    """`uint32_t(-1)`, `unsigned(0xffffffff)`: a functional cast of a literal (a constant mask)."""
+    fn = call.child_by_field_name("function")
+    args = call.child_by_field_name("arguments")
+    return fn is not None and args is not None and re.fullmatch(r"(u?int\d+_t|unsigned|int|unsigned int)", text(fn)) \
+        is not None and re.fullmatch(r"\(\s*-?\s*(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\s*\)", text(args)) is not None
+
+
 def rewrite_shuffle(src: Source, call: Node) -> Optional[Edit]:
     name = call_name(call)
     kind = SHUFFLES[name]
@@ -237,7 +258,7 @@ def rewrite_shuffle(src: Source, call: Node) -> Optional[Edit]:
     for n in (mask, val, off, width):
         if n is not None and has_side_effects(n):
             return None
-    if mask is not None and any(x.type == "call_expression" for x in walk(mask)):
+    if mask is not None and any(x.type == "call_expression" and not _literal_cast(x) for x in walk(mask)):
         return None
     vtype = expression_type(src, val)
     if vtype is None:

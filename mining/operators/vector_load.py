@@ -15,6 +15,10 @@ written, and whose stores are unconditional statements. Precondition: 16-byte al
 pointer (row start), generated as a runtime check with the original loop as the fallback, so the
 rewrite is sound for any alignment: each element is still read and written once, in the same
 iteration order within a thread.
+
+Every other wide global load, however spelled (view macros, pointers bound to a cast, parameters
+typed `uint4 *`, struct types, copies into registers or shared memory), is narrowed by the
+type-directed rewrite of `devectorize.py`: the same optimization, so the same skill.
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, blo
                                     in_ldg, indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var,
                                     mentions, raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index,
                                     subscripts_of, unit_update, written_names)
+from mining.operators.devectorize import devectorize_edits
+from mining.operators.devectorize import forward as devectorize_forward
 from mining.operators.vector_access import VECTORS, element, scalar_base_ok
 from corpora.code.parse import walk
 
@@ -43,6 +49,11 @@ class VectorLoadToScalar(Operator):
     description = "split one vector global load into scalar loads"
 
     def edits(self, src):
+        own = list(self._house_edits(src))
+        yield from own
+        yield from devectorize_edits(src, "load", skip=[(e.start, e.end) for e in own])
+
+    def _house_edits(self, src):
         for a in vector_accesses(src):
             if a.kind != "load" or a.via not in ("subscript", "deref", "ldg") or not scalar_base_ok(src, a):
                 continue
@@ -344,4 +355,6 @@ def _idempotent_only(src: Source, body: Node) -> bool:
 
 
 PAIR = Pair(VectorLoadToScalar, (Rewrite("vectorize_elementwise", "vector_load", vectorize_elementwise, prior=2.0),
-                                Rewrite("vectorize_loop", "vector_load", vectorize_loop, prior=1.8)))
+                                Rewrite("vectorize_loop", "vector_load", vectorize_loop, prior=1.8),
+                                # a scalar copy loop of 8/16 bytes becomes one wide copy (devectorize.py's inverse)
+                                Rewrite("vectorize_copy_loop", "vector_load", devectorize_forward, prior=1.5)))

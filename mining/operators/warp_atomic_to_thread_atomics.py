@@ -14,6 +14,10 @@ guard must be a lane-0 test.
 Forward: `privatize_atomics` (privatized_to_global_atomics.py) and `warp_per_row`
 (shuffle_to_shared.py), in that order: per-thread global atomics are gathered per block again,
 through a shared copy or a warp all-reduce.
+
+Any other block or warp sum that only feeds one thread's `atomicAdd` (helpers, shared partials,
+barriers, a folding warp) is dropped the same way by `reduce_then_publish.py`: the same
+optimization, so the same skill.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import Optional
 from mining.carriers import Source, _atomic_per_block
 from mining.operators.base import Edit, Operator, Pair
 from mining.operators.nodes import same_node
+from mining.operators.reduce_then_publish import publish_edits
 from mining.operators.rewrite_util import node_at, structural
 from corpora.code.parse import text
 
@@ -50,10 +55,16 @@ class WarpAtomicToThreadAtomics(Operator):
     def edits(self, src: Source):
         sums = _warp_sums(src)
         st = structural(src)
+        own = []
         for site in _atomic_per_block(src):
             call = node_at(st, site.start_byte, site.end_byte, "call_expression")
             e = self.rewrite(st, call, sums) if call is not None else None
             if e is not None:
+                own.append(e)
+                yield e
+        # any block or warp sum feeding one thread's atomic, however it is computed (issue 19)
+        for e in publish_edits(src):
+            if not any(o.start < e.end and e.start < o.end for o in own):
                 yield e
 
     def rewrite(self, src: Source, call, sums) -> Optional[Edit]:
