@@ -43,6 +43,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from mining.gate import BadInput, GateConfig, run_gate
 from mining.gate.sandbox import gate_worker_init
+from mining.optimize_plan import candidate_key, expand_hits, fit_to_deadline, order_retrieved
 
 MODES = ("skills", "no_skills", "flat_memory")
 
@@ -339,7 +340,7 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
         try:
             ans = skills.searcher.query(code=source, k=k, axes=None, include_filtered=True,
                                         exclude_problems=skills.exclude or None)
-            for h in ans.get("hits", []):
+            for h in expand_hits(ans):  # an "also" entry stands for its qualifier skills
                 rec = by_id.get(h["skill_id"])
                 if rec is not None:
                     out.append(Retrieved(rec, len(out) + 1, h.get("score", 0.0), "applicable", h.get("applies_at", []),
@@ -360,6 +361,7 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
     for r in rest:
         r.rank = len(out) + 1
         out.append(r)
+    out = order_retrieved(out, source, exclude_problems=sorted(skills.exclude))  # the value plan (mining/optimize_plan.py)
     for r in out:
         r.preconditions = check_preconditions(r.skill, axes or [])
     return out
@@ -720,6 +722,7 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
     step_log = []
     steps_used = 0
     record: dict[str, list[str]] = {}  # (rewrite, site) -> outcomes at earlier steps
+    gate_seconds: list[float] = []  # wall seconds per batch of `jobs` gated candidates (fit_to_deadline)
     for step in range(1, config.budget_steps + 1):
         if config.max_attempts is not None and _gated(attempts) >= config.max_attempts:
             termination = "budget_attempts"
@@ -803,7 +806,7 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
             cands.append(Candidate(new, "llm", kind, rec, desc, [], 0, REWRITE_PRIOR["llm"], 0, tk, usd, usage))
         # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
         uniq: dict[str, Candidate] = {}
-        for c in sorted(cands, key=lambda c: (-c.prior, c.rank)):
+        for c in sorted(cands, key=candidate_key):  # structural steps first, in plan order
             h = sha256(c.source)
             outcomes = record.get(_key(c), [])
             if outcomes.count("fail") >= 2 or outcomes.count("slower") >= 2:
@@ -813,7 +816,8 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
         todo = list(uniq.values())
         if config.max_attempts is not None:
             todo = todo[:max(0, config.max_attempts - _gated(attempts))]
-        todo = todo[:config.per_step]
+        todo = fit_to_deadline(todo[:config.per_step], t0, config.time_limit_s, gate_seconds, config.jobs,
+                               time.perf_counter())
         entry = {"step": step, "retrieved": [{"skill_id": r.skill["skill_id"], "name": r.skill.get("name", ""),
                                               "status": r.status, "rank": r.rank} for r in retrieved[:config.k]],
                  "candidates": len(uniq), "gated": len(todo)}
@@ -822,7 +826,9 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
             termination = "nothing_applies"
             on_event("step", entry)
             break
+        t_gate = time.perf_counter()
         step_attempts = _gate_step(todo, cur, cur_time, gate, step, attempts, config, executor, kernel_path.name)
+        gate_seconds.append((time.perf_counter() - t_gate) / max(1, len(step_attempts)) * max(1, config.jobs))
         entry["gated"] = len(step_attempts)
         for a in step_attempts:
             tried.add(a.source_hash)

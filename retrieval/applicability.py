@@ -650,6 +650,147 @@ def _atomic_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
+# --------------------------------------------------------------------------- two-pass row statistics
+_ASSIGN = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*([-+*/]?=)(?!=)\s*([^;]+);")
+
+
+def _reductions(src: Source, f, fn) -> list[tuple[int, str, str, str]]:
+    """(line, result variable, kind "max" | "sum", input text) of the reductions of a device function
+    in source order: a loop that accumulates into a scalar (``s += ...``, ``m = fmaxf(m, ...)``), or
+    a call of a reducing helper (a device function of this file that shuffles across a warp, or whose
+    name says reduce) assigned to a variable."""
+    out = []
+    reducers = {g.name for g, gfn, _ in _device_funcs(src)
+                if b"__shfl" in src.func_code(g) or re.search(r"reduce", g.name, re.I)}
+    reducers |= {"__reduce_add_sync", "__reduce_max_sync"}
+    for loop in src.nodes("for_statement", within=fn):
+        if loop.parent is not None and enclosing(loop.parent, "for_statement") is not None:
+            continue  # outermost loops only: an inner loop is part of its loop's pass
+        var = _loop_var(loop)
+        body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+        if not var or not re.search(r"\[[^\]]*\b%s\b" % re.escape(var), body):
+            continue
+        m = re.search(r"\b(\w+)\s*=\s*(?:fmaxf|max|fmax)\s*\(\s*\1\s*,\s*([^;]+)\)\s*;", body)
+        if m:
+            out.append((src.line_of(loop.start_byte), m.group(1), "max", m.group(2)))
+            continue
+        for m in re.finditer(r"\b(\w+)\s*\+=\s*([^;]+);", body):
+            # an accumulator lives across iterations: declared before the loop, not in its body
+            if not re.search(r"\b(?:float|double|int|half|__half|auto|float2|float4)\s+%s\b" % re.escape(m.group(1)), body):
+                out.append((src.line_of(loop.start_byte), m.group(1), "sum", m.group(2)))
+                break
+    for call in src.nodes("call_expression", within=fn):
+        name = call_name(call).split("<")[0]
+        if name not in reducers:
+            continue
+        p = call.parent
+        while p is not None and p.type not in ("assignment_expression", "init_declarator", "expression_statement",
+                                               "compound_statement"):
+            p = p.parent
+        if p is None or p.type not in ("assignment_expression", "init_declarator"):
+            continue
+        left = p.child_by_field_name("left") or p.child_by_field_name("declarator")
+        args = call.child_by_field_name("arguments")
+        kind = "max" if re.search(r"max", name, re.I) else "sum"
+        out.append((src.line_of(call.start_byte), declarator_name(left) or text(left).strip(), kind,
+                    text(args) if args is not None else ""))
+    out.sort(key=lambda r: r[0])
+    return out
+
+
+def _depends(code: str) -> dict[str, set[str]]:
+    """Variable -> the variables its assigned values mention, transitively."""
+    dep: dict[str, set[str]] = {}
+    for m in _ASSIGN.finditer(code):
+        dep.setdefault(m.group(1), set()).update(re.findall(r"\b[A-Za-z_]\w*\b", m.group(3)))
+    changed = True
+    while changed:
+        changed = False
+        for v, ds in dep.items():
+            more = set().union(*(dep.get(d, set()) for d in ds)) - ds
+            if more:
+                ds |= more
+                changed = True
+    return dep
+
+
+def _second_passes(src: Source, first_kind: str, second_kind: str, exp: bool) -> list[tuple]:
+    """(function, reduction, earlier reduction) where a reduction of ``second_kind`` reads the result
+    of an earlier one of ``first_kind`` (a statistic that needs the previous pass's result)."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        reds = _reductions(src, f, fn)
+        if len(reds) < 2:
+            continue
+        dep = _depends(src.func_code(f).decode("utf-8", "replace"))
+        for j, (line, var, kind, inp) in enumerate(reds):
+            if kind != second_kind or (exp and not re.search(r"\b(__)?expf?\s*\(|exp2f?\s*\(", inp + " " + var)):
+                continue
+            names = set(re.findall(r"\b[A-Za-z_]\w*\b", inp))
+            for n in list(names):
+                names |= dep.get(n, set())
+            earlier = [r for r in reds[:j] if r[2] == first_kind and r[1] != var and r[1] in names]
+            if earlier:
+                out.append((f, reds[j], earlier[-1]))
+                break
+    return out
+
+
+def _pass_site(src: Source, f, red, reason: str) -> SiteMatch:
+    line = red[0]
+    return SiteMatch(line, line, f.name, _line_text(src, line), reason)
+
+
+@finder("single_pass_stats")
+def _single_pass_sites(src: Source) -> list[SiteMatch]:
+    """A second sum over the data that needs the first sum's result (a variance after a mean): both
+    statistics can come from one sweep (Welford / Chan, or sum and sum of squares together)."""
+    return [_pass_site(src, f, red, f"`{red[1]}` sums again over the data with `{prev[1]}` (line {prev[0]}) from an "
+                       "earlier pass: mean and variance can come from one sweep")
+            for f, red, prev in _second_passes(src, "sum", "sum", exp=False)]
+
+
+@finder("online_softmax")
+def _online_softmax_sites(src: Source) -> list[SiteMatch]:
+    """A sum of exponentials that needs a maximum from an earlier pass: a running maximum with the
+    sum rescaled when it grows gives both in one sweep."""
+    return [_pass_site(src, f, red, f"`{red[1]}` sums exponentials after a separate max pass (`{prev[1]}`, line "
+                       f"{prev[0]}): an online (running-max) softmax needs one sweep")
+            for f, red, prev in _second_passes(src, "max", "sum", exp=True)]
+
+
+@finder("register_cache")
+def _register_cache_sites(src: Source) -> list[SiteMatch]:
+    """The same global data read again by a later loop of the same thread (a row swept once per
+    pass): loaded once into registers, the later passes read it from there."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        const, _ = _pointer_names(src, f, fn)
+        seen: dict[str, int] = {}
+        for loop in src.nodes("for_statement", within=fn):
+            if loop.parent is not None and enclosing(loop.parent, "for_statement") is not None:
+                continue
+            var = _loop_var(loop)
+            if not var:
+                continue
+            reads = set()
+            for n in walk(loop):
+                if n.type == "subscript_expression" and not _is_write(n):
+                    arg = n.child_by_field_name("argument")
+                    if arg is not None and text(arg) in const and re.search(r"\b%s\b" % re.escape(var), text(n)):
+                        reads.add(text(arg))
+            again = sorted(r for r in reads if r in seen)
+            if again:
+                s = _node_site(src, loop, f"`{again[0]}` is read again in this loop after the pass at line "
+                               f"{seen[again[0]]}: keep it in registers from the first pass", f.name)
+                s.end_line = s.line
+                s.code = _line_text(src, s.line)
+                out.append(s)
+            for r in reads:
+                seen.setdefault(r, src.line_of(loop.start_byte))
+    return out
+
+
 # --------------------------------------------------------------------------- generic fallback
 _TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
 

@@ -1,0 +1,100 @@
+"""The order in which `skills optimize` spends its budget: the value plan of retrieval/plan.py.
+
+Retrieval (mining/optimize.py ``retrieve``) returns the skills that may apply, from the hybrid
+search or from a scan of the store. ``order_retrieved`` re-ranks them the way `skills query --plan`
+does, whichever backend produced them: every applicable skill is valued on the current kernel
+(retrieval/value.py: measured GPU effect, else the static prior of its carrier in the kernel's
+regime, times the share of the kernel's work its sites cover), structural carriers first in an order
+that can be applied (retrieval/plan.py: a shared tile before the register tile loaded from it),
+then the qualifiers, then the skills whose site no detector found (a forward rewrite may still find
+one). ``candidate_key`` orders the materialized candidates by that plan, so the per-step slice of
+candidates gated in parallel holds the structural steps first.
+
+``fit_to_deadline`` trims a step's candidates to what the time left can gate, from the seconds a
+gated candidate has taken so far in this run: a step that starts just before the time limit does
+not overrun it by a full batch.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+QUALIFIER_REWRITES = {"add_restrict", "add_ldg", "add_unroll", "add_launch_bounds", "to_fast_math"}
+
+
+def expand_hits(ans: dict) -> list[dict]:
+    """The answer's skill hits in order, an "also" entry replaced by its skills."""
+    out = []
+    for h in ans.get("hits", []):
+        if h.get("kind") == "also":
+            out.extend(h.get("skills", []))
+        else:
+            out.append(h)
+    return out
+
+
+def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
+                    exclude_problems: Sequence[str] = ()) -> list:
+    """``retrieved`` (mining.optimize.Retrieved) in plan order; each applicable one gets ``value``."""
+    try:
+        from retrieval.applicability import Checker
+        from retrieval.plan import order
+        from retrieval.value import QUALIFIERS, Valuer
+        checker = Checker(source)
+        valuer = Valuer(checker, None, op_type, exclude_problems)
+    except Exception:  # noqa: BLE001 - a source the parser cannot read: keep retrieval's order
+        return retrieved
+    scored, rest = [], []
+    for r in retrieved:
+        try:
+            app = checker.check(r.skill)
+        except Exception:  # noqa: BLE001 - a detector bug must not stop optimizing
+            rest.append(r)
+            continue
+        if app.status != "applicable":
+            rest.append(r)
+            continue
+        val = valuer.value(r.skill, app)
+        r.value = val
+        scored.append((r, val))
+    best: dict[str, tuple] = {}
+    for r, val in scored:  # one entry per carrier decides the carrier's place; its other skills follow it
+        c = r.skill.get("carrier", "")
+        if c not in best or val["score"] > best[c][1]["score"]:
+            best[c] = (r, val)
+    carriers = sorted(best, key=lambda c: -best[c][1]["score"])
+    structural = [c for c in carriers if c not in QUALIFIERS]
+    quals = [c for c in carriers if c in QUALIFIERS]
+    planned = order(structural, lambda c: c, lambda c: best[c][1]["score"],
+                    lambda c: best[c][0].skill.get("requires") or []) + quals
+    place = {c: n for n, c in enumerate(planned)}
+    scored.sort(key=lambda t: (place[t[0].skill.get("carrier", "")], -t[1]["score"]))
+    out = [r for r, _ in scored] + rest
+    for n, r in enumerate(out, start=1):
+        r.rank = n
+    return out
+
+
+def candidate_key(c: Any) -> tuple:
+    """Sort key of a materialized candidate: structural before qualifier rewrites, then the plan
+    rank of its skill, then the rewrite's prior (expected effect)."""
+    qual = c.rewrite in QUALIFIER_REWRITES
+    rank = c.rank if c.rank else 10 ** 6  # LLM candidates (rank 0) after the plan's steps
+    return (qual, rank, -c.prior)
+
+
+def fit_to_deadline(todo: list, t0: float, time_limit_s: Optional[float], gated_seconds: Sequence[float],
+                    jobs: int, now: float) -> list:
+    """The candidates that the time left can gate (at least one), from the mean seconds a gated
+    candidate took so far (``jobs`` at a time); all of them without a limit or a history."""
+    if time_limit_s is None or not gated_seconds or not todo:
+        return todo
+    left = time_limit_s - (now - t0)
+    per = sum(gated_seconds) / len(gated_seconds)
+    batches = max(1, int(left // max(per, 1e-3)))
+    return todo[:max(1, min(len(todo), batches * max(1, jobs)))]
+
+
+def geomean(xs: Sequence[float]) -> Optional[float]:
+    v = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, v)) / len(v)) if v else None
