@@ -12,6 +12,7 @@ skill).
 
     python -m eval.next_step_stores --root /work/wt/ranking-stores mine      # fetch first (see docs/corpora.md)
     python -m eval.next_step_stores --root /work/wt/ranking-stores folds
+    python -m eval.next_step_stores --root /work/wt/ranking-stores carry --dest .carry/optreal   # for the GPU
 """
 from __future__ import annotations
 
@@ -157,14 +158,36 @@ def make_fold(all_store: Path, fold: Path, exclude: set[str], log=print) -> dict
             "index": report if isinstance(report, dict) else str(report)}
 
 
+def carry(all_store: Path, problems: Path, dest: Path) -> int:
+    """What scripts/gpu_optimize_real.sh needs on a machine without the sources or duckdb: the
+    materialized real-corpus folders and the all store's skill records as one JSON list."""
+    from mining.optimize import load_skill_records
+
+    recs = load_skill_records(all_store)
+    tmp = dest.with_name(dest.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(problems, tmp / "problems")
+    (tmp / "skills.json").write_text(json.dumps(recs))
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    print(f"[stores] {dest}: {len(recs)} skills, problems from {problems}")
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.next_step_stores", description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, required=True, help="where the stores live (all/, folds/, problems/)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated problem folder names to mine (default: all)")
-    ap.add_argument("what", choices=("mine", "folds"))
+    ap.add_argument("--dest", type=Path, default=Path(".carry/optreal"),
+                    help="carry: where to put the problem folders and skills.json for the GPU machine")
+    ap.add_argument("what", choices=("mine", "folds", "carry"))
     a = ap.parse_args(argv)
     all_store = a.root / "all"
+    if a.what == "carry":
+        return carry(all_store, a.root / "problems", a.dest)
     if a.what == "mine":
         real = materialize_real(all_store / "sources", a.root / "problems")
         dirs = house_problems() + [d for k, d in sorted(real.items())]

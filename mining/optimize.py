@@ -361,7 +361,8 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
     for r in rest:
         r.rank = len(out) + 1
         out.append(r)
-    out = order_retrieved(out, source, exclude_problems=sorted(skills.exclude))  # the value plan (mining/optimize_plan.py)
+    # the value plan (mining/optimize_plan.py); the benchmark's deterministic baselines set another policy
+    out = order_retrieved(out, source, exclude_problems=sorted(skills.exclude), policy=getattr(skills, "policy", "value"))
     for r in out:
         r.preconditions = check_preconditions(r.skill, axes or [])
     return out

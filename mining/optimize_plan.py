@@ -19,8 +19,6 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-QUALIFIER_REWRITES = {"add_restrict", "add_ldg", "add_unroll", "add_launch_bounds", "to_fast_math"}
-
 
 def expand_hits(ans: dict) -> list[dict]:
     """The answer's skill hits in order, an "also" entry replaced by its skills."""
@@ -34,8 +32,11 @@ def expand_hits(ans: dict) -> list[dict]:
 
 
 def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
-                    exclude_problems: Sequence[str] = ()) -> list:
-    """``retrieved`` (mining.optimize.Retrieved) in plan order; each applicable one gets ``value``."""
+                    exclude_problems: Sequence[str] = (), policy: str = "value") -> list:
+    """``retrieved`` (mining.optimize.Retrieved) in plan order; each applicable one gets ``value``.
+    ``policy`` "library" / "memory": the benchmark's deterministic baselines (``baseline_order``)."""
+    if policy != "value":
+        return baseline_order(retrieved, source, policy)
     try:
         from retrieval.applicability import Checker
         from retrieval.plan import order
@@ -76,11 +77,41 @@ def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
 
 
 def candidate_key(c: Any) -> tuple:
-    """Sort key of a materialized candidate: structural before qualifier rewrites, then the plan
-    rank of its skill, then the rewrite's prior (expected effect)."""
-    qual = c.rewrite in QUALIFIER_REWRITES
+    """Sort key of a materialized candidate: the rank of its skill in the plan (structural steps
+    come first there), then the rewrite's prior (expected effect)."""
     rank = c.rank if c.rank else 10 ** 6  # LLM candidates (rank 0) after the plan's steps
-    return (qual, rank, -c.prior)
+    return (rank, -c.prior)
+
+
+def baseline_order(retrieved: list, source: str, policy: str) -> list:
+    """The deterministic baselines of eval/bench_optimize.py, same rewrites and gate, no value plan:
+    ``library``: the rewrite library in its fixed order of expected effect (mining/optimize.py
+    REWRITE_PRIOR), no mined skills; ``memory``: past skills by token overlap of their simpler-side
+    code with the kernel (the flat-memory style: no preconditions, effects or plan)."""
+    import re
+
+    if policy == "library":
+        from mining.materialize import rewrites_for
+        from mining.optimize import REWRITE_PRIOR
+
+        key = lambda r: -max([REWRITE_PRIOR.get(w, 1.0) for w in rewrites_for(r.skill)] or [0.0])  # noqa: E731
+    elif policy == "memory":
+        tok = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
+        q = set(tok.findall(source))
+
+        def key(r):
+            best = 0.0
+            for e in (r.skill.get("evidence") or [])[:8] + [r.skill]:
+                t = set(tok.findall(e.get("before", "") or ""))
+                if t:
+                    best = max(best, len(t & q) / len(t | q))
+            return -best
+    else:
+        raise ValueError(f"unknown ordering policy {policy!r}")
+    out = sorted(retrieved, key=key)
+    for n, r in enumerate(out, start=1):
+        r.rank = n
+    return out
 
 
 def fit_to_deadline(todo: list, t0: float, time_limit_s: Optional[float], gated_seconds: Sequence[float],

@@ -46,9 +46,9 @@ def predecessors(carrier: str, requires: Iterable[str] = ()) -> set[str]:
 
 
 def order(entries: Sequence[Any], carrier_of, score_of, requires_of=lambda e: ()) -> list[Any]:
-    """Entries (best value first) in an order that can be applied: stable where no constraint
-    applies, an entry after every present entry it builds on. ``carrier_of`` / ``score_of`` /
-    ``requires_of`` read an entry."""
+    """Entries in an order that can be applied: among the entries whose predecessors (present ones
+    they build on) are placed, the most valuable next (ties: the given order). ``carrier_of`` /
+    ``score_of`` / ``requires_of`` read an entry."""
     left = list(entries)
     present = {carrier_of(e) for e in left}
     placed: set[str] = set()
@@ -56,7 +56,8 @@ def order(entries: Sequence[Any], carrier_of, score_of, requires_of=lambda e: ()
     while left:
         ready = [e for e in left if not ((predecessors(carrier_of(e), requires_of(e)) & present) - placed
                                          - {carrier_of(e)})]
-        pick = ready[0] if ready else left[0]  # a cycle cannot come from AFTER; records could make one
+        pool = ready or left  # a cycle cannot come from AFTER; records could make one
+        pick = max(pool, key=lambda e: (score_of(e), -left.index(e)))
         out.append(pick)
         placed.add(carrier_of(pick))
         left.remove(pick)
