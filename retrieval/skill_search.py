@@ -614,8 +614,16 @@ class Searcher:
         if rank == "value" and checker is not None:
             from retrieval.value import select_by_value
 
-            sel = select_by_value(self, order, fused_scores if mode == "fused" else scores[mode], checker, k, axes,
-                                  include_filtered, drop, op_type, sorted(exclude_problems or ()), hints=hints)
+            # a re-query of the same code with the same settings reuses the selection (the agent loop)
+            vcache = prepared[5] if held_out is None and not hints and len(prepared) > 5 else None
+            vkey = ("value", wkey, mode, k, tuple(sorted((axes or {}).items())), op_type, include_filtered,
+                    tuple(sorted(exclude_problems or ())))
+            sel = vcache.get(vkey) if vcache is not None else None
+            if sel is None:
+                sel = select_by_value(self, order, fused_scores if mode == "fused" else scores[mode], checker, k, axes,
+                                      include_filtered, drop, op_type, sorted(exclude_problems or ()), hints=hints)
+                if vcache is not None:
+                    vcache[vkey] = sel
             hits, filtered = [], sel["filtered"]
             for it in sel["entries"]:
                 if it["kind"] == "also":

@@ -121,6 +121,8 @@ class KernelShape:
     source: str = "static"  # static | static+sass | static+profile
     notes: list[str] = field(default_factory=list)
     work: dict = field(default_factory=dict)  # internal: per function, line -> work weight
+    loops: list = field(default_factory=list)  # internal: (first line, last line, function) of every loop
+    _coverage: dict = field(default_factory=dict)  # internal: sites -> coverage (memo)
 
     def to_dict(self) -> dict:
         return {"regimes": self.regimes, "boundness": self.boundness, "op_type_guess": self.op_type,
@@ -222,17 +224,23 @@ def work_weights(src) -> dict[str, dict[int, float]]:
     return out
 
 
-def _loop_region(src, line: int) -> Optional[tuple[int, int, str]]:
-    """(first line, last line, function) of the innermost loop enclosing ``line``, else None."""
+def loop_spans(src) -> list[tuple[int, int, str]]:
+    """(first line, last line, function) of every loop of the device functions."""
     from retrieval.applicability import _device_funcs
 
-    best = None
+    out = []
     for f, fn, _ in _device_funcs(src):
         for loop in src.nodes("for_statement", "while_statement", "do_statement", within=fn):
-            la = src.line_of(loop.start_byte)
-            lb = src.line_of(max(loop.start_byte, loop.end_byte - 1))
-            if la <= line <= lb and (best is None or lb - la < best[1] - best[0]):
-                best = (la, lb, f.name)
+            out.append((src.line_of(loop.start_byte), src.line_of(max(loop.start_byte, loop.end_byte - 1)), f.name))
+    return out
+
+
+def _loop_region(loops: list, line: int) -> Optional[tuple[int, int, str]]:
+    """(first line, last line, function) of the innermost loop enclosing ``line``, else None."""
+    best = None
+    for la, lb, fname in loops:
+        if la <= line <= lb and (best is None or lb - la < best[1] - best[0]):
+            best = (la, lb, fname)
     return best
 
 
@@ -245,6 +253,17 @@ def coverage(shape: KernelShape, src, sites: Sequence[Any]) -> tuple[float, str]
     total = sum(sum(w.values()) for w in work.values())
     if not sites or total <= 0:
         return 1.0, "no work estimate: whole kernel assumed"
+    memo_key = tuple((getattr(s, "function", ""), getattr(s, "line", 0), getattr(s, "end_line", 0)) if not
+                     isinstance(s, dict) else (s.get("function", ""), s.get("line", 0), s.get("end_line", 0)) for s in sites)
+    hit = shape._coverage.get(memo_key)
+    if hit is not None:
+        return hit
+    out = _coverage(shape, src, sites, work, total)
+    shape._coverage[memo_key] = out
+    return out
+
+
+def _coverage(shape: KernelShape, src, sites, work, total) -> tuple[float, str]:
     lines_of: dict[str, set[int]] = {}
     for s in sites:
         fname = getattr(s, "function", "") or (s.get("function", "") if isinstance(s, dict) else "")
@@ -255,7 +274,7 @@ def coverage(shape: KernelShape, src, sites: Sequence[Any]) -> tuple[float, str]
             continue
         f_lines = set(w)
         loops = [ln for ln, m in w.items() if m > 1.0]
-        region = _loop_region(src, line)
+        region = _loop_region(shape.loops, line)
         if region is not None and region[2] == fname:
             picked = {ln for ln in f_lines if region[0] <= ln <= region[1]}
         elif not loops or line <= min(f_lines, default=line) or _declares_for_all(src, line):
@@ -307,6 +326,7 @@ def kernel_shape(checker) -> KernelShape:
                         round(fpl, 2) if fpl is not None else None,
                         round(reuse_frac, 2) if reuse_frac is not None else None)
     shape.work = work_weights(src)
+    shape.loops = loop_spans(src)
     checker._value_shape = shape
     return shape
 
@@ -596,8 +616,9 @@ def candidate_pool(index, order, top: int = POOL_TOP, per_carrier: int = POOL_PE
         return order
     codes = carrier_codes(index)[order]
     by_code = np.argsort(codes, kind="stable")  # positions in `order`, grouped by carrier, in order
-    starts = np.flatnonzero(np.r_[True, codes[by_code][1:] != codes[by_code][:-1]])
-    ends = np.r_[starts[1:], len(by_code)]
+    grouped = codes[by_code]
+    starts = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
+    ends = np.concatenate((starts[1:], [len(by_code)]))
     keep = np.zeros(len(order), dtype=bool)
     keep[:top] = True
     for a, b in zip(starts, ends):
