@@ -526,6 +526,132 @@ def _transposed_copy_sites(src: Source) -> list[SiteMatch]:
                     s.code = _line_text(src, s.line)
                     out.append(s)
                     break
+    done = {s.function for s in out}
+    return out + [s for s in _strided_transposes(src) if s.function not in done]
+
+
+def local_definitions(src: Source, f) -> dict[str, str]:
+    """Scalar locals assigned once in a function: name -> the expression (what index expressions are
+    built from: ``int xIndex = blockIdx.x * TILE + threadIdx.x``)."""
+    code = src.func_code(f).decode("utf-8", "replace")
+    seen: dict[str, list[str]] = {}
+    for m in re.finditer(r"(?:\b(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|int64_t|uint32_t|int32_t|auto)\s+)?"
+                         r"\b([A-Za-z_]\w*)\s*=(?!=)\s*([^;{}]+);", code):
+        seen.setdefault(m.group(1), []).append(m.group(2))
+    return {k: v[0] for k, v in seen.items() if len(v) == 1}
+
+
+def expand_index(expr: str, defs: dict[str, str], src: Source, depth: int = 4) -> str:
+    """An index expression with single-assignment locals and macros substituted (parenthesized)."""
+    expr = _CAST.sub("", expr)
+    for _ in range(depth):
+        new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + _CAST.sub("", defs[m.group(0)]) + ")"
+                     if m.group(0) in defs else m.group(0), expr)
+        if new == expr:
+            break
+        expr = new
+    return src.expand(expr)
+
+
+def _top_factors(term: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in term:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "*" and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    out.append(cur)
+    return [t.strip() for t in out if t.strip()]
+
+
+def _strip_parens(e: str) -> str:
+    e = e.strip()
+    while e.startswith("(") and e.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(e):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(e) - 1:
+                return e
+        e = e[1:-1].strip()
+    return e
+
+
+def x_stride(expr: str) -> str:
+    """How threadIdx.x moves an (expanded) index: "unit" (a term of its own, possibly inside a sum:
+    neighbouring lanes touch neighbouring elements), "strided" (only inside a product with something
+    else: neighbouring lanes are a stride apart), "none"."""
+    unit = strided = False
+    stack = [expr]  # an explicit stack: a recursive closure would leave a reference cycle per call
+    while stack:
+        e = stack.pop()
+        for t in _top_terms(_strip_parens(e)):
+            if "threadIdx.x" not in t.replace(" ", ""):
+                continue
+            fs = _top_factors(t)
+            if len(fs) == 1:
+                inner = _strip_parens(fs[0])
+                if inner.replace(" ", "") == "threadIdx.x":
+                    unit = True
+                elif inner != fs[0] or len(_top_terms(inner)) > 1:
+                    stack.append(inner)
+                else:
+                    unit = True
+            elif all(re.fullmatch(r"\d+", _strip_parens(x)) or "threadIdx.x" in x.replace(" ", "") for x in fs) and \
+                    sum("threadIdx.x" in x.replace(" ", "") for x in fs) == 1 and \
+                    all(_strip_parens(x) == "1" for x in fs if "threadIdx.x" not in x.replace(" ", "")):
+                unit = True
+            else:
+                strided = True
+    return "unit" if unit else ("strided" if strided else "none")
+
+
+def _subscript_index(node) -> str:
+    idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+    if idx is None:
+        args = [c for c in node.named_children if c.type == "subscript_argument_list"]
+        idx = args[0] if args else None
+    return text(idx).strip("[] ") if idx is not None else ""
+
+
+def _strided_transposes(src: Source) -> list[SiteMatch]:
+    """A copy ``out[i] = in[j]`` between global arrays whose load moves one element per lane and whose
+    store moves a stride per lane (or the reverse): a transposing copy written through index
+    variables (``odata[index_out] = idata[index_in]``)."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        if not f.is_kernel:
+            continue
+        const, _ = _pointer_names(src, f, fn)
+        defs = None
+        for a in src.nodes("assignment_expression", within=fn):
+            left, right = a.child_by_field_name("left"), a.child_by_field_name("right")
+            if left is None or right is None or left.type != "subscript_expression":
+                continue
+            la = left.child_by_field_name("argument")
+            if la is None or text(la) not in const:
+                continue
+            loads = [n for n in walk(right) if n.type == "subscript_expression" and n.child_by_field_name("argument")
+                     is not None and text(n.child_by_field_name("argument")) in const]
+            if not loads:
+                continue
+            if defs is None:
+                defs = local_definitions(src, f)
+            st = x_stride(expand_index(_subscript_index(left), defs, src))
+            lds = {x_stride(expand_index(_subscript_index(n), defs, src)) for n in loads}
+            if (st == "strided" and "unit" in lds) or (st == "unit" and lds == {"strided"}):
+                s = _node_site(src, a, f"`{' '.join(text(a).split())[:70]}`: the load moves "
+                               f"{'one element' if st == 'strided' else 'a stride'} per lane, the store "
+                               f"{'a stride' if st == 'strided' else 'one element'}: a shared tile makes both coalesced",
+                               f.name)
+                s.code = _line_text(src, s.line)
+                out.append(s)
+                break
     return out
 
 

@@ -168,9 +168,36 @@ class KernelShape:
         return self
 
 
+def _constants(src) -> dict[str, str]:
+    """Compile-time integer names: macros, ``constexpr`` / ``const`` integers with a literal value and
+    template parameters' defaults (``template <const int TM = 8>``), memoized on the source."""
+    got = getattr(src, "_value_constants", None)
+    if got is None:
+        code = src.code.decode("utf-8", "replace")
+        got = dict(src.defines)
+        for m in re.finditer(r"\b(?:static\s+)?(?:constexpr|const)\s+(?:unsigned\s+)?(?:int|size_t|long)\s+(\w+)\s*=\s*"
+                             r"([\w\s()+\-*/<>]+?)\s*[;,>]", code):
+            got.setdefault(m.group(1), m.group(2))
+        for t in re.finditer(r"\btemplate\s*<([^<>]*)>", code):
+            for m in re.finditer(r"(?:const\s+)?(?:unsigned\s+)?(?:int|size_t)\s+(\w+)\s*=\s*([^,]+)", t.group(1)):
+                got.setdefault(m.group(1), m.group(2).strip())
+        src._value_constants = got
+    return got
+
+
 def _int_const(src, expr: str) -> Optional[int]:
-    e = src.expand(expr.strip())
-    if re.fullmatch(r"[\d\s()+\-*/<>]+", e or ""):
+    consts = _constants(src)
+    e = expr.strip()
+    for _ in range(4):
+        new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + consts[m.group(0)] + ")" if m.group(0) in consts
+                     else m.group(0), e)
+        if new == e:
+            break
+        e = new
+    # digits and operators only, small: the query is untrusted code (no powers, no huge shifts or literals)
+    if re.fullmatch(r"[\d\s()+\-*/<>]+", e or "") and len(e) <= 200 and "**" not in e and \
+            all(int(n) < 1 << 32 for n in re.findall(r"\d+", e)) and \
+            all(int(n) <= 63 for n in re.findall(r"<<\s*\(*\s*(\d+)", e)) and "<<(" not in e.replace(" ", ""):
         try:
             v = eval(compile(e.replace("/", "//"), "<const>", "eval"), {"__builtins__": {}})  # digits and operators only
             return int(v)
@@ -304,14 +331,18 @@ def kernel_shape(checker) -> KernelShape:
     reasons: dict[str, str] = {}
     regimes: list[str] = []
     reuse_frac, fpl = _reuse(src)
+    gemm = _shared_dot_loops(src)
     if reuse_frac is not None and reuse_frac >= 0.99:
         regimes.append("reuse")
         reasons["reuse"] = "every global load of the hot loop is re-read by other threads"
+    elif gemm:
+        regimes.append("reuse")
+        reasons["reuse"] = f"line {gemm[0]}: a dot-product loop over staged (shared) operands"
     serial = _serial_loops(src, reuse_frac or 0.0)
     if serial:
         regimes.append("serial")
-        reasons["serial"] = f"line {serial[0][0]}: `{serial[0][1]}` accumulates a whole row in one thread"
-    atom = checker.opportunities("atomic_per_block") or []
+        reasons["serial"] = f"line {serial[0][0]}: {serial[0][1]}"
+    atom = _per_element_atomics(checker)
     if atom:
         regimes.append("atomic")
         reasons["atomic"] = f"line {atom[0].line}: {atom[0].reason}"
@@ -331,14 +362,15 @@ def kernel_shape(checker) -> KernelShape:
     return shape
 
 
-def _hot_loops(src):
-    """(function, loop) for every loop over a runtime bound that holds a global load."""
-    from retrieval.applicability import _device_funcs
+def _runtime_bound(src, loop) -> bool:
+    """A for loop whose bound is not a compile-time constant (a problem axis, a parameter)."""
+    from mining.parse import text
 
-    for f, fn, _ in _device_funcs(src):
-        for loop in src.nodes("for_statement", within=fn):
-            if _trip(src, loop) >= LOOP_TRIPS:
-                yield f, fn, loop
+    cond = loop.child_by_field_name("condition")
+    if cond is None:
+        return False
+    m = re.search(r"(<=?|>=?|!=)\s*(.+)$", " ".join(text(cond).split()))
+    return bool(m) and _int_const(src, m.group(2)) is None
 
 
 def _reuse(src) -> tuple[Optional[float], Optional[float]]:
@@ -356,7 +388,7 @@ def _reuse(src) -> tuple[Optional[float], Optional[float]]:
         if write:
             continue
         loop = enclosing(node, "for_statement")
-        if loop is None or _trip(src, loop) < LOOP_TRIPS:
+        if loop is None or not _runtime_bound(src, loop):
             continue
         var = _loop_var(loop)
         idx = text(node.child_by_field_name("indices") or node)
@@ -382,40 +414,120 @@ def _reuse(src) -> tuple[Optional[float], Optional[float]]:
     return shared / total, flops / total
 
 
+def _shared_dot_loops(src) -> list[int]:
+    """Lines of loops accumulating products of two staged operands (shared arrays, or register
+    fragments filled from them): a GEMM shape after its first tiling step."""
+    from mining.parse import text, walk
+    from retrieval.applicability import _device_funcs, _loop_var
+
+    shared = set(src.shared_names)
+    out = []
+    if not shared:
+        return out
+    for f, fn, _ in _device_funcs(src):
+        for loop in src.nodes("for_statement", within=fn):
+            var = _loop_var(loop)
+            if not var:
+                continue
+            arrays = set()
+            for node in walk(loop):
+                if node.type == "subscript_expression" and re.search(r"\b%s\b" % re.escape(var), text(node)):
+                    base = node
+                    while base.type == "subscript_expression" and base.child_by_field_name("argument") is not None:
+                        base = base.child_by_field_name("argument")
+                    arrays.add(text(base))
+            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+            if len(arrays & shared) >= 2 and re.search(r"\+=|fmaf?\s*\(|__hfma|__fmaf", body) and "*" in body + "fma":
+                out.append(src.line_of(loop.start_byte))
+                break
+    return out
+
+
 def _serial_loops(src, reuse_frac: float = 0.0) -> list[tuple[int, str]]:
-    """Loops in which one thread accumulates over a runtime bound with a unit step (not a block- or
-    grid-stride loop, not a dot product whose operands other threads share)."""
-    from mining.parse import text
-    from retrieval.applicability import _device_funcs, _dot_product
+    """(line, why) of the loops where one thread does what many could: an accumulation over a runtime
+    bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
+    or none: a row per thread), and shared-memory tree reductions with a barrier per level."""
+    from mining.carriers import enclosing
+    from mining.parse import text, walk
+    from retrieval.applicability import _device_funcs, _dot_product, _loop_var, expand_index, local_definitions, x_stride
 
     out = []
     for f, fn, _ in _device_funcs(src):
+        defs = None
         for loop in src.nodes("for_statement", within=fn):
-            if _trip(src, loop) < LOOP_TRIPS:
-                continue
             upd = " ".join(text(loop.child_by_field_name("update") or loop).split())
+            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+            var = _loop_var(loop)
+            if var and re.search(r">>=\s*1|/=\s*2|=\s*\w+\s*>>\s*1|\*=\s*2|<<=\s*1", upd) and \
+                    re.search(r"__syncthreads|\bsync\s*\(|\.sync\s*\(", body) and \
+                    re.search(r"\w+\s*\[[^\]]+\]\s*(\+=|=[^;]*\+)[^;]*\[[^\]]*\b%s\b" % re.escape(var), body):
+                out.append((src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
+                continue
+            if not _runtime_bound(src, loop):
+                continue
             if re.search(r"blockDim|gridDim|stride|\+=\s*[A-Za-z_]", upd) and not re.search(r"\+=\s*1\b", upd):
                 continue
-            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
             if not re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\(|=\s*\w+\s*\+)", body):
                 continue
             if "atomic" in body or "__syncthreads" in body or "__shfl" in body:
                 continue
             if _dot_product(loop) and reuse_frac >= 0.99:
                 continue  # a GEMM's k loop: reuse, not a serial row
+            if defs is None:
+                defs = local_definitions(src, f)
+            strides = set()
+            for n in walk(loop):
+                if n.type == "subscript_expression" and enclosing(n, "for_statement") == loop:
+                    idx = n.child_by_field_name("indices") or n.child_by_field_name("index")
+                    if idx is None:
+                        args = [c for c in n.named_children if c.type == "subscript_argument_list"]
+                        idx = args[0] if args else None
+                    arg = n.child_by_field_name("argument")
+                    if idx is not None:
+                        full = text(idx).strip("[] ")
+                        if arg is not None and arg.type == "identifier" and arg.text.decode() in defs:
+                            full = f"({defs[arg.text.decode()]}) + {full}"  # a row pointer: its row
+                        strides.add(x_stride(expand_index(full, defs, src)))
+            if "unit" in strides:
+                continue  # lanes take neighbouring elements: the loop is already spread over threads
             head = " ".join(text(loop).split("{")[0].split())[:80]
-            out.append((src.line_of(loop.start_byte), head))
+            out.append((src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
+    return out
+
+
+def _per_element_atomics(checker) -> list:
+    """Global atomics every thread issues (not one per block or warp behind a single-thread guard)."""
+    from mining.carriers import enclosing
+    from mining.parse import text
+
+    out = []
+    src = checker.src
+    for s in checker.opportunities("atomic_per_block") or []:
+        guarded = False
+        for call in src.nodes("call_expression"):
+            if src.line_of(call.start_byte) != s.line:
+                continue
+            p = enclosing(call, "if_statement")
+            while p is not None:
+                cond = " ".join(text(p.child_by_field_name("condition") or p).split())
+                if re.search(r"\b(tid|lane\w*|threadIdx\.x|laneId|warp_?id|t)\s*==\s*0\b|"
+                             r"\b0\s*==\s*(tid|lane\w*|threadIdx\.x)", cond):
+                    guarded = True
+                    break
+                p = enclosing(p, "if_statement")
+        if not guarded:
+            out.append(s)
     return out
 
 
 def _op_guess(src, regimes: list[str]) -> str:
     code = src.code.decode("utf-8", "replace")
+    if re.search(r"__shfl_up|\bscan\b|prefix", code, re.I):
+        return "scan"
     if "reuse" in regimes:
         return "attention" if re.search(r"\bexpf?\s*\(|__expf", code) else "gemm"
     if "transpose" in regimes:
         return "transpose"
-    if re.search(r"__shfl_up|\bscan\b|prefix", code, re.I):
-        return "scan"
     if "atomic" in regimes and re.search(r"atomicAdd\s*\(\s*&?\s*\w+\s*\[\s*\w+\s*\[", code):
         return "histogram"
     has_exp = bool(re.search(r"\b(__)?expf?\s*\(", code))
