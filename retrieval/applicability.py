@@ -289,15 +289,24 @@ def access_stride(node) -> tuple[str, str]:
 
 def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
     out, seen = [], set()
+    defs: dict[str, Optional[dict]] = {}
     for f, node, name, is_const, elem, write in _global_accesses(src):
         if write or _in_call(node, {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}):
             continue
         if carrier == "ldg" and not is_const:
             continue
-        if carrier == "vector_load" and elem and not _SCALAR_ELEM.match(elem):
+        if carrier == "vector_load" and elem and not _SCALAR_ELEM.match(elem) and elem not in _template_types(src):
             continue
+        lanes = False
         if carrier == "vector_load" and access_stride(node)[0] in ("strided", "invariant"):
-            continue  # a float4 needs four consecutive elements per thread (unit stride in the loop)
+            # a float4 needs four consecutive elements per thread (unit stride in the loop), or a loop
+            # whose lanes read neighbouring elements (each lane can take four, the loop stride x4)
+            if defs.get(f.name) is None:
+                defs[f.name] = local_definitions(src, f)
+            idx = _subscript_index(node)
+            if not idx or x_stride(expand_index(idx, defs[f.name], src)) != "unit":
+                continue
+            lanes = True
         line = src.line_of(node.start_byte)
         if (line, name) in seen:
             continue
@@ -306,6 +315,9 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
         where = f" in loop `{' '.join(src.raw[loop.start_byte:loop.end_byte].decode('utf-8', 'replace').splitlines()[0].split())[:60]}`" if loop else ""
         if carrier == "ldg":
             reason = f"`{text(node)}` reads through const pointer `{name}` on the coherent path{where}"
+        elif lanes:
+            reason = (f"scalar load `{text(node)}`{where}: neighbouring lanes read neighbouring elements, so each lane "
+                      "could take four in one 16-byte load (the loop's stride x4), if the base is 16-byte aligned")
         else:
             reason = (f"scalar load `{text(node)}`{where}: consecutive elements per thread (unit stride) could move "
                       f"in one 16-byte load, if the base is 16-byte aligned and the count a multiple of 4 "
@@ -314,6 +326,16 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
         s.code = _line_text(src, line)
         out.append(s)
     return out
+
+
+def _template_types(src: Source) -> set[str]:
+    """Type parameters of the file's templates (``template <typename scalar_t>``): an element type the
+    instantiation decides (float, half ...)."""
+    got = getattr(src, "_template_type_names", None)
+    if got is None:
+        got = set(re.findall(r"\b(?:typename|class)\s+([A-Za-z_]\w*)", src.code.decode("utf-8", "replace")))
+        src._template_type_names = got
+    return got
 
 
 @finder("ldg")
@@ -330,7 +352,7 @@ def _vload_sites(src: Source) -> list[SiteMatch]:
 def _vstore_sites(src: Source) -> list[SiteMatch]:
     out, seen = [], set()
     for f, node, name, is_const, elem, write in _global_accesses(src):
-        if not write or is_const or (elem and not _SCALAR_ELEM.match(elem)):
+        if not write or is_const or (elem and not _SCALAR_ELEM.match(elem) and elem not in _template_types(src)):
             continue
         if access_stride(node)[0] in ("strided", "invariant"):
             continue  # as for loads: four consecutive elements per thread
@@ -372,7 +394,7 @@ def _fast_math_sites(src: Source) -> list[SiteMatch]:
     return dedup
 
 
-_TID = re.compile(r"blockIdx\s*\.\s*x\s*\*\s*blockDim\s*\.\s*x\s*\+\s*threadIdx\s*\.\s*x|"
+_TID = re.compile(r"blockIdx\s*\.\s*x\s*\*\s*(?:blockDim\s*\.\s*x|\w+|\([^()]*\))\s*\+\s*threadIdx\s*\.\s*x|"
                   r"threadIdx\s*\.\s*x\s*\+\s*blockIdx\s*\.\s*x\s*\*\s*blockDim\s*\.\s*x|"
                   r"blockDim\s*\.\s*x\s*\*\s*blockIdx\s*\.\s*x\s*\+\s*threadIdx\s*\.\s*x")
 
@@ -681,33 +703,194 @@ def _dot_product(loop) -> bool:
     return False
 
 
+# --------------------------------------------------------------------------- loops and constants
+def constants(src) -> dict[str, str]:
+    """Compile-time integer names: macros, ``constexpr`` / ``const`` integers with a literal value and
+    template parameters' defaults (``template <const int TM = 8>``), memoized on the source."""
+    got = getattr(src, "_value_constants", None)
+    if got is None:
+        code = src.code.decode("utf-8", "replace")
+        got = dict(src.defines)
+        for m in re.finditer(r"\b(?:static\s+)?(?:constexpr|const)\s+(?:unsigned\s+)?(?:int|size_t|long)\s+(\w+)\s*=\s*"
+                             r"([\w\s()+\-*/<>]+?)\s*[;,>]", code):
+            got.setdefault(m.group(1), m.group(2))
+        for t in re.finditer(r"\btemplate\s*<([^<>]*)>", code):
+            for m in re.finditer(r"(?:const\s+)?(?:unsigned\s+)?(?:int|size_t)\s+(\w+)\s*=\s*([^,]+)", t.group(1)):
+                got.setdefault(m.group(1), m.group(2).strip())
+        src._value_constants = got
+    return got
+
+
+def int_const(src, expr: str) -> Optional[int]:
+    consts = constants(src)
+    e = expr.strip()
+    for _ in range(4):
+        new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + consts[m.group(0)] + ")" if m.group(0) in consts
+                     else m.group(0), e)
+        if new == e:
+            break
+        e = new
+    # digits and operators only, small: the query is untrusted code (no powers, no huge shifts or literals)
+    if re.fullmatch(r"[\d\s()+\-*/<>]+", e or "") and len(e) <= 200 and "**" not in e and \
+            all(int(n) < 1 << 32 for n in re.findall(r"\d+", e)) and \
+            all(int(n) <= 63 for n in re.findall(r"<<\s*\(*\s*(\d+)", e)) and "<<(" not in e.replace(" ", ""):
+        try:
+            v = eval(compile(e.replace("/", "//"), "<const>", "eval"), {"__builtins__": {}})  # digits and operators only
+            return int(v)
+        except Exception:  # noqa: BLE001 - not a constant expression after all
+            return None
+    return None
+
+
+def runtime_bound(src, loop) -> bool:
+    """A for loop whose bound is not a compile-time constant (a problem axis, a parameter)."""
+    cond = loop.child_by_field_name("condition")
+    if cond is None:
+        return False
+    m = re.search(r"(<=?|>=?|!=)\s*(.+)$", " ".join(text(cond).split()))
+    return bool(m) and int_const(src, m.group(2)) is None
+
+
+def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) -> list[tuple[int, str]]:
+    """(line, why) of the loops where one thread does what many could: an accumulation over a runtime
+    bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
+    or none: a row per thread), and shared-memory tree reductions with a barrier per level."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        if functions is not None and f.name not in functions:
+            continue
+        defs = None
+        for loop in src.nodes("for_statement", within=fn):
+            upd = " ".join(text(loop.child_by_field_name("update") or loop).split())
+            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+            var = _loop_var(loop)
+            if var and re.search(r">>=\s*1|/=\s*2|=\s*\w+\s*>>\s*1|\*=\s*2|<<=\s*1", upd) and \
+                    re.search(r"__syncthreads|\bsync\s*\(|\.sync\s*\(", body) and \
+                    re.search(r"\w+\s*\[[^\]]+\]\s*(\+=|=[^;]*\+)[^;]*\[[^\]]*\b%s\b" % re.escape(var), body):
+                out.append((src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
+                continue
+            if not runtime_bound(src, loop):
+                continue
+            if re.search(r"blockDim|gridDim|stride|\+=\s*[A-Za-z_]", upd) and not re.search(r"\+=\s*1\b", upd):
+                continue
+            if not re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\(|=\s*\w+\s*\+)", body):
+                continue
+            if "atomic" in body or "__syncthreads" in body or "__shfl" in body:
+                continue
+            if _dot_product(loop) and reuse_frac >= 0.99:
+                continue  # a GEMM's k loop: reuse, not a serial row
+            if defs is None:
+                defs = local_definitions(src, f)
+            strides = set()
+            for n in walk(loop):
+                if n.type == "subscript_expression" and enclosing(n, "for_statement") == loop:
+                    idx = n.child_by_field_name("indices") or n.child_by_field_name("index")
+                    if idx is None:
+                        args = [c for c in n.named_children if c.type == "subscript_argument_list"]
+                        idx = args[0] if args else None
+                    arg = n.child_by_field_name("argument")
+                    if idx is not None:
+                        full = text(idx).strip("[] ")
+                        if arg is not None and arg.type == "identifier" and arg.text.decode() in defs:
+                            full = f"({defs[arg.text.decode()]}) + {full}"  # a row pointer: its row
+                        strides.add(x_stride(expand_index(full, defs, src)))
+            if "unit" in strides:
+                continue  # lanes take neighbouring elements: the loop is already spread over threads
+            head = " ".join(text(loop).split("{")[0].split())[:80]
+            out.append((src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
+    return out
+
+
 @finder("warp_shuffle_reduce", "block_reduce_shared")
 def _reduce_sites(src: Source) -> list[SiteMatch]:
     out = []
     for f, fn, _ in _device_funcs(src):
         code = src.func_code(f).decode("utf-8", "replace")
-        for loop in src.nodes("for_statement", within=fn):
-            body = text(loop)
-            upd = loop.child_by_field_name("update")
-            halving = upd is not None and re.search(r">>=\s*1|/=\s*2", text(upd))
-            if halving and "__syncthreads" in body:
-                s = _node_site(src, loop, "shared-memory tree reduction with a barrier per level", f.name)
-                s.end_line = s.line
-                s.code = _line_text(src, s.line)
-                out.append(s)
-            elif re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\()", body) and "atomicAdd" not in body and \
-                    re.search(r"\bfor\s*\(\s*int\s+\w+\s*=\s*(0|1|threadIdx)", body[:80]) and \
-                    not _dot_product(loop):
-                s = _node_site(src, loop, "serial accumulation loop: partial results could be combined across a warp in "
-                               "registers", f.name)
-                s.end_line = s.line
-                s.code = _line_text(src, s.line)
-                out.append(s)
+        for line, why in serial_loops(src, functions={f.name}):
+            tree = "tree" in why
+            out.append(SiteMatch(line, line, f.name, _line_text(src, line),
+                                 "shared-memory tree reduction with a barrier per level" if tree else
+                                 "serial accumulation loop: partial results could be combined across a warp in registers"))
         for m in re.finditer(r"atomicAdd\s*\(", code):
             byte = f.start_byte + len(code[:m.start()].encode())
             line = src.line_of(byte)
             out.append(SiteMatch(line, line, f.name, _line_text(src, line),
                                  "per-element atomic: reduce within the warp/block first"))
+    return out
+
+
+def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
+    """Loops accumulating products of two operands staged in shared memory (a tiled GEMM's inner
+    loop): where the steps that build on a shared tile apply."""
+    out = []
+    shared = set(src.shared_names)
+    for f, fn, _ in _device_funcs(src):
+        for loop in src.nodes("for_statement", within=fn):
+            var = _loop_var(loop)
+            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+            if not var or not re.search(r"\+=|fmaf?\s*\(|__hfma|__fmaf", body):
+                continue
+            arrays = set()
+            for node in walk(loop):
+                if node.type == "subscript_expression" and re.search(r"\b%s\b" % re.escape(var), text(node)):
+                    base = node
+                    while base.type == "subscript_expression" and base.child_by_field_name("argument") is not None:
+                        base = base.child_by_field_name("argument")
+                    arrays.add(text(base))
+            if len(arrays & shared) < 2:
+                continue
+            if need_half and not re.search(r"\b(half|__half|half2|__half2|__nv_bfloat16)\b",
+                                           src.func_code(f).decode("utf-8", "replace")):
+                continue
+            s = _node_site(src, loop, f"`{' '.join(text(loop).split('{')[0].split())[:60]}` multiplies operands staged "
+                           "in shared memory", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
+            break
+    return out
+
+
+def _tile_step_finder(carrier: str) -> Finder:
+    """Steps that build on a shared tile (a second stage, a k-major operand tile, 16-byte shared
+    loads, asynchronous copies) apply where a loop multiplies operands staged in shared memory, in a
+    function that does not have the carrier yet; a kernel without such a loop has no site (the plan
+    puts the shared tile first: `after:shared_tile`)."""
+    def find(src: Source) -> list[SiteMatch]:
+        det = DETECTORS.get(carrier)
+        have = set()
+        if det is not None:
+            try:
+                have = {s.function for s in det(src)}
+            except Exception:  # a detector bug must not fail a query
+                have = set()
+        return [s for s in _staged_dot_loops(src) if s.function not in have]
+    return find
+
+
+for _c in ("double_buffer", "transposed_tile", "vector_shared_load", "shared_vector_load", "async_copy",
+           "multi_stage_pipeline"):
+    FINDERS[_c] = _tile_step_finder(_c)
+
+
+@finder("tensor_core_wmma")
+def _tensor_core_sites(src: Source) -> list[SiteMatch]:
+    """Half-precision operands multiplied and accumulated in a loop (global or staged): what a
+    tensor-core fragment can take over. Float kernels have none (wmma takes half / bf16 inputs)."""
+    out = _staged_dot_loops(src, need_half=True)
+    if out:
+        return out
+    for f, fn, _ in _device_funcs(src):
+        if not re.search(r"\b(half|__half|half2|__half2|__nv_bfloat16)\b", src.func_code(f).decode("utf-8", "replace")):
+            continue
+        for loop in src.nodes("for_statement", within=fn):
+            if _dot_product(loop):
+                s = _node_site(src, loop, "a half-precision dot-product loop: tensor-core fragments (wmma) can "
+                               "multiply-accumulate whole tiles", f.name)
+                s.end_line = s.line
+                s.code = _line_text(src, s.line)
+                out.append(s)
+                break
     return out
 
 
@@ -721,6 +904,7 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
                 re.search(rb"\b\w+\s*\[[^]]+\]\s*\[[^]]+\]\s*\+=", src.func_code(f)):
             continue  # already a 2-D register accumulator
         const, _ = _pointer_names(src, f, fn)
+        operands = set(const) | set(src.shared_names)  # global operands, or tiles staged in shared memory
         for loop in src.nodes("for_statement", within=fn):
             body = loop.child_by_field_name("body")
             if body is None:
@@ -729,8 +913,16 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
                 if a.type != "assignment_expression" or text(a.child_by_field_name("operator") or a.children[1]) != "+=":
                     continue
                 right = a.child_by_field_name("right")
-                reads = [n for n in walk(right) if n.type == "subscript_expression" and
-                         (n.child_by_field_name("argument") is not None and text(n.child_by_field_name("argument")) in const)]
+                reads = []
+                for n in walk(right):
+                    if n.type != "subscript_expression":
+                        continue
+                    base = n
+                    while base.type == "subscript_expression" and base.child_by_field_name("argument") is not None:
+                        base = base.child_by_field_name("argument")
+                    if base is not n and text(base) in operands and n.parent is not None and \
+                            n.parent.type != "subscript_expression":
+                        reads.append(n)
                 if len(reads) >= 2 or (len(reads) == 1 and "*" in text(right)):
                     s = _node_site(src, a, f"one output per thread: `{' '.join(text(a).split())[:60]}` loads its operands "
                                    "for a single accumulation; a register tile reuses each load for several outputs", f.name)

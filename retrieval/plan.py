@@ -21,11 +21,11 @@ from typing import Any, Iterable, Optional, Sequence
 # apply alone). Hard prerequisites are the records' `requires` (mining/lift.py REQUIRES).
 AFTER: dict[str, tuple[str, ...]] = {
     "register_tile": ("shared_tile",),
-    "vector_shared_load": ("shared_tile", "register_tile"),
-    "shared_vector_load": ("shared_tile", "register_tile"),
+    "vector_shared_load": ("shared_tile", "register_tile", "transposed_tile"),
+    "shared_vector_load": ("shared_tile", "register_tile", "transposed_tile"),
     "transposed_tile": ("shared_tile", "register_tile"),
     "double_buffer": ("shared_tile", "register_tile", "transposed_tile"),
-    "async_copy": ("shared_tile",),
+    "async_copy": ("shared_tile", "double_buffer"),
     "multi_stage_pipeline": ("async_copy", "shared_tile", "register_tile", "double_buffer"),
     "shared_padding": ("shared_tile", "coalesced_transpose", "transposed_tile"),
     "tensor_core_wmma": (),

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from retrieval.applicability import int_const, runtime_bound, serial_loops
+
 # Declarative qualifiers: a keyword or a pragma, no restructuring. Grouped into one "also" entry.
 QUALIFIERS = ("restrict", "unroll_pragma", "ldg", "launch_bounds", "fast_math")
 
@@ -41,6 +43,8 @@ REGIMES = {
     "serial": "one thread walks a whole row or array in an accumulating loop: too little parallelism, latency-bound",
     "atomic": "per-element atomics on global memory: updates to the same address serialize",
     "transpose": "a copy that reads rows and writes columns: one side of the traffic is strided (uncoalesced)",
+    "bank": "a 2-D shared array read down a column (neighbouring lanes in its first index): the accesses of a warp "
+            "fall into one bank and serialize",
     "memory": "each element is read O(1) times: bound by memory bandwidth",
 }
 
@@ -65,7 +69,7 @@ PRIOR: dict[str, dict[str, float]] = {
     "halo_tile": {"reuse": 1.5, "*": 1.2},
     "vector_shared_load": {"reuse": 1.1, "*": 1.0},
     "shared_vector_load": {"reuse": 1.1, "*": 1.0},
-    "shared_padding": {"reuse": 1.1, "transpose": 1.3, "*": 1.02},
+    "shared_padding": {"bank": 1.4, "reuse": 1.1, "transpose": 1.3, "*": 1.02},
     "coalesced_transpose": {"transpose": 3.0, "*": 1.0},
     # work mapped onto threads
     "warp_shuffle_reduce": {"serial": 4.0, "atomic": 3.0, "*": 1.3},
@@ -122,6 +126,7 @@ class KernelShape:
     notes: list[str] = field(default_factory=list)
     work: dict = field(default_factory=dict)  # internal: per function, line -> work weight
     loops: list = field(default_factory=list)  # internal: (first line, last line, function) of every loop
+    work_memory: dict = field(default_factory=dict)  # internal: the work of the lines that touch global memory
     _coverage: dict = field(default_factory=dict)  # internal: sites -> coverage (memo)
 
     def to_dict(self) -> dict:
@@ -168,44 +173,6 @@ class KernelShape:
         return self
 
 
-def _constants(src) -> dict[str, str]:
-    """Compile-time integer names: macros, ``constexpr`` / ``const`` integers with a literal value and
-    template parameters' defaults (``template <const int TM = 8>``), memoized on the source."""
-    got = getattr(src, "_value_constants", None)
-    if got is None:
-        code = src.code.decode("utf-8", "replace")
-        got = dict(src.defines)
-        for m in re.finditer(r"\b(?:static\s+)?(?:constexpr|const)\s+(?:unsigned\s+)?(?:int|size_t|long)\s+(\w+)\s*=\s*"
-                             r"([\w\s()+\-*/<>]+?)\s*[;,>]", code):
-            got.setdefault(m.group(1), m.group(2))
-        for t in re.finditer(r"\btemplate\s*<([^<>]*)>", code):
-            for m in re.finditer(r"(?:const\s+)?(?:unsigned\s+)?(?:int|size_t)\s+(\w+)\s*=\s*([^,]+)", t.group(1)):
-                got.setdefault(m.group(1), m.group(2).strip())
-        src._value_constants = got
-    return got
-
-
-def _int_const(src, expr: str) -> Optional[int]:
-    consts = _constants(src)
-    e = expr.strip()
-    for _ in range(4):
-        new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + consts[m.group(0)] + ")" if m.group(0) in consts
-                     else m.group(0), e)
-        if new == e:
-            break
-        e = new
-    # digits and operators only, small: the query is untrusted code (no powers, no huge shifts or literals)
-    if re.fullmatch(r"[\d\s()+\-*/<>]+", e or "") and len(e) <= 200 and "**" not in e and \
-            all(int(n) < 1 << 32 for n in re.findall(r"\d+", e)) and \
-            all(int(n) <= 63 for n in re.findall(r"<<\s*\(*\s*(\d+)", e)) and "<<(" not in e.replace(" ", ""):
-        try:
-            v = eval(compile(e.replace("/", "//"), "<const>", "eval"), {"__builtins__": {}})  # digits and operators only
-            return int(v)
-        except Exception:  # noqa: BLE001 - not a constant expression after all
-            return None
-    return None
-
-
 def _trip(src, loop) -> float:
     """How many iterations a loop stands for in the work estimate."""
     from mining.parse import text
@@ -218,7 +185,7 @@ def _trip(src, loop) -> float:
     if cond is not None:
         m = re.search(r"(<=?|>=?|!=)\s*(.+)$", " ".join(text(cond).split()))
         if m:
-            v = _int_const(src, m.group(2))
+            v = int_const(src, m.group(2))
             if v is not None and 0 < v <= SMALL_TRIP:
                 return float(max(1, v))
     return float(LOOP_TRIPS)
@@ -251,6 +218,22 @@ def work_weights(src) -> dict[str, dict[int, float]]:
     return out
 
 
+def _global_lines(src) -> set[tuple[str, int]]:
+    """(function, line) of every global memory access: scalar subscripts and vector casts."""
+    from mining.carriers import vector_accesses
+    from retrieval.applicability import _global_accesses
+
+    out = {(f.name, src.line_of(node.start_byte)) for f, node, *_ in _global_accesses(src)}
+    try:
+        for v in vector_accesses(src):
+            f = src.function_at(v.node.start_byte)
+            if f is not None:
+                out.add((f.name, src.line_of(v.node.start_byte)))
+    except Exception:  # noqa: BLE001 - a detector bug must not fail a query
+        pass
+    return out
+
+
 def loop_spans(src) -> list[tuple[int, int, str]]:
     """(first line, last line, function) of every loop of the device functions."""
     from retrieval.applicability import _device_funcs
@@ -271,12 +254,18 @@ def _loop_region(loops: list, line: int) -> Optional[tuple[int, int, str]]:
     return best
 
 
+MEMORY_REGIMES = ("roofline", "memory", "transpose")
+
+
 def coverage(shape: KernelShape, src, sites: Sequence[Any]) -> tuple[float, str]:
     """The share of the kernels' work (``work_weights``) the sites' regions hold: a site's region
     is its innermost enclosing loop; a site outside loops covers its own lines, or the whole
     function when the function has no loops (one element per thread: the body is the work) or
-    the site is the function's signature / a declaration that serves all of it."""
-    work = shape.work
+    the site is the function's signature / a declaration that serves all of it. For a kernel whose
+    regime is bandwidth (memory, transpose, roofline), the work is its global memory traffic: only
+    the lines that load or store global memory count."""
+    memory = shape.regimes[0] in MEMORY_REGIMES and any(shape.work_memory.values())
+    work = shape.work_memory if memory else shape.work
     total = sum(sum(w.values()) for w in work.values())
     if not sites or total <= 0:
         return 1.0, "no work estimate: whole kernel assumed"
@@ -285,12 +274,13 @@ def coverage(shape: KernelShape, src, sites: Sequence[Any]) -> tuple[float, str]
     hit = shape._coverage.get(memo_key)
     if hit is not None:
         return hit
-    out = _coverage(shape, src, sites, work, total)
+    out = _coverage(shape, src, sites, work, total, "global memory traffic (loop trips x lines that load or store "
+                    "global memory)" if memory else "work (loop trips x lines that load, store or compute)")
     shape._coverage[memo_key] = out
     return out
 
 
-def _coverage(shape: KernelShape, src, sites, work, total) -> tuple[float, str]:
+def _coverage(shape: KernelShape, src, sites, work, total, what: str) -> tuple[float, str]:
     lines_of: dict[str, set[int]] = {}
     for s in sites:
         fname = getattr(s, "function", "") or (s.get("function", "") if isinstance(s, dict) else "")
@@ -313,7 +303,7 @@ def _coverage(shape: KernelShape, src, sites, work, total) -> tuple[float, str]:
     if not lines_of:
         return 1.0, "site outside the device functions: whole kernel assumed"
     c = max(0.0, min(1.0, covered / total))
-    return c, f"the site(s) hold {c:.0%} of the kernels' estimated work (loop trips x lines that load, store or compute)"
+    return c, f"the site(s) hold {c:.0%} of the kernels' estimated {what}"
 
 
 def _declares_for_all(src, line: int) -> bool:
@@ -338,7 +328,7 @@ def kernel_shape(checker) -> KernelShape:
     elif gemm:
         regimes.append("reuse")
         reasons["reuse"] = f"line {gemm[0]}: a dot-product loop over staged (shared) operands"
-    serial = _serial_loops(src, reuse_frac or 0.0)
+    serial = serial_loops(src, reuse_frac or 0.0)
     if serial:
         regimes.append("serial")
         reasons["serial"] = f"line {serial[0][0]}: {serial[0][1]}"
@@ -350,6 +340,10 @@ def kernel_shape(checker) -> KernelShape:
     if tr:
         regimes.append("transpose")
         reasons["transpose"] = f"line {tr[0].line}: {tr[0].reason}"
+    bank = _column_reads(src)
+    if bank:
+        regimes.append("bank")
+        reasons["bank"] = f"line {bank[0][0]}: `{bank[0][1]}` reads a shared tile down a column"
     if not regimes:
         regimes.append("memory")
     boundness = "compute" if "reuse" in regimes else ("latency" if "serial" in regimes else "memory")
@@ -358,19 +352,10 @@ def kernel_shape(checker) -> KernelShape:
                         round(reuse_frac, 2) if reuse_frac is not None else None)
     shape.work = work_weights(src)
     shape.loops = loop_spans(src)
+    mem = _global_lines(src)
+    shape.work_memory = {f: {ln: w for ln, w in ws.items() if (f, ln) in mem} for f, ws in shape.work.items()}
     checker._value_shape = shape
     return shape
-
-
-def _runtime_bound(src, loop) -> bool:
-    """A for loop whose bound is not a compile-time constant (a problem axis, a parameter)."""
-    from mining.parse import text
-
-    cond = loop.child_by_field_name("condition")
-    if cond is None:
-        return False
-    m = re.search(r"(<=?|>=?|!=)\s*(.+)$", " ".join(text(cond).split()))
-    return bool(m) and _int_const(src, m.group(2)) is None
 
 
 def _reuse(src) -> tuple[Optional[float], Optional[float]]:
@@ -388,7 +373,7 @@ def _reuse(src) -> tuple[Optional[float], Optional[float]]:
         if write:
             continue
         loop = enclosing(node, "for_statement")
-        if loop is None or not _runtime_bound(src, loop):
+        if loop is None or not runtime_bound(src, loop):
             continue
         var = _loop_var(loop)
         idx = text(node.child_by_field_name("indices") or node)
@@ -443,55 +428,40 @@ def _shared_dot_loops(src) -> list[int]:
     return out
 
 
-def _serial_loops(src, reuse_frac: float = 0.0) -> list[tuple[int, str]]:
-    """(line, why) of the loops where one thread does what many could: an accumulation over a runtime
-    bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
-    or none: a row per thread), and shared-memory tree reductions with a barrier per level."""
-    from mining.carriers import enclosing
-    from mining.parse import text, walk
-    from retrieval.applicability import _device_funcs, _dot_product, _loop_var, expand_index, local_definitions, x_stride
+def _column_reads(src) -> list[tuple[int, str]]:
+    """Accesses ``tile[a][b]`` of 2-D shared arrays without a padding column whose first index moves
+    one per lane (threadIdx.x in ``a``): a warp reads one column, 32 addresses a row apart."""
+    from mining.parse import text
+    from retrieval.applicability import _device_funcs, expand_index, local_definitions, x_stride
 
+    padded = set()
+    for decl, name, dims in src.shared_decls:
+        if len(dims) < 2 or re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", " ".join(text(dims[-1]).split())):
+            padded.add(name)
+    two_d = {name for _, name, dims in src.shared_decls if len(dims) >= 2} - padded
     out = []
+    if not two_d:
+        return out
     for f, fn, _ in _device_funcs(src):
         defs = None
-        for loop in src.nodes("for_statement", within=fn):
-            upd = " ".join(text(loop.child_by_field_name("update") or loop).split())
-            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
-            var = _loop_var(loop)
-            if var and re.search(r">>=\s*1|/=\s*2|=\s*\w+\s*>>\s*1|\*=\s*2|<<=\s*1", upd) and \
-                    re.search(r"__syncthreads|\bsync\s*\(|\.sync\s*\(", body) and \
-                    re.search(r"\w+\s*\[[^\]]+\]\s*(\+=|=[^;]*\+)[^;]*\[[^\]]*\b%s\b" % re.escape(var), body):
-                out.append((src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
+        for node in src.nodes("subscript_expression", within=fn):
+            inner = node.child_by_field_name("argument")
+            if inner is None or inner.type != "subscript_expression":
                 continue
-            if not _runtime_bound(src, loop):
+            base = inner.child_by_field_name("argument")
+            if base is None or text(base) not in two_d:
                 continue
-            if re.search(r"blockDim|gridDim|stride|\+=\s*[A-Za-z_]", upd) and not re.search(r"\+=\s*1\b", upd):
+            idx = inner.child_by_field_name("indices") or inner.child_by_field_name("index")
+            if idx is None:
+                args = [c for c in inner.named_children if c.type == "subscript_argument_list"]
+                idx = args[0] if args else None
+            if idx is None:
                 continue
-            if not re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\(|=\s*\w+\s*\+)", body):
-                continue
-            if "atomic" in body or "__syncthreads" in body or "__shfl" in body:
-                continue
-            if _dot_product(loop) and reuse_frac >= 0.99:
-                continue  # a GEMM's k loop: reuse, not a serial row
             if defs is None:
                 defs = local_definitions(src, f)
-            strides = set()
-            for n in walk(loop):
-                if n.type == "subscript_expression" and enclosing(n, "for_statement") == loop:
-                    idx = n.child_by_field_name("indices") or n.child_by_field_name("index")
-                    if idx is None:
-                        args = [c for c in n.named_children if c.type == "subscript_argument_list"]
-                        idx = args[0] if args else None
-                    arg = n.child_by_field_name("argument")
-                    if idx is not None:
-                        full = text(idx).strip("[] ")
-                        if arg is not None and arg.type == "identifier" and arg.text.decode() in defs:
-                            full = f"({defs[arg.text.decode()]}) + {full}"  # a row pointer: its row
-                        strides.add(x_stride(expand_index(full, defs, src)))
-            if "unit" in strides:
-                continue  # lanes take neighbouring elements: the loop is already spread over threads
-            head = " ".join(text(loop).split("{")[0].split())[:80]
-            out.append((src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
+            if x_stride(expand_index(text(idx).strip("[] "), defs, src)) == "unit":
+                out.append((src.line_of(node.start_byte), " ".join(text(node).split())[:60]))
+                break
     return out
 
 
@@ -647,10 +617,14 @@ class Valuer:
             conf = 1.0
         elif how == "requires":
             conf = 0.9
+        elif not sites:
+            conf = 0.2  # no detector and nothing in the code looks like where it was applied
         else:
-            m = re.search(r"token overlap ([\d.]+)", sites[0].reason if sites else "")
+            m = re.search(r"token overlap ([\d.]+)", sites[0].reason)
             ov = float(m.group(1)) if m else 0.0
             conf = round(0.35 + 0.5 * min(1.0, ov / 0.5), 3)
+        if any(f.startswith("requires:") for f in app.flags):
+            conf = round(conf * 0.5, 3)  # builds on a carrier the code lacks and no site of it was found
         here = 1.0 / ((1.0 - c) + c / gain)
         score = math.log(here) * conf
         return {"score": round(score, 5), "expected_time_ratio": round(here, 3),
