@@ -755,6 +755,10 @@ def query_cmd(
     no_server: bool = typer.Option(False, "--no-server", help="Answer in this process even if `skills serve` runs."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON (docs/query.md)."),
+    rank: str = typer.Option("value", "--rank", help="value (what each skill is expected to buy here) | similarity"),
+    plan: bool = typer.Option(False, "--plan", help="Add a short plan: the applicable steps in an order that can be applied."),
+    op_type: Optional[str] = typer.Option(None, "--op-type", help="The kernel's op type (gemm, norm, ...) for measured effects; "
+                                                                  "guessed from the code when absent."),
 ) -> None:
     """Which skills apply to this kernel, where, and why (uses a running `skills serve` when there is one)."""
     _blas_one_thread()
@@ -779,14 +783,15 @@ def query_cmd(
     from retrieval.query_client import ask_server, build_request
 
     root = resolve_root(store)
-    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode)
+    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode, rank, plan, op_type)
     ans = None if no_server else ask_server(root, req)  # None: no live server, or it failed: answer here
     if ans is None:
         from retrieval.skill_search import QueryError, Searcher, SkillIndex, stale_warning
 
         try:
             idx = SkillIndex.open(root)
-            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode)
+            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode,
+                                      rank=rank, plan=plan, op_type=op_type)
             w = stale_warning(idx)
             ans["warnings"] = [w] if w else []
             ans["served_by"] = {"kind": "cli"}

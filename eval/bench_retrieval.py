@@ -198,8 +198,10 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                 for m in MODES + tuple(EXTRA):
                     mode, weights = ("fused", EXTRA[m]) if m in EXTRA else (m, None)
                     if label != "unfiltered":
+                        # one hit per skill in the modality's order: what this benchmark measures (the
+                        # value ranking, one entry per carrier, is eval/bench_next_step.py's)
                         ans = searcher.query(code=code, path=f"{p}/naive.cu", k=searcher.index.n_skills, mode=mode,
-                                             weights=weights, include_filtered=False)
+                                             weights=weights, include_filtered=False, rank="similarity")
                         ranked = [h["skill_id"] for h in ans["hits"]]
                     else:
                         sc, _ = searcher.scores(code=code, units=searcher.units(code))

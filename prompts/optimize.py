@@ -50,6 +50,7 @@ from mining.operators.forward import materialize
 from mining.walk import Candidate as WalkCandidate
 from mining.walk import Verdict, WalkEvent, WalkResult, backward_walk
 from mining.records import Anchor, Skill
+from prompts.optimize_plan import candidate_key, expand_hits, fit_to_deadline, order_retrieved
 
 MODES = ("skills", "no_skills", "flat_memory")
 
@@ -363,7 +364,7 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
         try:
             ans = skills.searcher.query(code=source, k=k, axes=None, include_filtered=True,
                                         exclude_problems=skills.exclude or None)
-            for h in ans.get("hits", []):
+            for h in expand_hits(ans):  # an "also" entry stands for its qualifier skills
                 rec = by_id.get(h["skill_id"])
                 if rec is not None:
                     out.append(Retrieved(rec, len(out) + 1, h.get("score", 0.0), "applicable", h.get("applies_at", []),
@@ -384,6 +385,9 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
     for r in rest:
         r.rank = len(out) + 1
         out.append(r)
+    # the value plan (prompts/optimize_plan.py); the benchmark's deterministic baselines set another policy
+    out = order_retrieved(out, source, exclude_problems=sorted(skills.exclude), policy=getattr(skills, "policy", "value"),
+                          as_json=skills.as_json)
     for r in out:
         r.preconditions = check_preconditions(r.skill, axes or [])
     return out
@@ -690,6 +694,8 @@ class _Run:
         self.record: dict[str, list[str]] = {}  # (rewrite, site) -> outcomes at earlier steps
         self.entry: dict = {}  # this step's log entry
         self.step_attempts: list[tuple[Candidate, Attempt]] = []
+        self.gate_seconds: list[float] = []  # wall seconds per batch of `jobs` gated candidates (fit_to_deadline)
+        self.t_gate = 0.0
 
     # ----------------------------------------------------------------- budgets
     def stop(self, step: int) -> Optional[str]:
@@ -731,7 +737,7 @@ class _Run:
         cands += self._llm_candidates(cur, step, cands, unmaterialized)
         # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
         uniq: dict[str, Candidate] = {}
-        for c in sorted(cands, key=lambda c: (-c.prior, c.rank)):
+        for c in sorted(cands, key=candidate_key):  # structural steps first, in plan order
             h = sha256(c.source)
             outcomes = self.record.get(_key(c), [])
             if outcomes.count("fail") >= 2 or outcomes.count("slower") >= 2:
@@ -741,7 +747,9 @@ class _Run:
         todo = list(uniq.values())
         if config.max_attempts is not None:
             todo = todo[:max(0, config.max_attempts - _gated(self.attempts))]
-        todo = todo[:config.per_step]
+        todo = fit_to_deadline(todo[:config.per_step], self.t0, config.time_limit_s, self.gate_seconds, config.jobs,
+                               time.perf_counter())
+        self.t_gate = time.perf_counter()
         self.entry = {"step": step, "retrieved": [{"skill_id": r.skill.skill_id, "name": r.skill.name,
                                                    "status": r.status, "rank": r.rank} for r in retrieved[:config.k]],
                       "candidates": len(uniq), "gated": len(todo)}
@@ -836,6 +844,9 @@ class _Run:
 
     def _step_end(self, kept: Optional[Candidate]) -> None:
         """Say why each attempt of this step was kept or dropped; remember what failed or did not pay off."""
+        if self.step_attempts:  # the gating time of this step, per batch of `jobs` (fit_to_deadline)
+            self.gate_seconds.append((time.perf_counter() - self.t_gate) / len(self.step_attempts)
+                                     * max(1, self.config.jobs))
         timed = self.checker.can_time
         for c, a in self.step_attempts:
             if a.verdict != "pass":
