@@ -16,8 +16,8 @@ Strategies:
   prompts/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
   up to N more attempts.
 
-Every result is checked by the compile gate (mining/backend_gate.py) when clang-15 is
-installed, spliced into T's real file: replacing T's own implementation when T has one (the
+Every result is checked by the compile gate (mining/backend_gate.py; clang and headers of the
+LLVM version T's tree came from) when that toolchain is installed, spliced into T's real file: replacing T's own implementation when T has one (the
 benchmark's case), else appended to the file that holds T's class for the role.
 """
 from __future__ import annotations
@@ -220,9 +220,15 @@ def _gate_check(gate, target: str, host: dict, code: str, label: str = "generate
     sp = Splice(label, code, host["start_byte"], host["end_byte"])
     res = gate.check(target, host["path"], [sp])
     f = res.functions.get(label, {"passed": res.passed, "diagnostics": []})
-    return {"passed": bool(res.passed and f["passed"]), "function_passed": f["passed"],
-            "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics, "cached": res.cached,
-            "seconds": res.seconds, "host": f"{target}/{host['path']}"}
+    verdict = res.function_verdict(label) if not res.passed else "pass"
+    out = {"passed": None if verdict == "environment" else verdict == "pass", "verdict": verdict,
+           "function_passed": f["passed"], "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics,
+           "cached": res.cached, "seconds": res.seconds, "host": f"{target}/{host['path']}",
+           "toolchain": gate.tools.name, "stderr": res.stderr}
+    if res.environment:
+        out["skipped"] = res.environment
+        out["host_diagnostics"] = res.host_diagnostics
+    return out
 
 
 def llvm_version(store, target: str) -> str:
@@ -239,16 +245,18 @@ def llvm_version(store, target: str) -> str:
 
 
 def make_gate(store, target: str):
-    """A CompileGate for the corpus T was indexed from, or (None, reason)."""
-    from mining.backend_gate import CompileGate, toolchain_available
+    """A CompileGate for the corpus T was indexed from (its LLVM version's toolchain), or
+    (None, reason)."""
+    from mining.backend_gate import CompileGate
 
-    missing = toolchain_available()
-    if missing:
-        return None, f"compile gate skipped: {missing} not installed (apt-get install llvm-15-dev clang-15)"
     root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
     if not root:
         return None, f"compile gate skipped: {target} has no source tree in the store"
-    return CompileGate(Path(root).parent, store.cache_dir), None
+    gate = CompileGate(Path(root).parent, store.cache_dir)
+    why = gate.unavailable()
+    if why:
+        return None, f"compile gate skipped: {why}"
+    return gate, None
 
 
 def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, gate=None, log=None) -> dict:
@@ -358,8 +366,9 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         else:
             verdict = _gate_check(gate, req.target, host, code)
             n = 0
+            # an environment verdict (the host file fails without the function) is nothing to repair
             while req.model and req.strategy in ("llm", "skills") and n < req.repair \
-                    and not (verdict["passed"] and not lint):
+                    and verdict.get("verdict") != "environment" and not (verdict["passed"] and not lint):
                 n += 1
                 diag = "\n".join(f"- line {d['line']}:{d['column']}: {d['message']}" for d in verdict["diagnostics"]) \
                     or "- (no diagnostics inside the function; see the lint below)"
@@ -466,14 +475,18 @@ def render_text(result: dict) -> str:
     lines.append(result["code"].rstrip())
     g = result.get("gate")
     if g:
-        if g.get("passed") is None:
+        if g.get("verdict") == "environment":
+            lines.append(f"gate: NOT CHECKED in {g.get('host')}: {g.get('skipped')}")
+            for d in g.get("host_diagnostics", []):
+                lines.append(f"  host file: line {d['line']}:{d['column']}: {d['message']}")
+        elif g.get("passed") is None:
             lines.append(f"gate: {g.get('skipped')}")
         else:
-            lines.append(f"gate: {'PASS' if g['passed'] else 'FAIL'} in {g.get('host')}")
+            lines.append(f"gate: {'PASS' if g['passed'] else 'FAIL'} in {g.get('host')} ({g.get('toolchain')})")
             for d in g.get("diagnostics", []):
                 lines.append(f"  line {d['line']}:{d['column']}: {d['message']}")
-            for d in g.get("file_diagnostics", [])[:5]:
-                lines.append(f"  file: {d['message']}")
+            for d in g.get("file_diagnostics", []):
+                lines.append(f"  file: line {d['line']}:{d['column']}: {d['message']}")
     for w in result.get("lint", []):
         lines.append(f"lint: line {w['line']}: {w['message']}")
     return "\n".join(lines)
