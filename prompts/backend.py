@@ -79,8 +79,31 @@ class GenerateRequest:
 
 
 # --------------------------------------------------------------------------- resolution
-def resolve_role(index: BackendIndex, role: str) -> str:
-    """A role as given (``ELFObjectWriter::getRelocType``, or just ``getRelocType``) -> one known role."""
+def target_role_classes(store, target: str) -> set[str]:
+    """The role classes T's own classes stand for: every class T defines or declares, T's name
+    stripped (``LoongArchELFObjectWriter`` -> ``ELFObjectWriter``), renamed where its base
+    class says it implements another role's class (``XtensaObjectWriter`` -> ``ELFObjectWriter``:
+    retrieval/backend_index.role_renames)."""
+    from corpora.backend_tree import strip_target
+    from retrieval.backend_index import role_renames, target_aliases
+
+    aliases = target_aliases(store)
+    classes = store.query("SELECT target, name, parents FROM target_attributes WHERE kind = 'class'")
+    renames = role_renames(classes, aliases)
+    names = {r["name"] for r in store.query("SELECT name FROM target_attributes WHERE target = ? AND "
+                                            "kind IN ('class', 'declaration')", [target])}
+    names |= {r["class_name"] for r in store.query("SELECT DISTINCT class_name FROM functions WHERE target = ? "
+                                                   "AND class_name IS NOT NULL", [target])}
+    own = aliases.get(target, [target])
+    return {renames.get((target, n)) or strip_target(n, own) for n in names}
+
+
+def resolve_role(index: BackendIndex, role: str, target: Optional[str] = None) -> str:
+    """A role as given (``ELFObjectWriter::getRelocType``, or just ``getRelocType``) -> one known role.
+
+    A bare method name that several roles end in is resolved by ``target``'s own code: the one
+    role T implements, else the one whose class T defines or declares (a new target's header
+    comes before its function bodies); otherwise it is ambiguous."""
     roles = index.roles()
     if role in roles:
         return role
@@ -91,7 +114,26 @@ def resolve_role(index: BackendIndex, role: str) -> str:
     if len(tail) == 1:
         return tail[0]
     if len(tail) > 1:
-        raise BackendInputError(f"role {role!r} is ambiguous: {', '.join(tail[:8])}")
+        cands, why = tail, ""
+        if target:
+            own = {r["role"] for r in index.store.query("SELECT DISTINCT role FROM functions WHERE target = ?",
+                                                        [target])}
+            implemented = [r for r in tail if r in own]
+            if len(implemented) == 1:
+                return implemented[0]
+            if implemented:
+                cands, why = implemented, f" ({target} implements {len(implemented)} of them)"
+            else:
+                classes = target_role_classes(index.store, target)
+                declared = [r for r in tail if r.rsplit("::", 1)[0] in classes]
+                if len(declared) == 1:
+                    return declared[0]
+                if declared:
+                    cands, why = declared, f" ({target} has classes for {len(declared)} of them)"
+                else:
+                    why = f" ({target} implements none of them and has no class for any)"
+        raise BackendInputError(f"role {role!r} is ambiguous{why}: {', '.join(cands[:8])}; "
+                                f"name the class too (e.g. {cands[0]})")
     import difflib
 
     close = difflib.get_close_matches(role, sorted(roles), n=3, cutoff=0.6)
@@ -271,7 +313,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     if req.target not in known:
         raise BackendInputError(f"unknown target {req.target!r}; indexed: {', '.join(sorted(known))} "
                                 f"(index its tree with `skills backend index`)")
-    role = resolve_role(index, req.role)
+    role = resolve_role(index, req.role, req.target)
     cache = AdaptCache(store)
     dst, hits, adapted = candidates_with_adaptations(store, index, req.target, role, req.k, req.exclude_targets,
                                                      cache=cache)
