@@ -505,7 +505,7 @@ def backend_generate(
                                            "skills (skeleton + mined skills; with --model, the LLM gets them) | llm."),
     prompt_only: bool = typer.Option(False, "--prompt-only", help="Print the few-shot prompt, generate nothing."),
     repair: int = typer.Option(0, "--repair", min=0, help="With an LLM: feed compile errors back up to N times."),
-    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the clang-15 compile gate."),
+    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the compile gate (clang of the corpus's LLVM version)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -521,6 +521,11 @@ def backend_generate(
     try:
         result = generate(_store(store), req)
     except (BackendInputError, SearchError, GateInputError) as exc:
+        details = getattr(exc, "details", "")
+        if details:  # a tool's full diagnostics (TableGen on a tree it cannot read) after the one-line error
+            typer.echo(f"error: {exc}", err=True)
+            typer.echo(details.rstrip(), err=True)
+            raise typer.Exit(2)
         fail(str(exc))
     except GateUnavailable as exc:
         fail(str(exc), 2)

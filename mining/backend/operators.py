@@ -80,7 +80,7 @@ class TargetNames:
         for a in tree.attributes:
             if a.kind == "declaration":
                 declared.add(a.name)
-            else:
+            elif a.kind != "class":
                 kind_of.setdefault(a.name, a.kind)
         relocs = [a for a in tree.attributes if a.kind == "relocation"]
         return cls(tree.target, list(tree.aliases), kind_of, declared, _reloc_prefixes(relocs))
