@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from skills.axes_check import precondition_verdict
+from mining.axes_check import precondition_verdict
 
 TOOL_VERSION = "kernel-skills-mining-1"
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from mining.carriers import DETECTORS, Source, call_name, declarator_name, enclosing, grid_stride_loops
 from corpora.code.parse import text, walk
-from skills.axes_check import precondition_verdict
+from mining.axes_check import precondition_verdict
 
 PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
                 "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",
@@ -1188,7 +1188,7 @@ def similar_site(src: Source, excerpts: Iterable[str], window: int = 4, windows:
 
 # --------------------------------------------------------------------------- preconditions
 def check_precondition(p: dict, axes: Optional[dict[str, int]]) -> PreconditionCheck:
-    """A precondition in its JSON form against one workload's axes (the rule: skills/axes_check.py)."""
+    """A precondition in its JSON form against one workload's axes (the rule: mining/axes_check.py)."""
     kind, axis, value = p.get("kind", ""), p.get("axis", ""), int(p.get("value") or 0)
     status = p.get("status", "discovered")
     check, detail = precondition_verdict(kind, axis, value, status, axes)
