@@ -1,6 +1,6 @@
 """The order in which `skills optimize` spends its budget: the value plan of retrieval/plan.py.
 
-Retrieval (mining/optimize.py ``retrieve``) returns the skills that may apply, from the hybrid
+Retrieval (prompts/optimize.py ``retrieve``) returns the skills that may apply, from the hybrid
 search or from a scan of the store. ``order_retrieved`` re-ranks them the way `skills query --plan`
 does, whichever backend produced them: every applicable skill is valued on the current kernel
 (retrieval/value.py: measured GPU effect, else the static prior of its carrier in the kernel's

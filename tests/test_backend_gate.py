@@ -94,6 +94,29 @@ def test_gate_passes_real_files_and_maps_errors_back(tmp_path):
 
 
 @needs_clang
+def test_generated_text_compiles_in_the_sandbox(tmp_path):
+    """A generated function that #includes a file outside the tree (a secret) cannot read it: clang
+    runs in the gate's sandbox, which shows only the include folders the gate names."""
+    from mining.gate.sandbox import isolation
+
+    if not isolation():
+        pytest.skip("no bubblewrap here: the backend gate then runs clang unsandboxed")
+    secret = tmp_path / "outside" / "secret.inc"
+    secret.parent.mkdir()
+    secret.write_text("KS_SECRET_TOKEN_4711 +\n")
+    root = copy_toy(tmp_path / "llvm")
+    gate = CompileGate(root, tmp_path / "cache")
+    tt = load_target(root / "lib" / "Target" / "Lark")
+    fr = next(f for f in tt.functions if f.role == "RegisterInfo::getFrameRegister")
+    hostile = fr.signature + " {\n#include \"" + str(secret) + "\"\n  return Lark::R2;\n}"
+    res = gate.check("Lark", fr.path, [Splice("hostile", hostile, fr.start_byte, fr.end_byte)], use_cache=False)
+    assert not res.passed
+    text = json.dumps(res.to_dict() if hasattr(res, "to_dict") else res.__dict__, default=str)
+    assert "KS_SECRET_TOKEN_4711" not in text
+    assert "not found" in text
+
+
+@needs_clang
 def test_gate_cache_sees_header_changes(tmp_path):
     root = copy_toy(tmp_path / "llvm")
     gate = CompileGate(root, tmp_path / "cache")
@@ -126,7 +149,7 @@ def _toy_of_version(tmp_path, version: str) -> Path:
 
 
 def test_toolchain_follows_the_recorded_version(tmp_path):
-    from mining.backend_gate import GateUnavailable, corpus_major, toolchain
+    from mining.backend.gate import GateUnavailable, corpus_major, toolchain
 
     assert CompileGate(TOY, tmp_path / "c").tools == toolchain(15)  # no fetch.json: LLVM 15
     gate = CompileGate(_toy_of_version(tmp_path, "19.1.7"), tmp_path / "c")
@@ -144,7 +167,7 @@ def test_toolchain_follows_the_recorded_version(tmp_path):
 
 @needs_clang
 def test_tablegen_failure_reports_the_first_error_and_keeps_all_diagnostics(tmp_path):
-    from mining.backend_gate import TableGenError
+    from mining.backend.gate import TableGenError
 
     root = copy_toy(tmp_path / "llvm")
     td = root / "lib" / "Target" / "Lark" / "LarkRegisterInfo.td"

@@ -305,9 +305,9 @@ def test_roles_follow_the_classes_a_target_implements(tmp_path):
     """Wren's ELF writer renamed WrenObjectWriter (as Xtensa's is) keeps the ELF writer's role;
     with a WinCOFF writer in Lark and Wren, a bare `getRelocType` is resolved by each target's
     own code: Kite implements only the ELF one (LoongArch's case), Lark and Wren both."""
-    from prompts.backend import resolve_role
-    from retrieval.backend_index import ingest_targets
-    from retrieval.backend_search import BackendIndex
+    from prompts.backend.generate import resolve_role
+    from retrieval.backend.index import ingest_targets
+    from retrieval.backend.search import BackendIndex
 
     root = tmp_path / "Target"
     shutil.copytree(TOY_TARGETS, root)
@@ -333,7 +333,7 @@ def test_roles_follow_the_classes_a_target_implements(tmp_path):
     st.query("DELETE FROM functions WHERE target = 'Kite' AND name = 'getRelocType'")
     assert resolve_role(BackendIndex(st), "getRelocType", "Kite") == "ELFObjectWriter::getRelocType"
     # idempotent, and undone when the reason goes away (Lark and Kite renamed their writers too)
-    from retrieval.backend_index import canonical_roles
+    from retrieval.backend.index import canonical_roles
 
     canonical_roles(st)
     assert st.scalar("SELECT role FROM functions WHERE qualified_name = 'WrenObjectWriter::getRelocType'") \

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from mining.gate.sandbox import run_limited
+
 GATE_VERSION = "backend-gate-1"
 DEFAULT_LLVM_MAJOR = 15  # a tree without fetch.json: the toy targets were written against LLVM 15
 # Tool names per LLVM major version; ``{major}`` is filled in (override for a custom toolchain).
@@ -53,6 +55,7 @@ CLANG_FLAGS = ["-std=c++17", "-fsyntax-only", "-fno-exceptions", "-fno-rtti", "-
                "-Werror=return-type", "-ferror-limit=0", "-fno-color-diagnostics", "-fno-caret-diagnostics",
                "-fno-diagnostics-fixit-info",
                "-D__STDC_CONSTANT_MACROS", "-D__STDC_FORMAT_MACROS", "-D__STDC_LIMIT_MACROS"]
+CLANG_MEM_MB = 6144.0  # one translation unit of a target's backend file, with every header
 # Generators whose outputs only instruction selection uses; made on demand (they are the slow ones).
 LATE_GENERATORS = ("-gen-dag-isel", "-gen-global-isel")
 _DIAG = re.compile(r"^(?P<file><gen:[^>\n]+>|[^\n:]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$",
@@ -504,10 +507,16 @@ class CompileGate:
                     incs += ["-I", str(self.llvm_root / "include")]
                 incs += ["-I", self.tools.include, "-I", str(cfg)]
                 cmd = [self.tools.clang, *CLANG_FLAGS, *incs, str(copy)]
-                try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, cwd=tmp)
-                except subprocess.TimeoutExpired:
+                # the spliced text is generated (an LLM's or a donor's): clang sees it inside the
+                # gate's sandbox, with only the include folders it names readable (docs/security.md)
+                readable = [Path(incs[i + 1]) for i in range(0, len(incs), 2) if Path(incs[i + 1]).exists()]
+                proc = run_limited(cmd, cwd=Path(tmp), timeout_s=self.timeout_s, mem_mb=CLANG_MEM_MB,
+                                   readable=readable, writable=[Path(tmp)])
+                if proc.timed_out:
                     return {"timeout": True}
+                if proc.mem_exceeded:
+                    return {"rc": 1, "stderr": f"error: clang exceeded {CLANG_MEM_MB:.0f} MB",
+                            "seconds": round(time.monotonic() - started, 3)}
             missing_inc = re.findall(r"'(\w+Gen\w+\.inc)' file not found", proc.stderr)
             if missing_inc and not late_tried:
                 late_tried = True

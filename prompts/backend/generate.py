@@ -84,8 +84,8 @@ def target_role_classes(store, target: str) -> set[str]:
     stripped (``LoongArchELFObjectWriter`` -> ``ELFObjectWriter``), renamed where its base
     class says it implements another role's class (``XtensaObjectWriter`` -> ``ELFObjectWriter``:
     retrieval/backend_index.role_renames)."""
-    from corpora.backend_tree import strip_target
-    from retrieval.backend_index import role_renames, target_aliases
+    from corpora.backends.tree import strip_target
+    from retrieval.backend.index import role_renames, target_aliases
 
     aliases = target_aliases(store)
     classes = store.query("SELECT target, name, parents FROM target_attributes WHERE kind = 'class'")
