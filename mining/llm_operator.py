@@ -483,7 +483,7 @@ _ASM = re.compile(r"\b(asm|__asm__)\b")
 
 
 def _code_only(source: str) -> str:
-    from mining.carriers import blank_comments
+    from corpora.code.source import blank_comments
 
     return " ".join(blank_comments(source.encode()).decode("utf-8", "replace").split())
 

@@ -41,7 +41,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from tree_sitter import Node
 
-from mining.carriers import LOAD_INTRINSICS, Source, call_name, declarator_name, enclosing, grid_stride_loops
+from corpora.code.source import Source
+from corpora.code.nodes import call_name, declarator_name, enclosing
+from mining.carriers import LOAD_INTRINSICS, grid_stride_loops
 from corpora.code.parse import FunctionSig, parse_cuda, syntax_issues, text, walk
 
 WARP = 32

@@ -29,6 +29,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
+from retrieval.snapshot import TEXT_MAX_TOKENS, current_snapshot
+
 MODES = ("bm25", "text", "graph", "fused")
 RRF_K = 60
 # RRF weights. "prior" is the evidence prior: skills ranked by how many kernels' walks produced them
@@ -91,8 +93,6 @@ class SkillIndex:
 
     @classmethod
     def open(cls, root) -> "SkillIndex":
-        from retrieval.skill_index import current_snapshot
-
         root = Path(root)
         if not root.exists():
             raise QueryError("no_store", f"no store at {root}: build one with `skills mine corpora/kernels --executor cpu "
@@ -284,7 +284,6 @@ class Searcher:
     def embedder(self):
         if self._embedder is None:
             from retrieval.minilm_numpy import get_numpy_embedder
-            from retrieval.skill_index import TEXT_MAX_TOKENS
 
             rel = self.index.manifest.get("minilm_prepared")
             prepared = self.index.root / rel if rel else None

@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-DEFAULT_ROOT = Path(".skills")
+from corpora.store_root import resolve_root
+
 
 # --------------------------------------------------------------------------- schema
 CORE_SCHEMA: list[str] = [
@@ -121,7 +122,7 @@ BACKEND_SCHEMA: list[str] = [
     )""",
 ]
 
-_SECTIONS: dict[str, tuple[int, list[str]]] = {
+SECTIONS: dict[str, tuple[int, list[str]]] = {
     "core": (1, CORE_SCHEMA),
     "backends": (1, BACKEND_SCHEMA),
 }
@@ -131,14 +132,7 @@ _SECTION_LOCK = threading.Lock()
 def register_section(name: str, version: int, statements: Sequence[str]) -> None:
     """Add a schema section (e.g. the kernel tables); created on every later open."""
     with _SECTION_LOCK:
-        _SECTIONS[name] = (version, list(statements))
-
-
-def resolve_root(root: Optional[os.PathLike | str] = None) -> Path:
-    if root:
-        return Path(root)
-    env = os.environ.get("SKILLS_STORE")
-    return Path(env) if env else DEFAULT_ROOT
+        SECTIONS[name] = (version, list(statements))
 
 
 class StoreError(RuntimeError):
@@ -249,7 +243,7 @@ class Store:
         try:
             for stmt in CORE_SCHEMA:
                 con.execute(stmt)
-            for name, (version, stmts) in list(_SECTIONS.items()):
+            for name, (version, stmts) in list(SECTIONS.items()):
                 for stmt in stmts:
                     con.execute(stmt)
                 con.execute("INSERT INTO schema_sections (section, version) VALUES (?, ?) "

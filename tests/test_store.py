@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from skills.store import Store, register_section, resolve_root, _SECTIONS
+from corpora.store_root import resolve_root
+from skills.store import Store, register_section, SECTIONS
 
 
 def test_root_resolution(monkeypatch, tmp_path):
@@ -68,7 +69,7 @@ def test_registered_section_is_created_next_to_backends(tmp_path):
         st = Store(tmp_path / "s")
         assert "test_kernel_rows" in st.tables() and "functions" in st.tables()
     finally:
-        _SECTIONS.pop("test_kernels", None)
+        SECTIONS.pop("test_kernels", None)
 
 
 def test_read_only_store_requires_existing_db(tmp_path):

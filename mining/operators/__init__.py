@@ -1,4 +1,4 @@
-"""Deterministic deoptimization operators (DESIGN.md "Mining: the backward walk").
+"""Deterministic deoptimization operators (docs/architecture.md, "Operators").
 
 Each operator removes one carrier at one site by a byte-range rewrite of the original text;
 `all_operators()` is the registry, in a fixed order.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from mining.carriers import Site, Source
+from corpora.code.source import Site, Source
 
 
 @dataclass(frozen=True)

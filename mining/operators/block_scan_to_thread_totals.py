@@ -34,7 +34,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _block_scan
+from corpora.code.source import Source
+from mining.carriers import block_scan_sites
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import splice_range, structural, type_text
@@ -72,7 +73,7 @@ class BlockScanToThreadTotals(Operator):
     description = "fold every thread's total in the block step of a scan instead of one warp total per warp"
 
     def edits(self, src: Source):
-        flagged = {s.start_byte for s in _block_scan(src)}
+        flagged = {s.start_byte for s in block_scan_sites(src)}
         if not flagged:
             return
         src = structural(src)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 
-from mining.carriers import Source, call_name
+from corpora.code.source import Source
+from corpora.code.nodes import call_name
 from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span
+
 from mining.operators.rewrite_util import structural
 from corpora.code.parse import walk
 
@@ -40,5 +41,5 @@ class DropPipelineSync(Operator):
             if stmt.parent is not None and stmt.parent.type != "compound_statement":
                 yield Edit(stmt.start_byte, stmt.end_byte, ";")
             else:
-                s, e = _line_span(st, stmt.start_byte, stmt.end_byte)
+                s, e = st.line_span(stmt.start_byte, stmt.end_byte)
                 yield Edit(s, e, "")

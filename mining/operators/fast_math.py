@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from mining.carriers import call_name
+from corpora.code.nodes import call_name
 from mining.operators.base import Edit, Operator, raw_text
 
 RENAMES = {f"__{n}": n for n in ("expf", "exp10f", "logf", "log2f", "log10f", "sinf", "cosf", "tanf", "powf",

@@ -1,7 +1,8 @@
 """ldg_to_plain_load: `__ldg(p)` -> `*(p)` (an ordinary, coherent global load)."""
 from __future__ import annotations
 
-from mining.carriers import LOAD_INTRINSICS, call_name
+from corpora.code.nodes import call_name
+from mining.carriers import LOAD_INTRINSICS
 from mining.operators.base import Edit, Operator, raw_text
 
 

@@ -38,7 +38,7 @@ from typing import Callable, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
@@ -51,8 +51,6 @@ _SIDE = re.compile(r"\b(atomic\w*|__st\w+|printf|memcpy|memset)\s*\(")
 
 def _norm(s: str) -> str:
     return " ".join(s.split())
-
-
 
 
 def _target_base(node: Node) -> Optional[str]:

@@ -34,9 +34,9 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span, identifiers, rename_identifiers
+from mining.operators.fill_forwarding import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -49,8 +49,6 @@ _SIDE = re.compile(r"\b(atomic\w*|__st\w+|printf|memcpy|memset)\s*\(")
 def _norm(node_or_text) -> str:
     t = node_or_text if isinstance(node_or_text, str) else text(node_or_text)
     return " ".join(t.split())
-
-
 
 
 def merge_functions(src: Source) -> dict[str, Node]:
@@ -394,7 +392,7 @@ class OnlineSoftmaxToTwoPass(Operator):
             calls = [n for n in walk(src.tree.root_node) if n.type == "call_expression" and
                      text(n.child_by_field_name("function")) == name]
             if calls and all(region[0].start_byte <= c.start_byte < region[-1].end_byte for c in calls):
-                a, b = _line_span(src, mfn.start_byte, mfn.end_byte)
+                a, b = src.line_span(mfn.start_byte, mfn.end_byte)
                 # with the comment lines right above it
                 while True:
                     prev = src.raw.rfind(b"\n", 0, a - 1) + 1 if a > 0 else 0

@@ -26,9 +26,10 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name
+from corpora.code.source import Source
+from corpora.code.nodes import call_name, contains, same
 from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, _contains, _line_span, _same
+from mining.operators.fill_forwarding import FunctionIndex
 from mining.operators.rewrite_util import params_of, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -60,7 +61,7 @@ def _atomic_only_params(src: Source) -> dict[str, set[int]]:
             if not name or not f.params or i >= len(f.params) or not f.params[i].is_pointer:
                 continue
             uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
-                    not _contains(p, n)]
+                    not contains(p, n)]
             ok = bool(uses)
             for u in uses:
                 call = _enclosing_atomic(u)
@@ -82,7 +83,7 @@ def _enclosing_atomic(ident: Node) -> Optional[Node]:
     if args is None or args.type != "argument_list" or args.parent is None:
         return None
     call = args.parent
-    if call_name(call) != "atomicAdd" or not args.named_children or not _same(args.named_children[0], n):
+    if call_name(call) != "atomicAdd" or not args.named_children or not same(args.named_children[0], n):
         return None
     if _atomic_target(n) != text(ident):
         return None
@@ -133,10 +134,10 @@ class PrivatizedToGlobalAtomics(Operator):
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str, atomic_params) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
-        uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and not _contains(decl, n)
+        uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and not contains(decl, n)
                 and idx.visible(name, n.start_byte) is var]
         clear = merge = None
         target = None
@@ -149,7 +150,7 @@ class PrivatizedToGlobalAtomics(Operator):
             # the clear: for (...) H[b] = 0;
             if stmt is not None and re.fullmatch(r"\s*%s\s*\[\s*(\w+)\s*\]\s*=\s*0\s*;\s*" % re.escape(name),
                                                  text(stmt)):
-                if clear is not None and not _same(clear, loop):
+                if clear is not None and not same(clear, loop):
                     return None
                 clear = loop
                 continue
@@ -159,7 +160,7 @@ class PrivatizedToGlobalAtomics(Operator):
                                          loop.child_by_field_name("body").end_byte].decode().split())
                 g = _merge_target(body, name)
                 if g is not None:
-                    if merge is not None and not _same(merge, loop):
+                    if merge is not None and not same(merge, loop):
                         return None
                     merge, target = loop, g
                     continue
@@ -170,7 +171,7 @@ class PrivatizedToGlobalAtomics(Operator):
             args = u.parent
             if args is not None and args.type == "argument_list" and args.parent is not None and \
                     args.parent.type == "call_expression":
-                pos = [i for i, a in enumerate(args.named_children) if _same(a, u)]
+                pos = [i for i, a in enumerate(args.named_children) if same(a, u)]
                 if pos and pos[0] in atomic_params.get(call_name(args.parent), set()):
                     redirect.append(u)
                     continue
@@ -197,8 +198,8 @@ class PrivatizedToGlobalAtomics(Operator):
             s, e = loop.start_byte, loop.end_byte
             pr = pragma_before(src, s)
             s = pr if pr is not None else s
-            subs.append(_line_span(src, s, e) + ("",))
-        ds, de = _line_span(src, decl.start_byte, decl.end_byte)
+            subs.append(src.line_span(s, e) + ("",))
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         subs.append((ds, de, ""))
         subs.sort()
         for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):

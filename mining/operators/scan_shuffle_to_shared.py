@@ -12,7 +12,7 @@ scan's `lane >= off` guard then ignores it. Sites are the calls the warp_scan de
 """
 from __future__ import annotations
 
-from mining.carriers import _warp_scan
+from mining.carriers import warp_scan_sites
 from mining.operators.base import Operator
 from mining.operators.rewrite_util import node_at, structural
 from mining.operators.shuffle_to_shared import first_hoist_per_scope
@@ -25,5 +25,5 @@ class ScanShuffleToShared(Operator):
 
     def edits(self, src):
         st = structural(src)
-        calls = [node_at(st, s.start_byte, s.end_byte, "call_expression") for s in _warp_scan(src)]
+        calls = [node_at(st, s.start_byte, s.end_byte, "call_expression") for s in warp_scan_sites(src)]
         yield from first_hoist_per_scope(st, [c for c in calls if c is not None])

@@ -27,7 +27,7 @@ fails to launch on the GPU although the CPU executor runs it.
 from __future__ import annotations
 
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, splice
 from mining.operators.fill_forwarding import forward_fill
 from mining.operators.rewrite_util import pragma_before, structural

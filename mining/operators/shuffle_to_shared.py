@@ -32,7 +32,9 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _warp_scan, call_name
+from corpora.code.source import Source
+from corpora.code.nodes import call_name
+from mining.carriers import warp_scan_sites
 from mining.operators.base import Edit, Operator
 from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects, line_indent,
                                            paren, scope_body, scope_of, splice_range,
@@ -132,7 +134,7 @@ class ShuffleToShared(Operator):
     description = "exchange a warp shuffle's value through a shared-memory slot per thread with __syncwarp"
 
     def edits(self, src: Source):
-        scan = {(s.start_byte, s.end_byte) for s in _warp_scan(src)}
+        scan = {(s.start_byte, s.end_byte) for s in warp_scan_sites(src)}
         st = structural(src)
         yield from first_hoist_per_scope(st, [n for n in walk(st.tree.root_node) if n.type == "call_expression" and
                                               call_name(n) in SHUFFLES and (n.start_byte, n.end_byte) not in scan])

@@ -23,7 +23,9 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _transposed_tile
+from corpora.code.nodes import same
+from corpora.code.source import Source
+from mining.carriers import transposed_tile_sites
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import has_side_effects, splice_range, structural
@@ -31,11 +33,6 @@ from corpora.code.parse import text, walk
 
 _VEC = re.compile(r"reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?((?:u?int|float|double|u?short|u?char|u?long)"
                   r"([234]))\s*(?:const\s*)?\*\s*>$")
-
-
-def _same(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
-        a.type == b.type
 
 
 def _up(node: Node) -> Node:
@@ -50,7 +47,7 @@ def _is_lhs(node: Node) -> Optional[Node]:
     p, n = node.parent, node
     while p is not None and p.type == "parenthesized_expression":
         n, p = p, p.parent
-    if p is not None and p.type == "assignment_expression" and _same(p.child_by_field_name("left"), n):
+    if p is not None and p.type == "assignment_expression" and same(p.child_by_field_name("left"), n):
         return p
     return None
 
@@ -61,7 +58,7 @@ class UntransposeTile(Operator):
     description = "store a transposed shared operand tile in the global layout (scalar fragment reads)"
 
     def edits(self, src: Source):
-        flagged = {s.start_byte for s in _transposed_tile(src)}
+        flagged = {s.start_byte for s in transposed_tile_sites(src)}
         if not flagged:
             return
         src = structural(src)
@@ -82,7 +79,7 @@ class UntransposeTile(Operator):
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str, dims: list[Node]) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
         nd = len(dims)

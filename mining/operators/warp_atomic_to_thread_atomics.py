@@ -16,9 +16,11 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from mining.carriers import Source, _atomic_per_block
+from corpora.code.nodes import same
+from corpora.code.source import Source
+from mining.carriers import atomic_per_block_sites
 from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _same
+
 from mining.operators.rewrite_util import node_at, structural
 from corpora.code.parse import text
 
@@ -45,7 +47,7 @@ class WarpAtomicToThreadAtomics(Operator):
     def edits(self, src: Source):
         sums = _warp_sums(src)
         st = structural(src)
-        for site in _atomic_per_block(src):
+        for site in atomic_per_block_sites(src):
             call = node_at(st, site.start_byte, site.end_byte, "call_expression")
             e = self.rewrite(st, call, sums) if call is not None else None
             if e is not None:
@@ -66,7 +68,7 @@ class WarpAtomicToThreadAtomics(Operator):
         if parent is None or parent.type != "compound_statement":
             return None
         sibs = list(parent.named_children)
-        k = next(i for i, c in enumerate(sibs) if _same(c, guard))
+        k = next(i for i, c in enumerate(sibs) if same(c, guard))
         if k == 0:
             return None
         prev = sibs[k - 1]
