@@ -169,7 +169,8 @@ def mine(
     from corpora.problem import ProblemError, load_problem
     from mining.gate import BadInput
     from mining.checker import make_pool, stop_pool
-    from mining.mine import LineageNotSaved, MineConfig, mine_problem
+    from mining.mine import MineConfig, mine_problem
+    from skills.kernel_store import LineageNotSaved, MinedLineages
     from skills.store import StoreError
 
     try:
@@ -216,7 +217,7 @@ def mine(
                     say(f"mining {d.name} ({len(rows) + 1}/{len(problems)})")
                 current = d.name
                 try:
-                    out = mine_problem(d, cfg, on_event=on_event, pool=pool)
+                    out = mine_problem(d, cfg, on_event=on_event, pool=pool, lineages=MinedLineages(cfg.store))
                 except (BadInput, LineageNotSaved, StoreError) as exc:
                     if isinstance(exc, BadInput):
                         bad += 1
@@ -258,7 +259,8 @@ def mine(
         # enough); an index left behind by an interrupted run is rebuilt even when every lineage was cached
         try:
             from retrieval.skill_index import IndexError_, index_is_current, index_skills
-            from skills.store import Store, resolve_root
+            from corpora.store_root import resolve_root
+            from skills.store import Store
 
             st = Store(resolve_root(store))
             if changed or not index_is_current(st):
@@ -468,7 +470,8 @@ def backend_search(
     as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON."),
 ) -> None:
     """Find implementations in other targets similar to a given function."""
-    from corpora.backends.tree import cpp_parser, prepare_cpp, walk
+    from corpora.backends.tree import prepare_cpp
+    from corpora.code.parse import cpp_parser, walk
     from retrieval.backend.search import MODES, BackendIndex, SearchError
 
     if mode not in MODES:
@@ -562,6 +565,7 @@ def backend_mine(
     from corpora.backends.tree import BackendInputError
     from mining.backend.gate import GateUnavailable
     from mining.backend.mine import BackendMineConfig, mine_backends, select_functions
+    from skills.kernel_store import KernelStore
 
     split = lambda v: [x for x in (v or "").split(",") if x]  # noqa: E731
     st = _store(store)
@@ -573,7 +577,8 @@ def backend_mine(
         fids = fids[:limit]
     cfg = BackendMineConfig(max_steps=max_steps, time_limit_s=time_limit, use_cache=not force)
     try:
-        outs = mine_backends(st, fids, cfg, log=(lambda m: None) if as_json else (lambda m: typer.echo(m, err=True)))
+        outs = mine_backends(st, fids, cfg, log=(lambda m: None) if as_json else (lambda m: typer.echo(m, err=True)),
+                             lineages=KernelStore(st))
     except (BackendInputError, GateUnavailable) as exc:
         fail(str(exc))
     rows = [{"problem": o.problem, "func_id": o.func_id, "lineage": o.lineage.lineage_id if o.lineage else None,
@@ -675,7 +680,8 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML report: lineages, step diffs, effect charts, skill cards, a skills index."""
     from skills.report import HOW_TO_BUILD, ReportError, write_report
-    from skills.store import StoreError, resolve_root
+    from corpora.store_root import resolve_root
+    from skills.store import StoreError
 
     root = resolve_root(store)
     out = out or root / "report.html"  # beside the data it shows, not an untracked file where the command ran
@@ -767,7 +773,7 @@ def query_cmd(
 ) -> None:
     """Which skills apply to this kernel, where, and why (uses a running `skills serve` when there is one)."""
     _blas_one_thread()
-    from skills.store import resolve_root
+    from corpora.store_root import resolve_root
 
     def bad(kind: str, message: str, extra: Optional[dict] = None) -> None:
         if as_json:
@@ -826,7 +832,7 @@ def serve_cmd(
 ) -> None:
     """Keep the skill index and encoders warm for fast queries (HTTP on loopback, or MCP over stdio; docs/query.md)."""
     _blas_one_thread()
-    from skills.store import resolve_root
+    from corpora.store_root import resolve_root
 
     root = resolve_root(store)
     if mcp:

@@ -47,7 +47,7 @@ def house_skill_ids(executor: str, house_store: Path, jobs: int, pool=None, log=
     from corpora.problem import load_problem
     from mining.gate import BadInput
     from mining.mine import MineConfig, mine_problem
-    from skills.kernel_store import KernelStore
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     ks_store = Store(house_store)
@@ -69,7 +69,7 @@ def house_skill_ids(executor: str, house_store: Path, jobs: int, pool=None, log=
         cfg = MineConfig(executor=executor, jobs=jobs, store=house_store)
         for d in todo:
             try:
-                mine_problem(d, cfg, pool=pool)
+                mine_problem(d, cfg, pool=pool, lineages=MinedLineages(cfg.store))
             except BadInput as exc:
                 log(f"[bench_lineage]   house {d.name} not mined: {exc}")
     with Store(house_store, read_only=True) as st:
@@ -138,7 +138,7 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
                strategy: Optional[str] = None, timeout_s: float = 120.0) -> dict[str, Any]:
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.mine import MineConfig, mine_problem
-    from skills.kernel_store import KernelStore
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     row: dict[str, Any] = {"problem": expert.problem, "source": expert.source, "op_type": expert.op_type,
@@ -148,7 +148,7 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
     cfg = MineConfig(executor=executor, jobs=jobs, store=store, max_steps=max_steps, time_limit_s=time_limit_s,
                      probe=probe, strategy=strategy, timeout_s=timeout_s)
     try:
-        out = mine_problem(problem_dir, cfg, pool=pool)
+        out = mine_problem(problem_dir, cfg, pool=pool, lineages=MinedLineages(cfg.store))
     except BadInput as exc:
         row.update(status="not_run", reason=str(exc), wall_s=round(time.perf_counter() - t0, 1))
         return row

@@ -86,6 +86,7 @@ def bench_check(model: str, kw: dict) -> dict:
 
 def bench_mine(model: str, problems: list[str], store: Path, max_steps: int) -> dict:
     from mining.mine import MineConfig, mine_problem
+    from skills.kernel_store import MinedLineages
 
     llm = _recording()
     rows = []
@@ -93,7 +94,7 @@ def bench_mine(model: str, problems: list[str], store: Path, max_steps: int) -> 
         t0 = time.perf_counter()
         cfg = MineConfig(executor="cpu", jobs=1, seeds=(0,), store=store, operators=("drop_restrict",),
                          model=model, probe=False, use_cache=False, max_steps=max_steps, max_rejections=12)
-        out = mine_problem(KERNELS / name, cfg)
+        out = mine_problem(KERNELS / name, cfg, lineages=MinedLineages(cfg.store))
         lin = out.lineage
         u = lin.config.get("llm_usage", {})
         judged = [s for s in list(lin.steps) + list(lin.rejections) if s.proposer == "llm"]

@@ -70,7 +70,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
     from mining.gate.executors import resolve_executor
     from mining.checker import make_pool
     from mining.mine import MineConfig, mine_problem
-    from skills.kernel_store import KernelStore
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     executor = resolve_executor(executor)
@@ -94,7 +94,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
         t0 = time.perf_counter()
         print(f"[bench_mining] {problem.name} ...", file=sys.stderr, flush=True)
         try:
-            out = mine_problem(d, cfg, pool=pool)
+            out = mine_problem(d, cfg, pool=pool, lineages=MinedLineages(cfg.store))
         except BadInput as exc:
             row.update(status="not_run", reason=str(exc), wall_s=round(time.perf_counter() - t0, 1))
             print(f"[bench_mining]   {problem.name} not run: {exc}", file=sys.stderr, flush=True)

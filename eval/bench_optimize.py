@@ -103,14 +103,14 @@ def _eager_ms(name: str, problem, workload) -> tuple[Optional[float], str]:
     try:
         import torch
 
-        from eval.bench_corpus import _eager, _time_cuda, _torch_inputs
+        from eval.bench_corpus import eager_reference, time_cuda, torch_inputs
 
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        fn = _eager(name)
-        tensors = _torch_inputs(problem, workload)
+        fn = eager_reference(name)
+        tensors = torch_inputs(problem, workload)
         axes = {**workload.axes, **workload.scalars}
-        t = _time_cuda(lambda: fn(tensors, axes))["median_ms"]
+        t = time_cuda(lambda: fn(tensors, axes))["median_ms"]
         del tensors
         torch.cuda.empty_cache()
         return t, ""

@@ -115,11 +115,12 @@ class TextVectorCache:
     def __call__(self, docs):
         import numpy as np
 
-        from retrieval.skill_index import TEXT_MAX_TOKENS, _torch_threads
+        from retrieval.skill_index import limit_torch_threads
+        from retrieval.snapshot import TEXT_MAX_TOKENS
 
         todo = [d for d in docs if d.doc_id not in self.vecs]
         if todo:
-            _torch_threads()
+            limit_torch_threads()
             from retrieval.text import get_embedder
 
             v = get_embedder(TEXT_MAX_TOKENS).embed([d.text for d in todo])
@@ -169,7 +170,8 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                 per_problem.append(row)
                 log(f"{p}: skipped ({row['skipped']})")
                 continue
-            from retrieval.skill_index import current_snapshot, skills_fingerprint
+            from retrieval.skill_index import skills_fingerprint
+            from retrieval.snapshot import current_snapshot
 
             fp = f"{skills_fingerprint(fold)}-{steps or GNN_STEP_BUDGET}-{seed}-v{CACHE_VERSION}"
             fold_root = (cache_dir or tmp / "folds") / f"{p}-{fp}"

@@ -20,7 +20,7 @@ expression, *what memory it touches, through which type*:
 * `view_macros(src)`: function-like macros whose body is such a reinterpretation of their
   argument's address, so `FLOAT4(a[i])` is read as what it expands to.
 
-The detectors registered at the bottom extend `vector_load` / `vector_store` with every global
+`extend_detectors` (called by mining/carriers.py on its detector table) extends `vector_load` / `vector_store` with every global
 wide access found this way (the house spellings stay found by their own detectors).
 """
 from __future__ import annotations
@@ -32,8 +32,13 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import DETECTORS, LOAD_INTRINSICS, STORE_INTRINSICS, Site, Source, call_name, declarator_name
+from corpora.code.nodes import call_name, enclosing
+from corpora.code.source import Site, Source
 from corpora.code.parse import parse_cuda, text, walk
+
+# the cache-operator load / store intrinsics (an access through one is still a global access)
+LOAD_INTRINSICS = {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}
+STORE_INTRINSICS = {"__stcg", "__stcs", "__stwt", "__stwb"}
 
 # bytes of the scalar types kernels are written over
 SCALAR_BYTES = {
@@ -159,18 +164,11 @@ _DECLARATOR_TYPES = ("identifier", "init_declarator", "array_declarator", "point
                      "reference_declarator", "field_identifier")
 
 
-def _enclosing(node: Node, *types: str) -> Optional[Node]:
-    p = node.parent
-    while p is not None and p.type not in types:
-        p = p.parent
-    return p
-
-
 def find_decl(src: Source, name: str, at: Node) -> Optional[Decl]:
     """The declaration of `name` visible at `at`: the innermost enclosing local declaration before
     it, else a parameter of an enclosing function or lambda, else a member of the enclosing
     struct/class, else a file-scope declaration."""
-    scope = _enclosing(at, "function_definition", "lambda_expression")
+    scope = enclosing(at, "function_definition", "lambda_expression")
     while scope is not None:
         best = None
         for d in walk(scope):
@@ -201,8 +199,8 @@ def find_decl(src: Source, name: str, at: Node) -> Optional[Decl]:
             n, kind, dims, _ = _shape(dec)
             if n == name:
                 return Decl(name, _type_of(src, p), kind, dims, None, p, "param")
-        scope = _enclosing(scope, "function_definition", "lambda_expression")
-    cls = _enclosing(at, "struct_specifier", "class_specifier", "union_specifier")
+        scope = enclosing(scope, "function_definition", "lambda_expression")
+    cls = enclosing(at, "struct_specifier", "class_specifier", "union_specifier")
     while cls is not None:
         body = cls.child_by_field_name("body")
         for fd in (body.named_children if body is not None else []):
@@ -213,7 +211,7 @@ def find_decl(src: Source, name: str, at: Node) -> Optional[Decl]:
                     n, kind, dims, _ = _shape(dec)
                     if n == name:
                         return Decl(name, _type_of(src, fd), kind, dims, None, fd, "field")
-        cls = _enclosing(cls, "struct_specifier", "class_specifier", "union_specifier")
+        cls = enclosing(cls, "struct_specifier", "class_specifier", "union_specifier")
     for d in src.tree.root_node.named_children:
         if d.type == "declaration":
             for dec in d.named_children:
@@ -633,9 +631,7 @@ def hint_sites(src: Source, intrinsic: str) -> list[Site]:
             for c in src.nodes("call_expression") if call_name(c) == intrinsic]
 
 
-def _extend(name: str, extra) -> None:
-    base = DETECTORS[name]
-
+def _extended(base, extra, name: str):
     def combined(src: Source) -> list[Site]:
         sites = base(src)
         have = [(s.start_byte, s.end_byte) for s in sites]
@@ -644,23 +640,22 @@ def _extend(name: str, extra) -> None:
                 sites.append(s)
         return sites
     combined.__name__ = f"_{name}_by_meaning"
-    DETECTORS[name] = combined
+    return combined
 
 
-def register() -> None:
-    """Extend the house detectors with what this module finds (called once by mining/carriers.py)."""
-    if getattr(register, "done", False):
-        return
-    register.done = True
-    _extend("vector_load", lambda src: _wide_sites(src, "load"))
-    _extend("vector_store", lambda src: _wide_sites(src, "store"))
+def extend_detectors(detectors: dict) -> None:
+    """Extend the house detectors (mining/carriers.py's table, passed in: this module sits below it)
+    with what this module finds."""
+    detectors["vector_load"] = _extended(detectors["vector_load"], lambda src: _wide_sites(src, "load"), "vector_load")
+    detectors["vector_store"] = _extended(detectors["vector_store"], lambda src: _wide_sites(src, "store"),
+                                          "vector_store")
     # each cache hint under its own name: `ldg` is the read-only path only
-    DETECTORS["ldg"] = lambda src: [src.site("ldg", c.start_byte, c.end_byte) for c in src.nodes("call_expression")
+    detectors["ldg"] = lambda src: [src.site("ldg", c.start_byte, c.end_byte) for c in src.nodes("call_expression")
                                     if call_name(c) == "__ldg"]
     for intrinsic, carrier in (LOAD_HINTS | STORE_HINTS).items():
-        DETECTORS[carrier] = (lambda i: lambda src: hint_sites(src, i))(intrinsic)
+        detectors[carrier] = (lambda i: lambda src: hint_sites(src, i))(intrinsic)
 
 
-__all__ = ["Decl", "ViewMacro", "WideAccess", "element_type", "find_decl", "is_wide_type", "memory_space",
-           "pointee_type", "register", "root_of", "type_bytes", "view_macros", "wide_access", "wide_accesses",
-           "declarator_name"]
+__all__ = ["Decl", "LOAD_INTRINSICS", "STORE_INTRINSICS", "ViewMacro", "WideAccess", "element_type", "extend_detectors",
+           "find_decl", "is_wide_type", "memory_space", "pointee_type", "root_of", "type_bytes", "view_macros",
+           "wide_access", "wide_accesses"]

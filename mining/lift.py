@@ -8,14 +8,14 @@ site. What is the same optimization is decided by `mining.records.skill_identity
 """
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from mining.carriers import Source
+from corpora.code.source import Source
+from mining.exemplar import exemplar, strip_carrier_marks
 from mining.probe import Hypothesis, ProbeOutcome, code_guard_text
 from mining.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
 
@@ -107,34 +107,6 @@ class StepContext:
     axes: list[str] = field(default_factory=list)  # the definition's axis names (guards use kernel parameter names)
     expert: str = ""  # the lineage's start (the expert kernel as written): the card's example comes from it
     problem_dir: str = ""  # the problem folder: its hand-written naive.cu is the example's "before"
-
-
-_CARRIER_MARK = re.compile(r"[ \t]*//[ \t]*carrier:[^\n]*")
-
-
-def strip_carrier_marks(code: str) -> str:
-    """The code without the corpus's `// carrier: NAME` annotations (recall's ground truth, not
-    part of the optimization), dropping lines that held nothing else."""
-    out = []
-    for line in code.splitlines(keepends=True):
-        new = _CARRIER_MARK.sub("", line)
-        if new.strip() or not line.strip():
-            out.append(new)
-    return "".join(out)
-
-
-def exemplar(optimized: str, simpler: str, context: int = 2) -> tuple[str, str, str]:
-    """(simpler excerpt, optimized excerpt, unified diff simpler -> optimized), annotation-free."""
-    optimized, simpler = strip_carrier_marks(optimized), strip_carrier_marks(simpler)
-    a, b = simpler.splitlines(keepends=True), optimized.splitlines(keepends=True)
-    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
-    ops = [op for op in sm.get_opcodes() if op[0] != "equal"]
-    if not ops:
-        return "", "", ""
-    i1, i2 = max(0, ops[0][1] - context), min(len(a), ops[-1][2] + context)
-    j1, j2 = max(0, ops[0][3] - context), min(len(b), ops[-1][4] + context)
-    diff = "".join(difflib.unified_diff(a, b, "simpler.cu", "optimized.cu", n=context))
-    return "".join(a[i1:i2])[:4000], "".join(b[j1:j2])[:4000], diff[:8000]
 
 
 # What each optimization needs of the code by construction, whatever the sizes: probing sizes cannot

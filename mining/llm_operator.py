@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from mining.operators.base import Edit, changed_span
+from corpora.code.edit import Edit, changed_span
 
 OPERATOR_NAME = "llm_deoptimize"
 PROMPT_FILE = Path(__file__).resolve().parent / "deoptimize.md"
@@ -476,7 +476,7 @@ _ASM = re.compile(r"\b(asm|__asm__)\b")
 
 
 def _code_only(source: str) -> str:
-    from mining.carriers import blank_comments
+    from corpora.code.source import blank_comments
 
     return " ".join(blank_comments(source.encode()).decode("utf-8", "replace").split())
 

@@ -1,14 +1,17 @@
 """`skills mine` as a library: walk each expert kernel backward, lift its steps, store them.
 
     from mining.mine import MineConfig, mine_problem
-    outcome = mine_problem(Path("corpora/kernels/softmax"), MineConfig(executor="cpu"))
+    from skills.kernel_store import MinedLineages
+    outcome = mine_problem(Path("corpora/kernels/softmax"), MineConfig(executor="cpu"),
+                           lineages=MinedLineages(Path(".skills")))
 
 Per problem: candidates come from the deterministic operators (`mining/operators/`, in the
 priority order below) and, when a model is configured, from the LLM operator; the kernel gate
 checks them in worker processes; the walk (`mining/walk.py`) accepts one per step; every
 lineage state is probed on adversarial workloads (`mining/probe.py`); accepted steps are lifted
-into skills (`mining/lift.py`); the lineage, its steps and the merged skills are written to the
-store in one transaction (`skills/kernel_store.py`).
+into skills (`mining/lift.py`); the lineage, its steps and the merged skills go to the
+`LineageStore` the caller hands in (`skills.kernel_store.MinedLineages`: one transaction per
+lineage). Mining sits upstream of the store and never imports it.
 
 A lineage is identified by (problem, sha256 of the expert, executor, strategy); re-mining an
 unchanged expert with the same settings finds the stored lineage and does no gate work.
@@ -22,10 +25,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from corpora.problem import Problem, ProblemError, load_problem
-from mining.carriers import Source, detect_carriers
+from corpora.code.source import Source
+from mining.carriers import detect_carriers
 from mining.checker import KernelGateChecker, gate_summary, run_many
 from mining.gate import BadInput, GateConfig
 from mining.gate.gate import kernel_inputs_hash, read_kernel
@@ -63,15 +67,26 @@ class MineConfig:
     operators: Optional[tuple[str, ...]] = None  # restrict to these operator names
     store: Optional[Path] = None
     use_cache: bool = True
-    index: bool = False  # index this lineage's skills for retrieval right after saving (the CLI indexes once per run)
     trust: bool = False  # without a sandbox on this machine, run the gate unisolated (docs/security.md)
 
     def fingerprint(self) -> str:
         d = asdict(self)
-        for k in ("jobs", "store", "use_cache", "index", "time_limit_s", "trust"):
+        for k in ("jobs", "store", "use_cache", "time_limit_s", "trust"):
             d.pop(k)
         d["operators_all"] = [op.name for op in all_operators()]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class LineageStore(Protocol):
+    """Where mine_problem finds a lineage to reuse and hands a finished one over
+    (skills.kernel_store.MinedLineages keeps them in the store)."""
+
+    def reusable(self, lineage_id: str, fingerprint: str) -> Optional[tuple[Lineage, list[Skill], Optional[str]]]:
+        """(the stored lineage, its skills, its final source) when one with this fingerprint is stored."""
+
+    def save(self, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
+             gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
+        """Save a finished lineage; (the merged skills, the skill ids stored before)."""
 
 
 @dataclass
@@ -111,7 +126,7 @@ def _vol(axes: dict[str, int]) -> int:
 
 
 # --------------------------------------------------------------------------- candidates
-def _operator_order(names: Optional[Sequence[str]]) -> list:
+def operator_order(names: Optional[Sequence[str]]) -> list:
     """The operators the walk proposes from, in the registry's priority order (mining/operators/registry.py)."""
     ops = all_operators()
     if names:
@@ -219,10 +234,11 @@ def _probe(problem: Problem, kernel: Path, cfg: GateConfig, sources: list[str], 
 # --------------------------------------------------------------------------- one problem
 def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: Optional[Path] = None,
                  on_event: Callable[[WalkEvent], None] = lambda e: None,
-                 pool: Optional[ProcessPoolExecutor] = None, llm_kwargs: Optional[dict] = None) -> MineOutcome:
-    from skills.kernel_store import KernelStore
-    from skills.store import Store
-
+                 pool: Optional[ProcessPoolExecutor] = None, llm_kwargs: Optional[dict] = None,
+                 lineages: Optional[LineageStore] = None) -> MineOutcome:
+    """Walk one problem's kernel backward and lift its steps. With ``lineages`` a stored lineage of
+    the same settings is reused and the finished one is saved there; without, nothing is read or
+    saved (the outcome's skills are the lifted ones, unmerged)."""
     t0 = time.perf_counter()
     try:
         problem = load_problem(Path(problem_dir))
@@ -236,27 +252,19 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         raise BadInput("--strategy smallest_effect needs GPU timings: use --executor cuda (or --strategy priority)")
     model = config.model or os.environ.get("SKILLS_MODEL") or None
     store_root = Path(config.store or os.environ.get("SKILLS_STORE") or ".skills")
-    store = Store(store_root)
-    if store.root.exists() and not store.root.is_dir():
-        raise BadInput(f"{store.root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
+    if store_root.exists() and not store_root.is_dir():
+        raise BadInput(f"{store_root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
     solution = problem.solution.for_file(kernel_path.name)
     listed = list(solution.carriers)
     kernel_hash = sha256(expert)
     lineage_id = lineage_identity(problem.name, kernel_hash, executor, strategy + (f"+llm:{model}" if model else ""))
-    fp = _lineage_fingerprint(config, problem, solution, executor)
+    fp = lineage_fingerprint(config, problem, solution, executor)
 
-    if store.exists():
-        # read and let go: the walk below takes minutes, other processes may write meanwhile
-        with Store(store_root, read_only=True).session() as reader:
-            rks = KernelStore(reader)
-            # a store made by `skills corpora fetch` alone has no kernel tables yet
-            has_kernel_tables = bool(reader.query(
-                "SELECT 1 FROM information_schema.tables WHERE table_name = 'lineages'"))
-            existing = rks.lineage(lineage_id) if has_kernel_tables else None
-            if existing is not None and existing.config.get("fingerprint") == fp and config.use_cache:
-                skills = [s for s in rks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
-                final = rks.source(existing.final_hash) or expert
-                return _outcome(problem, existing, skills, 0, 0, True, time.perf_counter() - t0, listed, expert, final)
+    reused = lineages.reusable(lineage_id, fp) if lineages is not None and config.use_cache else None
+    if reused is not None:
+        existing, skills, final = reused
+        return _outcome(problem, existing, skills, 0, 0, True, time.perf_counter() - t0, listed, expert,
+                        final or expert)
 
     # the walk checks correctness only; static stats (nvcc + SASS) are computed for accepted states afterwards
     require_isolation(config.trust)
@@ -266,7 +274,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     if executor == "cuda" and not config.profile_all_workloads:
         profile_dir = primary_profile_dir(problem, store_root.resolve() / "cache")
     checker = KernelGateChecker(problem.root, kernel_path, gate_cfg, pool, profile_dir, config.profile_repeats)
-    operators = _operator_order(config.operators)
+    operators = operator_order(config.operators)
     naive_ms, max_cost = _cost_ceiling(problem, checker, config.slowdown_ceiling)
     rejected_so_far: list = []
     llm_failures: list[tuple[int, str]] = []
@@ -376,36 +384,11 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": gate_summary(d)}
                  for h, d in checker.results.items()]
     problem_info = {"definition": problem.definition.model_dump(mode="json")}
-    merged, existing_ids = save_to_store(store_root, lineage, skills, problem_info, gate_runs)
+    merged, existing_ids = lineages.save(lineage, skills, problem_info, gate_runs) if lineages is not None \
+        else (skills, set())
     new = len({s.skill_id for s in skills} - existing_ids)
-    if config.index and merged:
-        with store.session():
-            _index(store, merged)
     return _outcome(problem, lineage, merged, new, len({s.skill_id for s in skills}) - new, False,
                     time.perf_counter() - t0, listed, expert, walk.states[-1])
-
-
-def save_to_store(store_root: Path, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
-                  gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
-    """Save a finished lineage, holding the store's write lock for this transaction only; lineages
-    spilled earlier by a process that found the store locked go in first. Returns (merged skills,
-    skill ids the store had before). When the lock stays taken past the wait limit the lineage
-    is written to <store>/pending/ and LineageNotSaved says where: a finished walk is never lost."""
-    from skills.kernel_store import KernelStore
-    from skills.store import Store, StoreBusy
-
-    store = Store(store_root)
-    ks = KernelStore(store)
-    try:
-        with store.session():
-            ks.save_pending()
-            existing_ids = {s.skill_id for s in ks.skills()}
-            merged = ks.save_lineage(lineage, skills, problem_info, gate_runs)
-    except StoreBusy as exc:
-        spilled = ks.spill_pending(lineage, skills, problem_info, gate_runs)
-        raise LineageNotSaved(f"{exc}; the finished lineage was kept in {spilled} and is saved by the next "
-                              "`skills mine` into this store") from None
-    return merged, existing_ids
 
 
 def _end_point_probes(state_outcomes: list) -> dict[str, Any]:
@@ -417,7 +400,7 @@ def _end_point_probes(state_outcomes: list) -> dict[str, Any]:
             "failed": [{"axes": o.axes, "reason": o.reason[:200]} for o in last if not o.passed]}
 
 
-def _lineage_fingerprint(config: MineConfig, problem: Problem, solution, executor: str) -> str:
+def lineage_fingerprint(config: MineConfig, problem: Problem, solution, executor: str) -> str:
     """What a stored lineage must match to be reused: the mining settings, the problem's content
     (definition.json, workloads.jsonl, reference), the kernel's solution.toml settings and local
     headers, the toolchain (compiler, CPU runtime or GPU) and the gate's version."""
@@ -433,15 +416,6 @@ def _cost_ceiling(problem: Problem, checker: KernelGateChecker, ratio: float) ->
         return None, None
     t = checker.time(naive.read_text())
     return (t, t * ratio) if t else (None, None)
-
-
-def _index(store, skills: list[Skill]) -> None:
-    """Incremental retrieval indexing of what this lineage added (when retrieval is installed)."""
-    try:
-        from retrieval.skill_index import index_skills
-    except ImportError:
-        return
-    index_skills(store, skills)
 
 
 def _row_axes(problem: Problem) -> dict[str, int]:
@@ -497,5 +471,3 @@ def carrier_accounting(listed: Sequence[str], expert: str, final: str,
             [c for c in listed if c not in expert_carriers])
 
 
-class LineageNotSaved(RuntimeError):
-    """The walk finished but the store stayed locked; the lineage waits in <store>/pending/."""

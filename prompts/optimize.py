@@ -281,7 +281,7 @@ def load_skill_records(root: Path) -> list[Skill]:
         return [_validated([json.loads(p.read_text())], p)[0] for p in sorted(root.glob("*/skill.json"))]
     snap = None
     try:
-        from retrieval.skill_index import current_snapshot
+        from retrieval.snapshot import current_snapshot
 
         snap = current_snapshot(root)
     except Exception:  # noqa: BLE001 - retrieval package unusable here

@@ -249,7 +249,7 @@ def wrap_kernel(source: Optional[str] = None, kernel_file: Optional[str] = None,
             kf = Path(tmp) / f"{stem}.cu"
             kf.write_text(source)
             if out is None:
-                from skills.store import resolve_root
+                from corpora.store_root import resolve_root
 
                 out = str(resolve_root(store) / "wrapped" / stem)
         else:
@@ -267,7 +267,8 @@ def wrap_kernel(source: Optional[str] = None, kernel_file: Optional[str] = None,
 # --------------------------------------------------------------------------- store and retrieval
 def _kernel_store(store: Optional[Path]):
     from skills.kernel_store import KernelStore
-    from skills.store import Store, StoreError, resolve_root
+    from corpora.store_root import resolve_root
+    from skills.store import Store, StoreError
 
     root = resolve_root(store)
     if not (root / "store.duckdb").exists():

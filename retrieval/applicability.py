@@ -18,10 +18,12 @@ skill out.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
 
-from mining.carriers import DETECTORS, Source, call_name, declarator_name, enclosing, grid_stride_loops
+from corpora.code.source import Source
+from corpora.code.nodes import call_name, declarator_name, enclosing
+from mining.carriers import DETECTORS, grid_stride_loops
 from corpora.code.parse import text, walk
 from mining.axes_check import precondition_verdict
 
@@ -1111,7 +1113,7 @@ def _register_cache_sites(src: Source) -> list[SiteMatch]:
 
 
 # --------------------------------------------------------------------------- generic fallback
-_TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
+CODE_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
 
 
 class TokenWindows:
@@ -1126,7 +1128,7 @@ class TokenWindows:
         self.lines = src.code.decode("utf-8", "replace").splitlines()
         starts, sets = [], []
         for s in range(0, max(1, len(self.lines) - window + 1)):
-            toks = frozenset(_TOK.findall(" ".join(self.lines[s:s + window])))
+            toks = frozenset(CODE_TOKEN.findall(" ".join(self.lines[s:s + window])))
             if toks:
                 starts.append(s)
                 sets.append(toks)
@@ -1162,7 +1164,7 @@ def excerpt_tokens(excerpts: Iterable[str]) -> list[frozenset]:
     """Token sets of a skill's simpler-side excerpts (comments dropped), what similar_site compares."""
     out = []
     for e in excerpts:
-        toks = frozenset(_TOK.findall(re.sub(r"//[^\n]*", "", e or "")))
+        toks = frozenset(CODE_TOKEN.findall(re.sub(r"//[^\n]*", "", e or "")))
         if toks:
             out.append(toks)
     return out

@@ -13,7 +13,7 @@ Tools (retrieval/agent_tools.py holds their logic, shared with the HTTP server; 
 Answers are the JSON of the CLI's ``--json``; a bad call is a tool error whose text is the
 ``{"error": {...}}`` object. Long calls (gate, profile, wrap) run in a worker thread and send MCP
 progress notifications (elapsed seconds and the current phase) every second to a client that
-asked for them. One resident searcher (the HTTP server's ``_State``) answers queries. stdout
+asked for them. One resident searcher (the HTTP server's ``ServerState``) answers queries. stdout
 carries the protocol, so nothing here prints.
 """
 import json
@@ -88,11 +88,11 @@ def build_server(root: Path, warm: bool = True, tools_only: Optional[list[str]] 
     from mcp.server.mcpserver.exceptions import ToolError
 
     from retrieval import agent_tools as tools
-    from retrieval.server import _State
+    from retrieval.server import ServerState
     from retrieval.skill_search import QueryError
 
     root = Path(root)
-    state = _State(root)
+    state = ServerState(root)
     if warm:
         state.warm()  # as `skills serve` does; without an index the tools say how to build one
 

@@ -50,7 +50,7 @@ CONNECTION_TIMEOUT_S = float(os.environ.get("SKILLS_SERVE_CONN_TIMEOUT", "10"))
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-class _State:
+class ServerState:
     def __init__(self, root: Path):
         self.root = root
         self.lock = threading.Lock()
@@ -89,7 +89,7 @@ class _State:
         self.settle_heap()
 
     def _current_token(self) -> Optional[str]:
-        from retrieval.skill_index import snapshot_root
+        from retrieval.snapshot import snapshot_root
 
         cur = snapshot_root(self.root) / "CURRENT"
         try:
@@ -99,7 +99,7 @@ class _State:
 
     def searcher_now(self):
         """The searcher for the live snapshot (reloaded when it changed). Raises QueryError."""
-        from retrieval.skill_search import QueryError, Searcher, SkillIndex
+        from retrieval.skill_search import Searcher, SkillIndex
 
         tok = self._current_token()
         with self.lock:
@@ -180,7 +180,7 @@ def _int_field(req: dict, name: str, default: int, low: int, high: int) -> int:
     return value
 
 
-def _handler(state: _State, server_ref: dict):
+def _handler(state: ServerState, server_ref: dict):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = CONNECTION_TIMEOUT_S  # an idle or slow connection lets its worker go
@@ -427,7 +427,7 @@ def serve(root: os.PathLike | str, host: str = "127.0.0.1", port: int = 0, warm:
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError("the server binds loopback only (127.0.0.1)")
     root = Path(root)
-    state = _State(root)
+    state = ServerState(root)
     if warm:
         state.warm()
     ref: dict = {}

@@ -29,6 +29,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
+from retrieval.snapshot import TEXT_MAX_TOKENS, current_snapshot
+
 MODES = ("bm25", "text", "graph", "fused")
 RANKS = ("value", "similarity")  # value: what a skill is expected to buy here (retrieval/value.py)
 RRF_K = 60
@@ -92,8 +94,6 @@ class SkillIndex:
 
     @classmethod
     def open(cls, root) -> "SkillIndex":
-        from retrieval.skill_index import current_snapshot
-
         root = Path(root)
         if not root.exists():
             raise QueryError("no_store", f"no store at {root}: build one with `skills mine corpora/kernels --executor cpu "
@@ -285,7 +285,6 @@ class Searcher:
     def embedder(self):
         if self._embedder is None:
             from retrieval.minilm_numpy import get_numpy_embedder
-            from retrieval.skill_index import TEXT_MAX_TOKENS
 
             rel = self.index.manifest.get("minilm_prepared")
             prepared = self.index.root / rel if rel else None

@@ -361,7 +361,7 @@ def kernel_shape(checker) -> KernelShape:
 def _reuse(src) -> tuple[Optional[float], Optional[float]]:
     """(share of the global loads in runtime-bound loops whose index leaves out one of the thread's
     coordinates (so other threads read the same element), float operations per such load)."""
-    from mining.carriers import enclosing
+    from corpora.code.nodes import enclosing
     from corpora.code.parse import text
     from retrieval.applicability import _global_accesses, _loop_var, _thread_coords
 
@@ -467,7 +467,7 @@ def _column_reads(src) -> list[tuple[int, str]]:
 
 def _per_element_atomics(checker) -> list:
     """Global atomics every thread issues (not one per block or warp behind a single-thread guard)."""
-    from mining.carriers import enclosing
+    from corpora.code.nodes import enclosing
     from corpora.code.parse import text
 
     out = []

@@ -49,7 +49,8 @@ def test_code_search_finds_the_same_role(toy_store):
 
 
 def test_fork_and_adapt_maps_identifiers_onto_the_target(toy_store):
-    from retrieval.backend.adapt import adapt, load_profile
+    from corpora.backends.profile import load_profile
+    from retrieval.backend.adapt import adapt
 
     st = Store(toy_store)
     lark, wren, kite = (load_profile(st, t) for t in ("Lark", "Wren", "Kite"))
@@ -71,7 +72,8 @@ def test_fork_and_adapt_maps_identifiers_onto_the_target(toy_store):
 
 
 def test_rename_follows_the_naming_conventions():
-    from retrieval.backend.adapt import TargetProfile, rename_target
+    from corpora.backends.profile import TargetProfile
+    from retrieval.backend.adapt import rename_target
 
     gpu = TargetProfile("AMDGPU", ["AMDGPU", "R600", "GCN", "SI"], "AMDGPU")
     lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark")
@@ -87,7 +89,8 @@ def test_rename_follows_the_naming_conventions():
 
 
 def test_names_outside_the_source_namespaces_are_not_its_attributes():
-    from retrieval.backend.adapt import TargetProfile, adapt
+    from corpora.backends.profile import TargetProfile
+    from retrieval.backend.adapt import adapt
 
     lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark", by_kind={"instruction": ["MUL", "ADD"]},
                          kind_of={"MUL": "instruction", "ADD": "instruction"}, namespaces={"Lark"})

@@ -131,11 +131,11 @@ def test_if_and_statement_operators():
 
 def test_skill_preconditions_are_the_names_of_its_own_level():
     from retrieval.backend.adapt import Mapping
-    from prompts.backend.skills import _guard_identifiers, _missing_attributes
+    from prompts.backend.skills import guard_identifiers, missing_attributes
 
     arm = "case FK_Data_4:\n  if (IsPCRel)\n    return ELF::R_LARK_PC16;\n  return ELF::R_LARK_32;"
     # the arm's own statement needs R_LARK_32; the nested branch's relocation does not decide it
-    assert _guard_identifiers("drop_case_arm", "arm", arm, ["ELF::R_LARK_PC16", "ELF::R_LARK_32"]) == \
+    assert guard_identifiers("drop_case_arm", "arm", arm, ["ELF::R_LARK_PC16", "ELF::R_LARK_32"]) == \
         ["ELF::R_LARK_32"]
     branch = """if (IsPCRel) {
   switch (Kind) {
@@ -147,18 +147,18 @@ def test_skill_preconditions_are_the_names_of_its_own_level():
   g(Lark::R2);
 }"""
     ids = ["Lark::fixup_lark_pc16", "ELF::R_LARK_PC16", "Lark::R3", "Lark::R2"]
-    assert _guard_identifiers("drop_if_branch", "whole", branch, ids) == ["Lark::R3"]
-    assert _guard_identifiers("drop_if_branch", "else", "else {\n  g(Lark::R2);\n}", ids) == ["Lark::R2"]
-    assert _guard_identifiers("drop_case_label", "label", "case Lark::fixup_lark_pc16:", ids) == \
+    assert guard_identifiers("drop_if_branch", "whole", branch, ids) == ["Lark::R3"]
+    assert guard_identifiers("drop_if_branch", "else", "else {\n  g(Lark::R2);\n}", ids) == ["Lark::R2"]
+    assert guard_identifiers("drop_case_label", "label", "case Lark::fixup_lark_pc16:", ids) == \
         ["Lark::fixup_lark_pc16"]
     loop = "for (MCPhysReg R : {Lark::R2, Lark::R3})\n  if (Lark::R2 == R)\n    g(Lark::fixup_lark_pc16);"
-    assert _guard_identifiers("drop_target_statement", "", loop, ids) == ["Lark::R3", "Lark::R2"]
+    assert guard_identifiers("drop_target_statement", "", loop, ids) == ["Lark::R3", "Lark::R2"]
     maps = {"ELF::R_LARK_32": Mapping("ELF::R_LARK_32", "ELF::R_KITE_32", "unmapped", "relocation"),
             "ISD::MUL": Mapping("ISD::MUL", "ISD::MUL", "generic"),
             "LarkHelper": Mapping("LarkHelper", "KiteHelper", "unmapped"),
             "Lark::R3": Mapping("Lark::R3", "Kite::R3", "rename", "register")}
     # only an unmapped, qualified target attribute fails the precondition
-    assert _missing_attributes(list(maps), maps) == ["ELF::R_LARK_32"]
+    assert missing_attributes(list(maps), maps) == ["ELF::R_LARK_32"]
 
 
 def test_wrapper_return_types():
@@ -185,13 +185,14 @@ def mined(tmp_path_factory):
     if gate_skip_reason() is not None:
         pytest.skip(gate_skip_reason())
     from mining.backend.mine import BackendMineConfig, mine_backends, select_functions
+    from skills.kernel_store import KernelStore
 
     dst = tmp_path_factory.mktemp("lineage") / "store"
     shutil.copytree(indexed_toy_store(), dst)
     st = Store(dst)
     fids = select_functions(st, roles=["ELFObjectWriter::getRelocType"]) + \
         select_functions(st, targets=["Lark", "Wren"], roles=["RegisterInfo::getReservedRegs"])
-    outs = mine_backends(st, fids, BackendMineConfig())
+    outs = mine_backends(st, fids, BackendMineConfig(), lineages=KernelStore(st))
     st.close()
     return dst, outs
 
@@ -229,7 +230,7 @@ def test_mining_stores_lineages_and_merges_skills_across_targets(mined):
         # mining again reuses the stored lineage
         from mining.backend.mine import BackendMineConfig, mine_function, make_backend_gate
 
-        again = mine_function(st, make_backend_gate(st, "Lark"), lark.func_id, BackendMineConfig())
+        again = mine_function(st, make_backend_gate(st, "Lark"), lark.func_id, BackendMineConfig(), lineages=ks)
         assert again.cached and again.lineage.lineage_id == lark.lineage.lineage_id
     finally:
         st.close()

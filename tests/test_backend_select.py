@@ -107,7 +107,7 @@ def test_role_candidates_with_a_selector(toy_store, tmp_path):
 
 def test_generation_features_match_the_training_features(toy_store):
     """The features role_candidates ranks on are the ones selector_data collects for training."""
-    from eval.bench_backend import selector_data
+    from eval.backend_studies import selector_data
     from retrieval.backend.search import BackendIndex
 
     st = Store(toy_store)

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mining.carriers import DETECTORS, Source, blank_comments, carrier_names, detect_carriers
+from corpora.code.source import Source, blank_comments
+from mining.carriers import DETECTORS, carrier_names, detect_carriers
 
 KERNELS = Path(__file__).resolve().parent.parent / "corpora" / "kernels"
 PROBLEMS = sorted(p for p in KERNELS.iterdir() if (p / "solution.toml").is_file())

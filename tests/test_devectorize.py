@@ -9,7 +9,8 @@ import re
 import pytest
 
 from _operator_support import assert_outside_identical, cpu_gate, edited, to_fixpoint
-from mining.carriers import Source, detect_carriers
+from corpora.code.source import Source
+from mining.carriers import detect_carriers
 from mining.carriers_meaning import element_type, memory_space, root_of, view_macros, wide_accesses
 from mining.operators import get_operator
 from mining.operators.devectorize import forward, plans

@@ -347,15 +347,15 @@ def test_cached_results_are_keyed_by_solution_and_headers(tmp_path, problem_copy
 
 def test_stored_lineage_is_keyed_by_the_problems_content(problem_copy):
     from corpora.problem import load_problem
-    from mining.mine import MineConfig, _lineage_fingerprint
+    from mining.mine import MineConfig, lineage_fingerprint
 
     root = problem_copy("vector_add")
     p = load_problem(root)
     cfg = MineConfig(executor="cpu")
-    before = _lineage_fingerprint(cfg, p, p.solution.for_file("kernel.cu"), "cpu")
+    before = lineage_fingerprint(cfg, p, p.solution.for_file("kernel.cu"), "cpu")
     (root / "workloads.jsonl").write_text((root / "workloads.jsonl").read_text() + '{"axes": {"N": 5}}\n')
     p2 = load_problem(root)
-    assert _lineage_fingerprint(cfg, p2, p2.solution.for_file("kernel.cu"), "cpu") != before
+    assert lineage_fingerprint(cfg, p2, p2.solution.for_file("kernel.cu"), "cpu") != before
 
 
 def test_a_precondition_names_the_axis_the_failing_probes_varied():

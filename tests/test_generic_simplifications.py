@@ -291,7 +291,7 @@ void vector_add(const float* a, const float* b, float* y, int N) {
 
 def test_work_constant_shrinks_to_one_and_the_launch_follows(tmp_path):
     from mining.operators.shrink_work_constant import forward, work_constants
-    from mining.carriers import Source
+    from corpora.code.source import Source
     op = get_operator("shrink_work_constant")
     found = [(w.name, w.value, w.how) for w in work_constants(Source(COARSE_ADD))]
     assert found == [("ELEMS", 4, "constexpr")]
@@ -385,7 +385,7 @@ def test_tile_filled_by_a_multi_row_loop_is_forwarded_by_index_algebra(tmp_path)
     ("    __syncthreads();\n", "    t[0][0] = 0.0f;\n    __syncthreads();\n"),
 ])
 def test_tile_algebra_refusals(change):
-    from mining.carriers import Source
+    from corpora.code.source import Source
     from mining.operators.tile_algebra import algebraic_forward
     code = TILED_T.replace(*change)
     assert code != TILED_T

@@ -170,12 +170,12 @@ def test_guard_detection_and_forcing():
 # --------------------------------------------------------------------------- real walks (CPU gate)
 def test_guarded_fast_path_precondition_is_discovered(tmp_path):
     from mining.mine import MineConfig, mine_problem
-    from skills.kernel_store import KernelStore
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     cfg = MineConfig(executor="cpu", jobs=1, seeds=(0,), store=tmp_path / "s",
                      operators=("vector_store_to_scalar", "vector_load_to_scalar"))
-    out = mine_problem(GUARDED, cfg)
+    out = mine_problem(GUARDED, cfg, lineages=MinedLineages(cfg.store))
     lin = out.lineage
     assert lin.termination == "complete" and [s.operator for s in lin.steps] == ["vector_store_to_scalar",
                                                                                 "vector_load_to_scalar"]
@@ -255,7 +255,7 @@ def test_mine_cli_store_is_idempotent_and_merges_across_problems(tmp_path):
 
 def test_a_failed_save_leaves_nothing_half_written(tmp_path, monkeypatch):
     from mining.mine import MineConfig, mine_problem
-    from skills.kernel_store import KernelStore
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     cfg = MineConfig(executor="cpu", jobs=1, seeds=(0,), store=tmp_path / "s", operators=("drop_restrict",), probe=False)
@@ -264,7 +264,7 @@ def test_a_failed_save_leaves_nothing_half_written(tmp_path, monkeypatch):
         raise KeyboardInterrupt("killed while writing skills")
     monkeypatch.setattr(KernelStore, "_put_skill", staticmethod(boom))
     with pytest.raises(KeyboardInterrupt):
-        mine_problem(KERNELS / "vector_add", cfg)
+        mine_problem(KERNELS / "vector_add", cfg, lineages=MinedLineages(cfg.store))
     monkeypatch.undo()
     counts = KernelStore(Store(tmp_path / "s")).counts()
     assert counts == {"problems": 0, "lineages": 0, "steps": 0, "skills": 0}
@@ -272,13 +272,14 @@ def test_a_failed_save_leaves_nothing_half_written(tmp_path, monkeypatch):
 
 def test_llm_proposed_step_is_gated_and_counted(tmp_path):
     from mining.mine import MineConfig, mine_problem
+    from skills.kernel_store import MinedLineages
 
     reply = ("CARRIER: restrict\nDESCRIPTION: drop __restrict__ from the output pointer\n"
              "<<<<<<< SEARCH\n__global__ void scale_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {\n"
              "=======\n__global__ void scale_kernel(const float* __restrict__ x, float* y, int n) {\n>>>>>>> REPLACE\n")
     cfg = MineConfig(executor="cpu", jobs=1, seeds=(0,), store=tmp_path / "s", operators=("vector_store_to_scalar",),
                      model="openai/gpt-4o", probe=False)
-    out = mine_problem(GUARDED, cfg, llm_kwargs={"mock_response": reply})
+    out = mine_problem(GUARDED, cfg, llm_kwargs={"mock_response": reply}, lineages=MinedLineages(cfg.store))
     lin = out.lineage
     assert [s.proposer for s in lin.steps] == ["deterministic", "llm"]
     llm_step = lin.steps[1]
@@ -322,7 +323,7 @@ def test_launch_guards_found_in_host_code():
 def test_exemplars_carry_no_carrier_annotations():
     """`// carrier:` comments are the corpus's ground truth for recall: a skill's exemplar (shown to
     agents and LLMs) holds the code only."""
-    from mining.lift import exemplar
+    from mining.exemplar import exemplar
 
     optimized = ("__global__ void // carrier: launch_bounds\nk(float* __restrict__ y) {  // carrier: restrict\n"
                  "    // carrier: unroll_pragma\n#pragma unroll\n    for (int i = 0; i < 4; ++i) y[i] = 0.f;\n}\n")

@@ -165,7 +165,7 @@ def test_mine_with_nothing_to_lift_into_an_empty_store(tmp_path):
 
 
 def _save(store: Path, name: str) -> None:
-    from mining.mine import save_to_store
+    from skills.kernel_store import save_to_store
     from mining.records import Evidence, Lineage, Skill
 
     lin = Lineage(lineage_id=name, problem=name, problem_dir="/nowhere", kernel="kernel.cu", kernel_hash=name,
@@ -178,7 +178,8 @@ def _save(store: Path, name: str) -> None:
 def test_an_index_left_behind_by_a_killed_run_counts_as_stale(tmp_path):
     """`skills mine` re-indexes when the snapshot does not match the store, even if every lineage
     was cached: a run killed while indexing is repaired by the next one."""
-    from retrieval.skill_index import _store_stamp, index_is_current, snapshot_root
+    from retrieval.skill_index import store_stamp_of, index_is_current
+    from retrieval.snapshot import snapshot_root
     from skills.store import Store
 
     store = tmp_path / "s"
@@ -186,7 +187,7 @@ def test_an_index_left_behind_by_a_killed_run_counts_as_stale(tmp_path):
     _save(store, "a")
     assert not index_is_current(store)  # skills, no snapshot: the run died before publishing one
     with Store(store, read_only=True).session() as st:
-        stamp = _store_stamp(st)
+        stamp = store_stamp_of(st)
     snap = snapshot_root(store)
     (snap / "b1").mkdir(parents=True)
     (snap / "b1" / "manifest.json").write_text(json.dumps({"store_stamp": stamp}))

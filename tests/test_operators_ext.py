@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mining.carriers import Site, detect_carriers
+from corpora.code.source import Site
+from mining.carriers import detect_carriers
 from mining.gate import cpu_rewrite, cpu_toolchain
 from mining.operators import all_operators, get_operator
 

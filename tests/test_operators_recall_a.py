@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mining.carriers import detect_carriers
-from mining.mine import _operator_order
+from mining.mine import operator_order
 from mining.operators import all_operators, get_operator
 from corpora.code.parse import parse_cuda, syntax_issues
 
@@ -44,7 +44,7 @@ def test_registry_and_walk_order():
     assert set(NEW) <= set(names) and len(names) == len(set(names))
     assert {get_operator(n).carrier for n in NEW} == {"block_reduce_shared", "register_cache", "online_softmax",
                                                       "grid_stride", "single_pass_stats"}
-    order = [op.name for op in _operator_order(None)]
+    order = [op.name for op in operator_order(None)]
     # one element per thread is tried before per-thread chunks, chunks before the softmax max gets
     # its own pass, and the flash-loop split comes after every operator that simplifies the loop
     assert order.index("grid_stride_to_single") < order.index("block_stride_to_chunks") < \

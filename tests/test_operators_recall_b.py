@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mining.carriers import Source, detect_carriers
+from corpora.code.source import Source
+from mining.carriers import detect_carriers
 from mining.gate.static import nvcc_path, static_stage
 from mining.operators import all_operators, get_operator
 from mining.operators.rewrite_util import structural

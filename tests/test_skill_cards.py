@@ -99,7 +99,7 @@ def test_retrieval_checks_contiguity_and_cross_thread_reduction():
     assert a.status == "applicable" and contiguous.check == "satisfied"
     assert sgemm.check(dict(skill, operator="x")).sites[0].line == 9
 
-    from mining.carriers import Source
+    from corpora.code.source import Source
 
     src = Source("__global__ void f(const float* p, float* q, int n, int m) {\n"
                  "  for (int j = 0; j < n; ++j) q[j] = p[(size_t)j * m] + p[m + j] + p[(j)] + p[m];\n}\n")

@@ -321,7 +321,7 @@ def test_fusion_weights_calibrated_leave_one_problem_out(indexed, tmp_path):
     import numpy as np
 
     from retrieval.skill_fusion import calibrate, is_current, recalibrate, weight_grid
-    from retrieval.skill_index import current_snapshot
+    from retrieval.snapshot import current_snapshot
     from retrieval.skill_search import Searcher, SkillIndex
 
     root = tmp_path / "copy"

@@ -62,8 +62,8 @@ def test_rank_breaks_ties_by_index_like_a_stable_sort():
 
 
 def test_similar_site_is_the_best_jaccard_window():
-    from retrieval.applicability import TokenWindows, _TOK, excerpt_tokens, similar_site
-    from mining.carriers import Source
+    from retrieval.applicability import TokenWindows, CODE_TOKEN, excerpt_tokens, similar_site
+    from corpora.code.source import Source
 
     src = Source((KERNELS / "softmax" / "naive.cu").read_text())
     win = TokenWindows(src)
@@ -74,7 +74,7 @@ def test_similar_site_is_the_best_jaccard_window():
     assert refs and all("max" not in r for r in refs)  # comments are not compared
     best, at = -1.0, None
     for s0 in range(len(lines) - 3):  # brute force: every 4-line window, the first best one wins
-        toks = set(_TOK.findall(" ".join(lines[s0:s0 + 4])))
+        toks = set(CODE_TOKEN.findall(" ".join(lines[s0:s0 + 4])))
         if toks:
             sc = max(len(toks & r) / len(toks | r) for r in refs)
             if sc > best:
@@ -204,11 +204,11 @@ def test_onnx_minilm_matches_sentence_transformers(tmp_path):
     vectors of sentence-transformers: what the index holds."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("sentence_transformers")
-    from retrieval.minilm_numpy import NumpyMiniLM, export_prepared
-    from retrieval.minilm_onnx import ONNX_FILE, OnnxMiniLM, build_model
+    from retrieval.minilm_numpy import NumpyMiniLM
+    from retrieval.minilm_onnx import ONNX_FILE, OnnxMiniLM, build_model, export_query_encoders
     from retrieval.text import get_embedder
 
-    prepared = export_prepared(tmp_path / "minilm")
+    prepared = export_query_encoders(tmp_path / "minilm")
     assert (prepared / ONNX_FILE).is_file()  # written with the prepared weights
     long = (KERNELS / "attention_fwd" / "naive.cu").read_text() * 2  # > 256 tokens: truncated alike
     texts = [(KERNELS / "softmax" / "naive.cu").read_text(), "use float4 vector loads", "x", long,
@@ -238,11 +238,10 @@ def test_int8_queries_rank_like_fp32_or_fall_back(tmp_path):
     import json
 
     from retrieval.int8_check import CHECK_FILE, compare, describe, resolve_precision
-    from retrieval.minilm_numpy import export_prepared
-    from retrieval.minilm_onnx import ONNX_FILE_INT8, OnnxMiniLM, build_model, write_onnx
+    from retrieval.minilm_onnx import ONNX_FILE_INT8, OnnxMiniLM, build_model, export_query_encoders, write_onnx
     from retrieval.skill_docs import query_units
 
-    prepared = export_prepared(tmp_path / "minilm")
+    prepared = export_query_encoders(tmp_path / "minilm")
     rec = resolve_precision(prepared, 256)
     assert rec["precision"] in ("int8", "fp32") and rec["cached"] is False
     assert rec["ok"] == (rec["precision"] == "int8") and rec["ok"] == (not rec["failed"])
@@ -312,27 +311,27 @@ def test_text_chunks_bound_tokens_and_keep_lines():
 
 
 def test_weight_grid_and_calibration_metrics():
-    from retrieval.skill_fusion import _distance_to_equal, _metrics, weight_grid
+    from retrieval.skill_fusion import distance_to_equal, ranking_metrics, weight_grid
 
     grid = weight_grid()
     assert all(any(w[m] for m in ("bm25", "text", "graph")) for w in grid)  # never the prior alone
     scaled = {tuple(round(w[m] / max(w.values()), 6) for m in sorted(w)) for w in grid}
     assert len(scaled) == len(grid)  # distinct up to scale ((2,2,2,2) is (1,1,1,1))
     assert {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 1.0} in grid
-    assert _distance_to_equal({"bm25": 2.0, "text": 2.0, "graph": 2.0, "prior": 2.0}) == 0.0
-    rr, ndcg, rec = _metrics([5, 3, 9], {3, 4})
+    assert distance_to_equal({"bm25": 2.0, "text": 2.0, "graph": 2.0, "prior": 2.0}) == 0.0
+    rr, ndcg, rec = ranking_metrics([5, 3, 9], {3, 4})
     assert rr == 0.5 and rec == 0.5 and 0 < ndcg < 1
 
 
 def test_latency_benchmark_edits_still_parse():
     """eval/bench_query's edited-code classes must stay valid CUDA (a parse error would be timed
     as an error answer): one changed line for line_edit, a renamed identifier for novel."""
-    from eval.bench_query import _line_edit, _variant
+    from eval.bench_query import one_line_edit, query_variant
     from corpora.code.parse import parse_cuda, syntax_issues
 
     for f in sorted(KERNELS.glob("*/naive.cu")):
         code = f.read_text()
-        for edited in (_line_edit(code, 7), _variant(code, 7)):
+        for edited in (one_line_edit(code, 7), query_variant(code, 7)):
             assert edited != code and not syntax_issues(parse_cuda(edited)), f
-        changed = [a for a, b in zip(code.split("\n"), _line_edit(code, 7).split("\n")) if a != b]
+        changed = [a for a, b in zip(code.split("\n"), one_line_edit(code, 7).split("\n")) if a != b]
         assert len(changed) == 1 and "return" not in changed[0], f

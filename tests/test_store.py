@@ -1,6 +1,7 @@
 import pytest
 
-from skills.store import Store, resolve_root
+from corpora.store_root import resolve_root
+from skills.store import Store
 
 
 def test_root_resolution(monkeypatch, tmp_path):

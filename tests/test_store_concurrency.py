@@ -1,6 +1,6 @@
 """Several processes, one store: real writer and reader processes (not threads).
 
-The writers save lineages the way `skills mine` does (mining.mine.save_to_store: the write lock
+The writers save lineages the way `skills mine` does (skills.kernel_store.save_to_store: the write lock
 is held inside the save transaction only); a reader process and the real `skills list` /
 `skills lineage` CLI read meanwhile. A writer that finds the lock held past its wait limit keeps
 its finished lineage in <store>/pending/, and the next save moves it in.
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WRITER = r"""
 import sys, time
 from pathlib import Path
-from mining.mine import LineageNotSaved, save_to_store
+from skills.kernel_store import LineageNotSaved, save_to_store
 from mining.records import Evidence, Lineage, Skill
 root, name, n, pause = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 for i in range(n):

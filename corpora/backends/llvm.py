@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from corpora.store_root import resolve_root
+
 TARGET_SUBDIR = Path("lib/Target")
 RELOC_SUBDIR = Path("include/llvm/BinaryFormat/ELFRelocs")
 CONFIG_TEMPLATE = Path("include/llvm/Config/config.h.cmake")
@@ -234,8 +236,6 @@ def fetch_llvm(version: int | str = 15, dest: Optional[Path] = None, store_root:
     if not re.fullmatch(r"\d+", version):
         raise FetchError(f"--version must be an LLVM major version such as 15, got {version!r}")
     if dest is None:
-        from skills.store import resolve_root
-
         dest = default_dest(resolve_root(store_root), version)
     dest = Path(dest).resolve()
     if not force and (dest / "fetch.json").is_file() and list_targets(dest):

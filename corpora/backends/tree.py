@@ -22,9 +22,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Optional
 
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Node
+
+from corpora.code.nodes import function_declarator
+from corpora.code.parse import cpp_parser, tablegen_parser, walk
+from corpora.code.parse import text as _text
 
 SOURCE_SUFFIXES = (".cpp", ".h")
 TD_SUFFIX = ".td"
@@ -146,20 +150,6 @@ class BackendInputError(Exception):
 
 
 # --------------------------------------------------------------------------- parsers
-@lru_cache(maxsize=1)
-def cpp_parser() -> Parser:
-    import tree_sitter_cpp
-
-    return Parser(Language(tree_sitter_cpp.language()))
-
-
-@lru_cache(maxsize=1)
-def tablegen_parser() -> Parser:
-    from tree_sitter_language_pack import get_parser
-
-    return get_parser("tablegen")
-
-
 def prepare_cpp(source: bytes) -> bytes:
     return _ATTR_MACROS.sub(lambda m: b" " * len(m.group(0)), source)
 
@@ -167,18 +157,6 @@ def prepare_cpp(source: bytes) -> bytes:
 def parse_cpp(source: bytes | str):
     data = source.encode() if isinstance(source, str) else source
     return cpp_parser().parse(prepare_cpp(data))
-
-
-def _text(node: Node) -> str:
-    return node.text.decode("utf-8", errors="replace") if node.text is not None else ""
-
-
-def walk(node: Node) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def error_nodes(node: Node) -> list[Node]:
@@ -347,11 +325,11 @@ def find_aliases(target: str, class_names: Iterable[str]) -> list[str]:
 
 
 def _alias_pattern(aliases: Iterable[str]) -> re.Pattern:
-    return _alias_pattern_cached(tuple(sorted(set(aliases))))
+    return alias_pattern_cached(tuple(sorted(set(aliases))))
 
 
 @lru_cache(maxsize=256)
-def _alias_pattern_cached(aliases: tuple[str, ...]) -> re.Pattern:
+def alias_pattern_cached(aliases: tuple[str, ...]) -> re.Pattern:
     alts = "|".join(re.escape(a) for a in sorted(aliases, key=len, reverse=True))
     # A prefix ends where a new word starts: upper case, digit, underscore, or the end.
     return re.compile(rf"(?:(?<=^)|(?<=[a-z0-9_])|(?<=::))(?:{alts})(?=[A-Z0-9_]|$|::)")
@@ -402,15 +380,6 @@ def is_target_identifier(ident: str, aliases: list[str], attribute_names: set[st
 
 
 # --------------------------------------------------------------------------- C++ functions
-def _declarator_name(decl: Node) -> tuple[Optional[Node], Optional[Node]]:
-    """(function_declarator, its name node) under a definition's declarator chain."""
-    node = decl
-    while node is not None and node.type in ("pointer_declarator", "reference_declarator", "attributed_declarator",
-                                             "parenthesized_declarator"):
-        node = node.child_by_field_name("declarator") or (node.named_children[-1] if node.named_children else None)
-    if node is None or node.type != "function_declarator":
-        return None, None
-    return node, node.child_by_field_name("declarator")
 
 
 def _enclosing_classes(node: Node) -> list[str]:
@@ -425,7 +394,7 @@ def _enclosing_classes(node: Node) -> list[str]:
     return list(reversed(names))
 
 
-def _identifiers_in(node: Node) -> list[str]:
+def identifiers_in(node: Node) -> list[str]:
     """Identifiers a body references: qualified names whole, plain names alone."""
     seen: dict[str, None] = {}
     stack = [node]
@@ -468,7 +437,7 @@ def extract_functions(source: bytes, target: str, path: str, aliases: list[str],
         decl = node.child_by_field_name("declarator")
         if body is None or decl is None:
             continue
-        fdecl, name_node = _declarator_name(decl)
+        fdecl, name_node = function_declarator(decl)
         if fdecl is None or name_node is None:
             continue
         raw_name = re.sub(r"\s+", "", _text(name_node))
@@ -491,7 +460,7 @@ def extract_functions(source: bytes, target: str, path: str, aliases: list[str],
         init = next((c for c in node.children if c.type == "field_initializer_list"), None)
         body_start = init if init is not None else body
         text = data[start.start_byte: node.end_byte].decode("utf-8", errors="replace")
-        used = _identifiers_in(body) if init is None else list(dict.fromkeys(_identifiers_in(init) + _identifiers_in(body)))
+        used = identifiers_in(body) if init is None else list(dict.fromkeys(identifiers_in(init) + identifiers_in(body)))
         idents = [i for i in used if is_target_identifier(i, aliases, attribute_names, reloc_prefixes)]
         stmts = ([norm(init)] if init is not None else []) + statements_of(body)
         funcs.append(Function(
@@ -515,7 +484,7 @@ def class_names_in(tree) -> list[str]:
         elif n.type == "function_definition":
             decl = n.child_by_field_name("declarator")
             if decl is not None:
-                _, nm = _declarator_name(decl)
+                _, nm = function_declarator(decl)
                 if nm is not None and nm.type == "qualified_identifier":
                     scope = nm.child_by_field_name("scope")
                     if scope is not None:
@@ -898,7 +867,7 @@ def load_target(target_dir: Path, relocs_dir: Optional[Path] = None) -> TargetTr
 def _neutral_patterns(aliases: tuple[str, ...]) -> tuple[re.Pattern, Optional[re.Pattern]]:
     lows = sorted({a.lower() for a in aliases if len(a) >= 2}, key=len, reverse=True)
     low_pat = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(a) for a in lows) + r")(?=_|\d|$|[^A-Za-z0-9])") if lows else None
-    return _alias_pattern_cached(aliases), low_pat
+    return alias_pattern_cached(aliases), low_pat
 
 
 def neutralize(text: str, aliases: Iterable[str], placeholder: str = "TGT") -> str:

@@ -1,6 +1,7 @@
-"""tree-sitter-cuda parsing: syntax errors, function definitions, entry signatures.
+"""tree-sitter parsing, the one place a parser is made: CUDA (syntax errors, function definitions,
+entry signatures), C++ (LLVM backend sources) and TableGen (.td files).
 
-One cached parser per process; everything here is a pure function of the source text.
+One cached parser per language and process; everything here is a pure function of the source text.
 """
 from __future__ import annotations
 
@@ -19,13 +20,33 @@ def cuda_language() -> Language:
 
 
 @lru_cache(maxsize=1)
-def _parser() -> Parser:
+def cuda_parser() -> Parser:
     return Parser(cuda_language())
 
 
 def parse_cuda(source: str | bytes) -> Tree:
     data = source.encode() if isinstance(source, str) else source
-    return _parser().parse(data)
+    return cuda_parser().parse(data)
+
+
+@lru_cache(maxsize=1)
+def cpp_language() -> Language:
+    import tree_sitter_cpp
+
+    return Language(tree_sitter_cpp.language())
+
+
+@lru_cache(maxsize=1)
+def cpp_parser() -> Parser:
+    """Plain C++ (tree-sitter-cpp errors on CUDA qualifiers and launches: CUDA goes through cuda_parser)."""
+    return Parser(cpp_language())
+
+
+@lru_cache(maxsize=1)
+def tablegen_parser() -> Parser:
+    from tree_sitter_language_pack import get_parser
+
+    return get_parser("tablegen")
 
 
 def text(node: Node) -> str:

@@ -1,7 +1,9 @@
 """Backend lineages: walk a target's implementation of a role backward under the compile gate.
 
-    from mining.backend.mine import BackendMineConfig, mine_backends
-    outcomes = mine_backends(store, roles=["ELFObjectWriter::getRelocType"])
+    from mining.backend.mine import BackendMineConfig, mine_backends, select_functions
+    from skills.kernel_store import KernelStore
+    fids = select_functions(store, roles=["ELFObjectWriter::getRelocType"])
+    outcomes = mine_backends(store, fids, lineages=KernelStore(store))
 
 For one function of target T (an ingested row of the ``functions`` table): the operators of
 ``mining/backend/operators.py`` propose simplifications (drop a case label or arm, a
@@ -37,21 +39,32 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
-from corpora.backends.tree import (
-    BackendInputError, cpp_parser, neutralize, normalize_code, prepare_cpp, statements_of,
-)
+from corpora.backends.profile import load_profile
+from corpora.backends.tree import BackendInputError, neutralize, normalize_code, prepare_cpp, statements_of
+from corpora.code.parse import cpp_parser
 from mining.backend.operators import CARRIERS, OPERATORS, BackendEdit, TargetNames, find_function, propose_edits
-from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
+from mining.exemplar import exemplar
 from mining.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Precondition, Skill, Step, lineage_identity,
                             sha256, skill_identity)
+from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
 
 MINING_VERSION = "backend-mining-1"
 EXECUTOR = "clang-15"  # the executor of a tree without fetch.json (mining.backend.gate.DEFAULT_LLVM_MAJOR)
 # attribute kinds abstracted into slots of a skill's pattern (the "for each <attribute>" part)
 SLOT_KINDS = ("fixup", "relocation", "register", "register_class", "subtarget_feature", "instruction",
               "calling_convention", "processor")
+
+
+class BackendLineages(Protocol):
+    """Where backend lineages and their skills are kept: skills.kernel_store.KernelStore over the
+    store the functions were ingested into (mining sits upstream of the store and never imports it)."""
+
+    def skill(self, ident: str) -> Optional[Skill]: ...
+
+    def save_lineage(self, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
+                     gate_runs: list[dict[str, Any]] = (), kind: str = "kernel") -> list[Skill]: ...
 
 
 @dataclass(frozen=True)
@@ -295,7 +308,7 @@ class BackendGateChecker:
         return True
 
     def _run(self, batch: list[tuple[str, Optional[Candidate]]]) -> None:
-        from mining.backend.gate import GateInputError, Splice
+        from mining.backend.gate import GateInputError
 
         sources = [s for s, _ in batch]
         if self._out_of_time(sources):
@@ -522,8 +535,6 @@ def _preconditions(edit: BackendEdit, slots: list[tuple[str, str]], names: Targe
 def lift_backend_step(site: FunctionSite, names: TargetNames, edit: BackendEdit, index: int, lineage_id: str,
                       kernel_hash: str, optimized: str, simpler: str) -> Skill:
     """One accepted step, reversed (skeleton side -> expert side), as a backend Skill."""
-    from mining.lift import exemplar
-
     variant, pattern, slots = shape_of(site.role, edit, names)
     carrier = CARRIERS[edit.operator]
     key, skill_id = skill_identity(carrier, edit.operator, variant)
@@ -603,8 +614,6 @@ def statement_stats(text: str, names: TargetNames) -> dict[str, Any]:
 # --------------------------------------------------------------------------- one function
 def _names_for(store, target: str, cache: dict) -> TargetNames:
     if target not in cache:
-        from retrieval.backend.adapt import load_profile
-
         try:
             cache[target] = TargetNames.from_profile(load_profile(store, target))
         except KeyError:
@@ -620,6 +629,7 @@ def _unified(a: str, b: str, n: int = 2) -> str:
 class _Job:
     """One function ready to walk: its site, proposer, checker and identity."""
     store: Any
+    lineages: BackendLineages
     site: FunctionSite
     names: TargetNames
     config: BackendMineConfig
@@ -631,17 +641,14 @@ class _Job:
     t0: float
 
 
-def _prepare(store, gate, func_id: str, config: BackendMineConfig, names_cache: dict):
+def _prepare(store, lineages: BackendLineages, gate, func_id: str, config: BackendMineConfig, names_cache: dict):
     """A _Job, or a finished outcome (stored lineage reused, nothing to simplify)."""
-    from skills.kernel_store import KernelStore
-
     t0 = time.monotonic()
     site = function_site(store, func_id)
     names = _names_for(store, site.target, names_cache)
     kernel_hash = sha256(site.text)
     lineage_id = lineage_identity(site.problem, kernel_hash, site.executor, "priority")
     outcome = BackendMineOutcome(problem=site.problem, func_id=func_id)
-    KernelStore(store)  # creates the lineage tables in a store that has none yet
     if config.use_cache:
         existing = store.query("SELECT record FROM lineages WHERE lineage_id = ?", [lineage_id])
         if existing:
@@ -651,7 +658,7 @@ def _prepare(store, gate, func_id: str, config: BackendMineConfig, names_cache: 
                 ids = [r["skill_id"] for r in store.query(
                     "SELECT DISTINCT skill_id FROM steps WHERE lineage_id = ? AND skill_id <> '' ORDER BY skill_id",
                     [lineage_id])]
-                outcome.skills = [sk for sk in (KernelStore(store).skill(i) for i in ids) if sk is not None]
+                outcome.skills = [sk for sk in (lineages.skill(i) for i in ids) if sk is not None]
                 return outcome
     def propose(state: str, step: int) -> list[Candidate]:
         out = []
@@ -669,13 +676,11 @@ def _prepare(store, gate, func_id: str, config: BackendMineConfig, names_cache: 
         outcome.wall_s = time.monotonic() - t0
         return outcome
     checker = BackendGateChecker(gate, site, propose, config.max_variants, config.max_batch_chars, config.use_cache)
-    return _Job(store, site, names, config, lineage_id, kernel_hash, propose, checker, outcome, t0)
+    return _Job(store, lineages, site, names, config, lineage_id, kernel_hash, propose, checker, outcome, t0)
 
 
 def _walk_and_save(job: _Job, on_event: Callable[[WalkEvent], None] = lambda e: None,
                    save: bool = True) -> BackendMineOutcome:
-    from skills.kernel_store import KernelStore
-
     site, names, config, checker, outcome = job.site, job.names, job.config, job.checker, job.outcome
     lineage_id, kernel_hash = job.lineage_id, job.kernel_hash
 
@@ -736,7 +741,7 @@ def _walk_and_save(job: _Job, on_event: Callable[[WalkEvent], None] = lambda e: 
     if save:
         gate_runs = [{"source_hash": h, "verdict": v.verdict, "reason": v.reason, "summary": v.summary}
                      for h, v in checker.verdicts.items()]
-        outcome.skills = KernelStore(job.store).save_lineage(lineage, skills, {"definition": {
+        outcome.skills = job.lineages.save_lineage(lineage, skills, {"definition": {
             "kind": "backend", "target": site.target, "role": site.role, "qualified_name": site.qualified_name,
             "path": site.path, "func_id": site.func_id}}, gate_runs, kind="backend")
     outcome.wall_s = time.monotonic() - job.t0
@@ -745,9 +750,10 @@ def _walk_and_save(job: _Job, on_event: Callable[[WalkEvent], None] = lambda e: 
 
 def mine_function(store, gate, func_id: str, config: BackendMineConfig = BackendMineConfig(),
                   names_cache: Optional[dict] = None, on_event: Callable[[WalkEvent], None] = lambda e: None,
-                  save: bool = True) -> BackendMineOutcome:
-    """Walk one ingested function backward under the compile gate; lift and store the result."""
-    job = _prepare(store, gate, func_id, config, {} if names_cache is None else names_cache)
+                  save: bool = True, *, lineages: BackendLineages) -> BackendMineOutcome:
+    """Walk one ingested function backward under the compile gate; lift the result and (``save``)
+    store it in ``lineages``."""
+    job = _prepare(store, lineages, gate, func_id, config, {} if names_cache is None else names_cache)
     if isinstance(job, BackendMineOutcome):
         return job
     return _walk_and_save(job, on_event, save)
@@ -803,7 +809,7 @@ def make_backend_gate(store, target: str):
 
 def mine_backends(store, func_ids: Sequence[str], config: BackendMineConfig = BackendMineConfig(),
                   log: Callable[[str], None] = lambda m: None, gates: Optional[dict] = None,
-                  deadline: Optional[float] = None) -> list[BackendMineOutcome]:
+                  deadline: Optional[float] = None, *, lineages: BackendLineages) -> list[BackendMineOutcome]:
     """Mine each function; one gate per corpus; the functions of one host file share their
     first clang run (``prefetch``). An error in one function does not stop the rest. After
     ``deadline`` (``time.monotonic()``), functions without a stored lineage are skipped."""
@@ -826,7 +832,7 @@ def mine_backends(store, func_ids: Sequence[str], config: BackendMineConfig = Ba
         for fid in fids:
             try:
                 if late:
-                    job = _prepare(store, None, fid, config, names_cache)
+                    job = _prepare(store, lineages, None, fid, config, names_cache)
                     if isinstance(job, _Job):
                         job = BackendMineOutcome(problem=job.site.problem, func_id=fid,
                                                  skipped="mining budget spent (not walked)")
@@ -834,7 +840,7 @@ def mine_backends(store, func_ids: Sequence[str], config: BackendMineConfig = Ba
                     continue
                 if target not in gates:
                     gates[target] = make_backend_gate(store, target)
-                jobs.append(_prepare(store, gates[target], fid, config, names_cache))
+                jobs.append(_prepare(store, lineages, gates[target], fid, config, names_cache))
             except (BackendInputError, GateInputError) as exc:
                 jobs.append(BackendMineOutcome(problem=fid.rsplit(":", 1)[0], func_id=fid, skipped=str(exc)[:300]))
         live = [j for j in jobs if isinstance(j, _Job)]

@@ -39,9 +39,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from corpora.backends.tree import (
-    _identifiers_in, cpp_parser, is_target_identifier, norm, prepare_cpp, reloc_prefixes as _reloc_prefixes,
+    identifiers_in, is_target_identifier, norm, prepare_cpp, reloc_prefixes as _reloc_prefixes,
 )
-from mining.operators.base import Edit
+from corpora.code.edit import Edit
+from corpora.code.parse import cpp_parser
+from corpora.code.source import line_span
 
 OPERATORS = ("drop_case_label", "drop_case_arm", "drop_target_statement", "drop_if_branch", "switch_to_default")
 # operator -> the statement family its inverse adds back (the skill's carrier)
@@ -67,7 +69,7 @@ class TargetNames:
 
     @classmethod
     def from_profile(cls, prof) -> "TargetNames":
-        """From a ``retrieval.backend.adapt.TargetProfile``."""
+        """From a ``corpora.backends.profile.TargetProfile``."""
         from corpora.backends.tree import Attribute
 
         relocs = [Attribute(prof.target, "relocation", n) for n in prof.by_kind.get("relocation", [])]
@@ -234,17 +236,6 @@ def case_groups(switch_body) -> list[list]:
     if cur:
         groups.append(cur)
     return groups
-
-
-def _line_span(data: bytes, s: int, e: int) -> tuple[int, int]:
-    """Widen [s, e) to whole lines when the construct is alone on its lines (indentation and
-    the trailing newline go with it)."""
-    ls = data.rfind(b"\n", 0, s) + 1
-    le = data.find(b"\n", e)
-    le = len(data) if le < 0 else le
-    if data[ls:s].strip() == b"" and data[e:le].strip() == b"":
-        return ls, min(le + 1, len(data))
-    return s, e
 
 
 def _is_unbraced_body(node) -> bool:
@@ -424,7 +415,7 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
 
         return BackendEdit(op, CARRIERS[op], variant, Edit(start, end, repl), site.start_byte, site.end_byte, frag,
                            description, _depth(site, func), None, key, _anchor_fn=anchor,
-                           _tids_fn=lambda: [i for i in _identifiers_in(site) if names.is_target(i)])
+                           _tids_fn=lambda: [i for i in identifiers_in(site) if names.is_target(i)])
 
     stack = [body]
     nodes = []
@@ -450,7 +441,7 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
                         colon = next((x for x in c.children if x.type == ":"), None)
                         if colon is None:
                             continue
-                        s, e = (_line_span(data, c.start_byte, colon.end_byte) if c != group[-1]
+                        s, e = (line_span(data, c.start_byte, colon.end_byte) if c != group[-1]
                                 else (c.start_byte, colon.end_byte))
                         if c == group[-1]:
                             # the body moves to the previous label: drop the label and the blank after it
@@ -467,7 +458,7 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
                         out["drop_case_label"].append(edit)
                 if "drop_case_arm" in out and not any(_is_default(c) for c in group) and not prev_falls \
                         and _case_body(group[-1]):
-                    s, e = _line_span(data, group[0].start_byte, group[-1].end_byte)
+                    s, e = line_span(data, group[0].start_byte, group[-1].end_byte)
                     site = group[0] if len(group) == 1 else None
                     edit = mk("drop_case_arm", "arm", s, e, "", group[0],
                               f"drop the arm `{' '.join(_t(group[0]).split())[:60]}`")
@@ -475,7 +466,7 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
                     edit.fragment = data[group[0].start_byte:group[-1].end_byte].decode("utf-8", errors="replace")
                     if site is None:
                         edit._tids_fn = (lambda group=group: list(dict.fromkeys(
-                            i for c in group for i in _identifiers_in(c) if names.is_target(i))))
+                            i for c in group for i in identifiers_in(c) if names.is_target(i))))
                     out["drop_case_arm"].append(edit)
             if "switch_to_default" in out:
                 e = _switch_to_default(n, groups, data, mk)
@@ -495,11 +486,11 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
                 stmts = _case_body(p)
                 if stmts and n == stmts[-1] and terminates([n]):
                     continue
-            if not any(names.is_target(i) for i in _identifiers_in(n)):
+            if not any(names.is_target(i) for i in identifiers_in(n)):
                 continue
             if t == "declaration" and used_after(n, _declared_names(n)):
                 continue
-            s, e = _line_span(data, n.start_byte, n.end_byte)
+            s, e = line_span(data, n.start_byte, n.end_byte)
             out["drop_target_statement"].append(mk("drop_target_statement", "", s, e, "", n,
                                                    f"drop `{' '.join(_t(n).split())[:70]}`"))
     if "drop_if_branch" in out:
@@ -530,7 +521,7 @@ def _if_edits(n, data: bytes, mk) -> list[BackendEdit]:
         elif _is_unbraced_body(n):
             out.append(mk("drop_if_branch", "whole", n.start_byte, n.end_byte, "{}", n, f"drop `{header}` and its branch"))
         else:
-            s, e = _line_span(data, n.start_byte, n.end_byte)
+            s, e = line_span(data, n.start_byte, n.end_byte)
             out.append(mk("drop_if_branch", "whole", s, e, "", n, f"drop `{header}` and its branch"))
         return out
     alt_stmts = [c for c in alt.named_children if c.type != "comment"]
@@ -589,5 +580,5 @@ def _switch_to_default(n, groups, data: bytes, mk) -> Optional[BackendEdit]:
     if repl:
         s, e = n.start_byte, n.end_byte
     else:
-        s, e = _line_span(data, n.start_byte, n.end_byte)
+        s, e = line_span(data, n.start_byte, n.end_byte)
     return mk("switch_to_default", "default" if dgroup is not None else "no_default", s, e, repl, n, desc)

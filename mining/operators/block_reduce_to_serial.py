@@ -40,9 +40,12 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _block_reduce_shared, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.carriers import block_reduce_shared_sites
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import line_span, norm, rename_identifiers, same_node
+from corpora.code.nodes import same
+from mining.operators.nodes import norm, rename_identifiers
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -81,7 +84,7 @@ class BlockReduceToSerial(Operator):
     def edits(self, src: Source):
         st = structural(src)
         seen = set()
-        for site in _block_reduce_shared(src):
+        for site in block_reduce_shared_sites(src):
             if site.start_byte in seen:
                 continue
             seen.add(site.start_byte)
@@ -117,7 +120,7 @@ class BlockReduceToSerial(Operator):
             return None
         slot = {norm(v): a for a, v in parked}
         sibs = [c for c in s1.parent.named_children if c.type != "comment"]
-        k = next(i for i, c in enumerate(sibs) if same_node(c, s1))
+        k = next(i for i, c in enumerate(sibs) if same(c, s1))
         if k + 2 >= len(sibs) or not re.fullmatch(r"__syncthreads\s*\(\s*\)\s*;", " ".join(text(sibs[k + 1]).split())):
             return None
         # R ... F: assignments of the parked values from the arrays, then the second warp reduction
@@ -154,7 +157,7 @@ class BlockReduceToSerial(Operator):
             if not all(s1.start_byte <= u.start_byte < s1.end_byte or
                        sibs[k + 2].start_byte <= u.start_byte < last_read.end_byte for u in uses):
                 return None
-            dims = [d for d_, n_, d in src.shared_decls if n_ == a and same_node(d_, decl)]
+            dims = [d for d_, n_, d in src.shared_decls if n_ == a and same(d_, decl)]
             if len(dims) != 1 or len(dims[0]) != 1:
                 return None
             dim = dims[0][0]
@@ -166,7 +169,7 @@ class BlockReduceToSerial(Operator):
         first = "\n".join(f"{ind}{v} = {a}[0];" for a, v in parked)
         body = "\n".join(f"{ind}    {c}" for c in combine)
         fold = f"{first}\n{ind}for (int ks_w = 1; ks_w < blockDim.x; ++ks_w) {{\n{body}\n{ind}}}"
-        ws, we = line_span(src, pragma_before(src, w_stmt.start_byte) or w_stmt.start_byte, w_stmt.end_byte)
+        ws, we = src.line_span(pragma_before(src, w_stmt.start_byte) or w_stmt.start_byte, w_stmt.end_byte)
         rs = line_indent(src, sibs[k + 2].start_byte)
         subs = [(ws, we, ""), (s1.start_byte, s1.end_byte, park),
                 (sibs[k + 2].start_byte - len(rs.encode()), f_stmt.end_byte, fold)] + decl_subs

@@ -24,9 +24,11 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from mining.carriers import Source, _block_reduce_shared, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.carriers import block_reduce_shared_sites
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import line_span, same_node
+from corpora.code.nodes import same
 from mining.operators.rewrite_util import splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -38,7 +40,7 @@ class BlockReduceToWarpAtomics(Operator):
 
     def edits(self, src: Source):
         st = structural(src)
-        for site in _block_reduce_shared(src):
+        for site in block_reduce_shared_sites(src):
             e = self.rewrite(st, site.start_byte)
             if e is not None:
                 yield e
@@ -58,7 +60,7 @@ class BlockReduceToWarpAtomics(Operator):
         if shared not in src.shared_names or not re.fullmatch(r"[\w.]+", value):
             return None
         sibs = list(s1.parent.named_children)
-        k = next(i for i, c in enumerate(sibs) if same_node(c, s1))
+        k = next(i for i, c in enumerate(sibs) if same(c, s1))
         if k + 2 >= len(sibs):
             return None
         s2, s3 = sibs[k + 1], sibs[k + 2]
@@ -81,7 +83,7 @@ class BlockReduceToWarpAtomics(Operator):
             return None
         device = {g.name for g in src.funcs if not g.is_kernel}
         for c in walk(block):
-            if c.type == "call_expression" and not same_node(c, atomic[0]) and call_name(c) not in device:
+            if c.type == "call_expression" and not same(c, atomic[0]) and call_name(c) not in device:
                 return None
             if c.type == "assignment_expression":
                 lhs = c.child_by_field_name("left")
@@ -99,7 +101,7 @@ class BlockReduceToWarpAtomics(Operator):
         subs = [(s1.start_byte, s3.end_byte, f"if {cond} atomicAdd({target}, {value});")]
         declarators = [d for d in decl.named_children if d.type in ("array_declarator", "identifier")]
         if len(declarators) == 1:
-            ds, de = line_span(src, decl.start_byte, decl.end_byte)
+            ds, de = src.line_span(decl.start_byte, decl.end_byte)
             if de <= s1.start_byte:
                 subs.append((ds, de, ""))
         subs.sort()

@@ -36,7 +36,9 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _block_scan
+from corpora.code.nodes import same
+from corpora.code.source import Source
+from mining.carriers import block_scan_sites
 from mining.operators.base import Edit, Operator, Pair
 from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import splice_range, structural, type_text
@@ -55,10 +57,6 @@ def _stmts(block: Node) -> list[Node]:
     return [c for c in block.named_children if c.type != "comment"]
 
 
-def _same(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte
-
-
 def _thread_parts(idx: FunctionIndex, lane: str, warp: str, at: int) -> bool:
     """`lane` and `warp` are the low 5 bits and the rest of one thread index (never reassigned)."""
     lv, wv = idx.visible(lane, at), idx.visible(warp, at)
@@ -75,7 +73,7 @@ class BlockScanToThreadTotals(Operator):
     description = "fold every thread's total in the block step of a scan instead of one warp total per warp"
 
     def edits(self, src: Source):
-        flagged = {s.start_byte for s in _block_scan(src)}
+        flagged = {s.start_byte for s in block_scan_sites(src)}
         if not flagged:
             return
         src = structural(src)
@@ -123,11 +121,11 @@ class BlockScanToThreadTotals(Operator):
         if iv is None or iv.value is None or iv.kind != "local":
             return None
         block = ifs.parent
-        if block is None or block.type != "compound_statement" or not _same(iv.decl.parent, block):
+        if block is None or block.type != "compound_statement" or not same(iv.decl.parent, block):
             return None
         sibs = _stmts(block)
-        k_decl = next(i for i, c in enumerate(sibs) if _same(c, iv.decl))
-        k_if = next(i for i, c in enumerate(sibs) if _same(c, ifs))
+        k_decl = next(i for i, c in enumerate(sibs) if same(c, iv.decl))
+        k_if = next(i for i, c in enumerate(sibs) if same(c, ifs))
         between = sibs[k_decl + 1:k_if]
         if len(between) != 1 or between[0].type != "for_statement":
             return None
@@ -170,7 +168,7 @@ class BlockScanToThreadTotals(Operator):
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
 
-    def _warp_scan(self, src: Source, idx: FunctionIndex, loop: Node, incl: str, lane: str) -> bool:
+    def warp_scan_sites(self, src: Source, idx: FunctionIndex, loop: Node, incl: str, lane: str) -> bool:
         init = _code(src, loop.child_by_field_name("initializer") or loop)
         cond = _code(src, loop.child_by_field_name("condition") or loop)
         upd = _code(src, loop.child_by_field_name("update") or loop)
@@ -210,7 +208,7 @@ class BlockScanToThreadTotals(Operator):
         if decl is None:
             return None
         dd = [d for d in decl.named_children if d.type == "init_declarator"]
-        if len(dd) != 1 or not _same(dd[0].child_by_field_name("value"), outer):
+        if len(dd) != 1 or not same(dd[0].child_by_field_name("value"), outer):
             return None
         v = text(dd[0].child_by_field_name("declarator"))
         body = decl.parent
@@ -224,7 +222,7 @@ class BlockScanToThreadTotals(Operator):
                 not re.fullmatch(r"\+\+\s*%s|%s\s*\+\+" % (w, w), upd):
             return None
         stmts = _stmts(body)
-        if not _same(stmts[0], decl):
+        if not same(stmts[0], decl):
             return None
         subs = [(outer.start_byte, outer.end_byte, f"{new}[ks_u]")]
         for s in stmts[1:]:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from mining.carriers import Source, grid_stride_loops
+from corpora.code.source import Source
+from mining.carriers import grid_stride_loops
 from mining.operators.base import Edit, Operator, Pair, raw_text
 from mining.operators.rewrite_util import structural
 from corpora.code.parse import text, walk

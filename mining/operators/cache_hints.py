@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import re
 
-from mining.carriers import Source, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.carriers_meaning import LOAD_HINTS, STORE_HINTS
 from mining.operators.base import Edit, Operator, Pair, Rewrite, raw_text
 from mining.operators.rewrite_util import splice_range

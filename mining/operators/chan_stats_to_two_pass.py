@@ -38,9 +38,9 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import line_span, tokens
+from mining.operators.nodes import tokens
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -239,7 +239,7 @@ class ChanStatsToTwoPass(Operator):
                         not any(g.start_byte <= n.start_byte < g.end_byte for g in dead_nodes):
                     return None
         for gn in dead_nodes:
-            a, b = line_span(src, gn.start_byte, gn.end_byte)
+            a, b = src.line_span(gn.start_byte, gn.end_byte)
             while a > 0:
                 prev = src.raw.rfind(b"\n", 0, a - 1) + 1
                 if src.raw[prev:a].strip().startswith(b"//"):

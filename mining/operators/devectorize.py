@@ -38,7 +38,7 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.carriers_meaning import (WideAccess, element_type, is_wide_type, norm_type, strip_parens, type_bytes,
                                      view_macros, wide_accesses)
 from mining.operators.base import Edit

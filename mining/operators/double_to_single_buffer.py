@@ -25,9 +25,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _double_buffer
+from corpora.code.source import Source
+from mining.carriers import double_buffer_sites
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import FunctionIndex, contains, same_node, subscript_chain, write_through
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import line_indent, node_at, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -54,7 +56,7 @@ def _writes_in(src: Source, node: Node, name: str) -> bool:
     for n in walk(node):
         if n.type == "identifier" and text(n) == name:
             outer, _ = subscript_chain(n)
-            if write_through(outer) is None:
+            if writer_of(outer) is None:
                 continue
             p = outer.parent
             if p is None or p.type != "pointer_expression" or p.children[0].type != "&":
@@ -68,7 +70,7 @@ def _writes_in(src: Source, node: Node, name: str) -> bool:
                         return True  # the address goes to a callee
                 q = q.parent
             if q is not None and q.type == "pointer_expression" and q.children[0].type == "*":
-                if write_through(q) is not None:
+                if writer_of(q) is not None:
                     return True
                 continue
             return True
@@ -91,7 +93,7 @@ class DoubleToSingleBuffer(Operator):
     description = "drop the second shared stage; a barrier guards the now in-place refill"
 
     def edits(self, src: Source):
-        sites = list(_double_buffer(src))
+        sites = list(double_buffer_sites(src))
         st = structural(src)
         for site in sites:
             decl = node_at(st, site.start_byte, site.end_byte, "declaration")
@@ -120,7 +122,7 @@ class DoubleToSingleBuffer(Operator):
             return None
         name = text(ident)
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and same_node(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
         subs: list[tuple[int, int, str]] = [(ident.end_byte, d.end_byte, "")]
@@ -129,7 +131,7 @@ class DoubleToSingleBuffer(Operator):
                     idx.visible(name, n.start_byte) is not var:
                 continue
             p = n.parent
-            if p is None or p.type != "subscript_expression" or not same_node(p.child_by_field_name("argument"), n):
+            if p is None or p.type != "subscript_expression" or not same(p.child_by_field_name("argument"), n):
                 return None  # the whole two-stage array is used: not a stage access
             ind = p.child_by_field_name("indices")
             if ind is None or any(c.type in ("assignment_expression", "update_expression", "call_expression")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from mining.carriers import Source, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import line_span
 from mining.operators.rewrite_util import structural
 from corpora.code.parse import walk
 
@@ -43,7 +43,7 @@ class DropPipelineSync(Operator):
             if stmt.parent is not None and stmt.parent.type != "compound_statement":
                 yield Edit(stmt.start_byte, stmt.end_byte, ";")
             else:
-                s, e = line_span(st, stmt.start_byte, stmt.end_byte)
+                s, e = st.line_span(stmt.start_byte, stmt.end_byte)
                 yield Edit(s, e, "")
 
 

@@ -16,10 +16,10 @@ import re
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name, declarator_name
+from corpora.code.nodes import call_name, declarator_name
+from corpora.code.source import Source
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text)
-from mining.operators.nodes import (code, device_functions,
-                                    idents, raw)
+from mining.operators.nodes import code, device_functions, idents, raw
 from corpora.code.parse import FunctionSig, text
 
 

@@ -35,10 +35,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, pointer_roots
+from corpora.code.source import Source
+from mining.carriers import pointer_roots
 from mining.operators.base import Edit
-from mining.operators.nodes import (FunctionIndex, Var, contains, line_span, loops_around, norm, reads_global, same_node,
-                                    subscript_chain, tokens, write_through)
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, Var, loops_around, norm, reads_global, subscript_chain, tokens
 from mining.operators.rewrite_util import pragma_before, splice_range
 from corpora.code.parse import text, walk
 
@@ -157,7 +158,7 @@ class Renderer:
                 return name
             return "(" + body + ")"
         loop = self.idx.loop_of(v)
-        if loop is not None and any(same_node(loop, c) for c in self.common_loops) and same_at_read:
+        if loop is not None and any(same(loop, c) for c in self.common_loops) and same_at_read:
             return name  # same iteration: the read follows the fill in the loop body
         self.fail = f"{name} changes between the fill and the read"
         return None
@@ -176,7 +177,7 @@ def _paren(s: str) -> str:
 def _pure_region(node: Node, fill_stmt: Node) -> bool:
     """`node` holds nothing but the fill, pure local declarations, if/for scaffolding."""
     for n in walk(node):
-        if n.type == "expression_statement" and not same_node(n, fill_stmt) and not contains(fill_stmt, n):
+        if n.type == "expression_statement" and not same(n, fill_stmt) and not contains(fill_stmt, n):
             return False
         if n.type in ("return_statement", "break_statement", "continue_statement", "goto_statement",
                       "while_statement", "do_statement"):
@@ -190,7 +191,7 @@ def _pure_region(node: Node, fill_stmt: Node) -> bool:
             continue
         if n.type in ("assignment_expression", "update_expression") and not contains(fill_stmt, n):
             p = n.parent
-            if not (p is not None and p.type == "for_statement" and same_node(p.child_by_field_name("update"), n)):
+            if not (p is not None and p.type == "for_statement" and same(p.child_by_field_name("update"), n)):
                 return False
     return True
 
@@ -204,7 +205,7 @@ class Plan:
 def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, private: bool,
                  require_global_load: bool = False) -> Optional[Plan]:
     idx = FunctionIndex(src, fn)
-    var = next((v for v in idx.vars if v.name == name and same_node(v.decl, decl)), None)
+    var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
     if var is None:
         return None
     uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
@@ -214,7 +215,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
         outer, indices = subscript_chain(u)
         if len(indices) != ndims or any(i is None for i in indices):
             return None  # passed whole, sliced or reinterpreted
-        w = write_through(outer)
+        w = writer_of(outer)
         if w is not None:
             if w.type != "assignment_expression" or text(w.child_by_field_name("operator")) != "=":
                 return None
@@ -273,7 +274,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
     for outer, rindices in reads:
         if outer.start_byte < fill_stmt.end_byte:
             return None
-        if not same_node(_scope(outer), _scope(fill_stmt)):
+        if not same(_scope(outer), _scope(fill_stmt)):
             return None
         for k, fx in enumerate(fixed):
             if fx is not None and norm(text(rindices[k])) != fx:
@@ -289,7 +290,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
         guards = []
         anc = _common_ancestor(fill_stmt, outer)
         p, child = fill_stmt.parent, fill_stmt
-        while p is not None and not same_node(p, anc):
+        while p is not None and not same(p, anc):
             if p.type == "if_statement" and not _implied(idx, p, child, outer, anc):
                 cond = p.child_by_field_name("condition")
                 g = r.render(cond)
@@ -329,7 +330,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
     pragma = pragma_before(src, start) if region.type == "for_statement" else None
     if pragma is not None:
         start = pragma
-    start, end = line_span(src, start, end)
+    start, end = src.line_span(start, end)
     if region.parent is not None and region.parent.type != "compound_statement":
         subs.append((region.start_byte, region.end_byte, ";"))
     else:
@@ -340,7 +341,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
     declarators = [d for d in decl.named_children if d.type in ("identifier", "init_declarator", "array_declarator",
                                                                  "pointer_declarator", "reference_declarator")]
     if len(declarators) == 1:
-        ds, de = line_span(src, decl.start_byte, decl.end_byte)
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         if de <= lo or ds >= hi:
             subs.append((ds, de, ""))
     subs.sort()
@@ -365,7 +366,7 @@ def _implied(idx: FunctionIndex, guard_if: Node, child: Node, read: Node, stop: 
             if v1 is not None and (v1.assigned or idx.visible(tok, read.start_byte) is not v1):
                 return False
     p, c = read.parent, read
-    while p is not None and not same_node(p, stop):
+    while p is not None and not same(p, stop):
         if p.type == "if_statement":
             q = p.child_by_field_name("condition")
             qalt = p.child_by_field_name("alternative")

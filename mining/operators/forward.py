@@ -17,7 +17,8 @@ import hashlib
 from dataclasses import replace
 from typing import Optional
 
-from mining.operators.base import Context, Materialization, Skip, changed_span
+from corpora.code.edit import changed_span
+from mining.operators.base import Context, Materialization, Skip
 from mining.operators.registry import get_rewrite, rewrites_for
 from corpora.code.parse import parse_cuda, syntax_issues
 from mining.records import Skill

@@ -18,10 +18,9 @@ import re
 from typing import Optional
 
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import (Edit, Operator, Pair)
-from mining.operators.nodes import (ensure_helper, grid_is_scalar, launches,
-                                    raw)
+from mining.operators.nodes import ensure_helper, grid_is_scalar, launches, raw
 
 
 _LAUNCH = re.compile(rb"<<<(.*?)>>>", re.S)

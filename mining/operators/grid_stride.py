@@ -26,7 +26,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, grid_stride_loops
+from corpora.code.source import Source
+from mining.carriers import grid_stride_loops
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text,
                                    rewrite_range)
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate)
-from mining.operators.nodes import (block_dims, kernels, launches)
+from mining.operators.nodes import block_dims, kernels, launches
 from corpora.code.parse import walk
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 
 
-from mining.carriers import Source, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all, raw_text)
-from mining.operators.nodes import (address_taken,
-                                    code, in_ldg, is_lhs, kernels, local_pointers, raw, subscripts_of)
+from mining.operators.nodes import address_taken, code, in_ldg, is_lhs, kernels, local_pointers, raw, subscripts_of
 
 
 class LdgToPlainLoad(Operator):

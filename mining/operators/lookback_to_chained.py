@@ -46,7 +46,9 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _decoupled_lookback, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.carriers import decoupled_lookback_sites
 from mining.operators.base import Edit, Operator, Pair
 from mining.operators.nodes import FunctionIndex
 from mining.operators.rewrite_util import line_indent, splice_range, structural, type_text
@@ -83,7 +85,7 @@ class LookbackToChained(Operator):
     description = "replace a decoupled look-back by a chained wait on the predecessor's inclusive prefix"
 
     def edits(self, src: Source):
-        flagged = {s.function for s in _decoupled_lookback(src)}
+        flagged = {s.function for s in decoupled_lookback_sites(src)}
         if not flagged:
             return
         src = structural(src)

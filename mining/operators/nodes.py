@@ -15,7 +15,9 @@ from typing import Any, Iterable, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import LOAD_INTRINSICS, Source, _global_load_expr, call_name, declarator_name
+from corpora.code.nodes import call_name, declarator_name, declarator_shape, same
+from corpora.code.source import Source
+from mining.carriers import LOAD_INTRINSICS, global_load_expr
 from mining.operators.base import Edit
 from corpora.code.parse import FunctionSig, text, walk
 
@@ -622,35 +624,9 @@ class FunctionIndex:
         return loop
 
 
-def declarator_shape(d: Node) -> tuple[Optional[str], str]:
-    if d.type == "init_declarator":
-        d = d.child_by_field_name("declarator")
-    shape = "scalar"
-    while d is not None and d.type not in ("identifier", "field_identifier"):
-        if d.type == "array_declarator":
-            shape = "array"
-        elif d.type == "pointer_declarator" and shape == "scalar":
-            shape = "pointer"
-        inner = d.child_by_field_name("declarator")
-        if inner is None:
-            inner = next((c for c in d.named_children if c.type.endswith("declarator") or c.type == "identifier"),
-                         None)
-        d = inner
-    return (text(d) if d is not None else None), shape
-
-
-def contains(outer: Node, inner: Node) -> bool:
-    return outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
-
-
-def same_node(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
-        a.type == b.type
-
-
 def loops_around(node: Node, stop: Optional[Node] = None) -> list[Node]:
     out, p = [], node.parent
-    while p is not None and (stop is None or not same_node(p, stop)):
+    while p is not None and (stop is None or not same(p, stop)):
         if p.type in ("for_statement", "while_statement", "do_statement"):
             out.append(p)
         p = p.parent
@@ -661,41 +637,12 @@ def subscript_chain(ident: Node) -> tuple[Node, list[Node]]:
     """The outermost subscript expression over an identifier and its index expressions (outer first)."""
     node, idx = ident, []
     while node.parent is not None and node.parent.type == "subscript_expression" and \
-            same_node(node.parent.child_by_field_name("argument"), node):
+            same(node.parent.child_by_field_name("argument"), node):
         node = node.parent
         ind = node.child_by_field_name("indices")
         inner = [c for c in ind.named_children if c.type != "comment"] if ind is not None else []
         idx.append(inner[0] if len(inner) == 1 else None)
     return node, idx
-
-
-def write_through(node: Node) -> Optional[Node]:
-    """The assignment / update / address-of that writes (or may write) through `node`, if any; a
-    member of the element (`v[k].x = ...`) counts."""
-    p = node.parent
-    while p is not None and (p.type == "parenthesized_expression" or
-                             (p.type == "field_expression" and same_node(p.child_by_field_name("argument"), node) and
-                              text(p.child_by_field_name("operator")) == ".")):
-        node, p = p, p.parent
-    if p is None:
-        return None
-    if p.type == "assignment_expression" and same_node(p.child_by_field_name("left"), node):
-        return p
-    if p.type == "update_expression":
-        return p
-    if p.type == "pointer_expression" and p.children and p.children[0].type == "&":
-        return p
-    return None
-
-
-def line_span(src: Source, start: int, end: int) -> tuple[int, int]:
-    """Widen [start, end) to whole lines when nothing but blanks/comments shares them."""
-    a = src.raw.rfind(b"\n", 0, start) + 1
-    b = src.raw.find(b"\n", end)
-    b = len(src.raw) if b < 0 else b
-    if src.code[a:start].strip() or src.code[end:b].strip():
-        return start, end
-    return a, min(b + 1, len(src.raw))
 
 
 def reads_global(src: Source, fn: Node, vtext: str) -> bool:
@@ -704,4 +651,4 @@ def reads_global(src: Source, fn: Node, vtext: str) -> bool:
         return False
     if re.search(r"\b(__ldca|__ldlu)\s*\(", vtext):
         return True
-    return _global_load_expr(src, f, vtext)
+    return global_load_expr(src, f, vtext)

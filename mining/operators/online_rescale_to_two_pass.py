@@ -41,7 +41,8 @@ from typing import Callable, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.nodes import same
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair
 from mining.operators.nodes import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
@@ -313,7 +314,7 @@ class OnlineRescaleToTwoPass(Operator):
         bad = []
 
         def sum_transform(node: Node, t: str) -> Optional[str]:
-            if _same_node(node, ndecl) or re.fullmatch(r"(?:const\s+)?float\s+%s\s*=.*" % re.escape(alpha), t):
+            if same(node, ndecl) or re.fullmatch(r"(?:const\s+)?float\s+%s\s*=.*" % re.escape(alpha), t):
                 return None
             if t == f"{run} = {new};" or rescale_scale.fullmatch(t):
                 return None
@@ -349,7 +350,7 @@ class OnlineRescaleToTwoPass(Operator):
                                                              s.writes - inside - (s.arrays & s.kills)))
 
         def body_items(node: Node) -> Optional[list[Item]]:
-            if _same_node(node, block):
+            if same(node, block):
                 return dead_code.run(_children(node), set())
             out: list[Item] = []
             for st in _children(node):
@@ -384,10 +385,6 @@ class OnlineRescaleToTwoPass(Operator):
             lines.append(ind + "__syncthreads();")
         lines += [f"{ind}{head} {{"] + keep_all.render(items2, ind + "    ") + [ind + "}"]
         return Edit(sweep.start_byte, sweep.end_byte, "\n".join(lines))
-
-
-def _same_node(a: Node, b: Node) -> bool:
-    return a.start_byte == b.start_byte and a.end_byte == b.end_byte and a.type == b.type
 
 
 def _target_base_text(t: str) -> str:

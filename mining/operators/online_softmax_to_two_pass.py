@@ -37,9 +37,9 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import identifiers, line_span, rename_identifiers
+from mining.operators.nodes import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -398,7 +398,7 @@ class OnlineSoftmaxToTwoPass(Operator):
             calls = [n for n in walk(src.tree.root_node) if n.type == "call_expression" and
                      text(n.child_by_field_name("function")) == name]
             if calls and all(region[0].start_byte <= c.start_byte < region[-1].end_byte for c in calls):
-                a, b = line_span(src, mfn.start_byte, mfn.end_byte)
+                a, b = src.line_span(mfn.start_byte, mfn.end_byte)
                 # with the comment lines right above it
                 while True:
                     prev = src.raw.rfind(b"\n", 0, a - 1) + 1 if a > 0 else 0

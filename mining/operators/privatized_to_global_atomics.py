@@ -34,13 +34,14 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate
 from mining.operators.grid_clamp import clamp_edits
 from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
-from mining.operators.nodes import (FunctionIndex, code, contains, has, idents, indent_at, kernels, line_span,
-                                    line_start, raw, same_node, split_top, statements, strip_parens, sub_base,
-                                    sub_index)
+from corpora.code.nodes import contains, same
+from mining.operators.nodes import (FunctionIndex, code, has, idents, indent_at, kernels, line_start, raw, split_top,
+                                    statements, strip_parens, sub_base, sub_index)
 from mining.operators.rewrite_util import params_of, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -94,7 +95,7 @@ def _enclosing_atomic(ident: Node) -> Optional[Node]:
     if args is None or args.type != "argument_list" or args.parent is None:
         return None
     call = args.parent
-    if call_name(call) != "atomicAdd" or not args.named_children or not same_node(args.named_children[0], n):
+    if call_name(call) != "atomicAdd" or not args.named_children or not same(args.named_children[0], n):
         return None
     if _atomic_target(n) != text(ident):
         return None
@@ -145,7 +146,7 @@ class PrivatizedToGlobalAtomics(Operator):
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str, atomic_params) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and same_node(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and not contains(decl, n)
@@ -161,7 +162,7 @@ class PrivatizedToGlobalAtomics(Operator):
             # the clear: for (...) H[b] = 0;
             if stmt is not None and re.fullmatch(r"\s*%s\s*\[\s*(\w+)\s*\]\s*=\s*0\s*;\s*" % re.escape(name),
                                                  text(stmt)):
-                if clear is not None and not same_node(clear, loop):
+                if clear is not None and not same(clear, loop):
                     return None
                 clear = loop
                 continue
@@ -171,7 +172,7 @@ class PrivatizedToGlobalAtomics(Operator):
                                          loop.child_by_field_name("body").end_byte].decode().split())
                 g = _merge_target(body, name)
                 if g is not None:
-                    if merge is not None and not same_node(merge, loop):
+                    if merge is not None and not same(merge, loop):
                         return None
                     merge, target = loop, g
                     continue
@@ -182,7 +183,7 @@ class PrivatizedToGlobalAtomics(Operator):
             args = u.parent
             if args is not None and args.type == "argument_list" and args.parent is not None and \
                     args.parent.type == "call_expression":
-                pos = [i for i, a in enumerate(args.named_children) if same_node(a, u)]
+                pos = [i for i, a in enumerate(args.named_children) if same(a, u)]
                 if pos and pos[0] in atomic_params.get(call_name(args.parent), set()):
                     redirect.append(u)
                     continue
@@ -209,8 +210,8 @@ class PrivatizedToGlobalAtomics(Operator):
             s, e = loop.start_byte, loop.end_byte
             pr = pragma_before(src, s)
             s = pr if pr is not None else s
-            subs.append(line_span(src, s, e) + ("",))
-        ds, de = line_span(src, decl.start_byte, decl.end_byte)
+            subs.append(src.line_span(s, e) + ("",))
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         subs.append((ds, de, ""))
         subs.sort()
         for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):

@@ -32,7 +32,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.operators.base import Edit
 from mining.operators.rewrite_util import splice_range, structural
 from corpora.code.parse import text, walk

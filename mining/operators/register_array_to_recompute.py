@@ -41,10 +41,12 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name, pointer_roots
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.carriers import pointer_roots
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import (FunctionIndex, contains, line_span, loops_around, reads_global, same_node,
-                                    subscript_chain, tokens, write_through)
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, loops_around, reads_global, subscript_chain, tokens
 from mining.operators.rewrite_util import (after_open_brace, body_indent, line_indent, pragma_before, splice_range,
                                            structural)
 from corpora.code.parse import text, walk
@@ -257,7 +259,7 @@ class RegisterArrayToRecompute(Operator):
 
     def rewrite(self, src: Source, f, fn: Node, decl: Node, name: str) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and same_node(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
@@ -268,16 +270,16 @@ class RegisterArrayToRecompute(Operator):
             outer, indices = subscript_chain(u)
             if len(indices) != 1 or indices[0] is None or indices[0].type != "identifier":
                 return None
-            w = write_through(outer)
+            w = writer_of(outer)
             if w is not None and w.type == "pointer_expression":
                 return None  # address taken
             loop = next((p for p in loops_around(u) if p.type == "for_statement"), None)
-            if loop is None or loops_around(u)[0].type != "for_statement" or not same_node(loops_around(u)[0], loop):
+            if loop is None or loops_around(u)[0].type != "for_statement" or not same(loops_around(u)[0], loop):
                 return None
             lv = _loop_var(loop)
             if lv is None or lv != text(indices[0]):
                 return None
-            if not any(same_node(L.node, loop) for L in loops):
+            if not any(same(L.node, loop) for L in loops):
                 loops.append(_Loop(loop, lv, loop.child_by_field_name("body")))
             element_nodes.append(outer)
         loops.sort(key=lambda L: L.node.start_byte)
@@ -292,7 +294,7 @@ class RegisterArrayToRecompute(Operator):
                 return None
             if any(contains(M.node, L.node) for M in loops if M is not L):
                 return None
-            if any(not any(same_node(a, b) for b in decl_loops) for a in loops_around(L.node)):
+            if any(not any(same(a, b) for b in decl_loops) for a in loops_around(L.node)):
                 return None  # carried across an enclosing loop
         # slices
         slicers, slices = [], []
@@ -357,12 +359,12 @@ class RegisterArrayToRecompute(Operator):
             local += "_"
         # edits
         subs = []
-        ds, de = line_span(src, decl.start_byte, decl.end_byte)
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         subs.append((ds, de, ""))
         for i, L in enumerate(loops):
             if i == 0 and self._only_slice(L.body, slicers[0]):
                 s0 = pragma_before(src, L.node.start_byte) or L.node.start_byte
-                a, b = line_span(src, s0, L.node.end_byte)
+                a, b = src.line_span(s0, L.node.end_byte)
                 subs.append((a, b, ""))
                 continue
             ind = body_indent(src, L.body) if L.body.type == "compound_statement" else \
@@ -404,7 +406,7 @@ class RegisterArrayToRecompute(Operator):
     @staticmethod
     def _always_before(a: Node, b: Node) -> bool:
         """`a` and `b` are statements of one block, `a` first, with nothing between them that leaves it."""
-        if a.parent is None or b.parent is None or not same_node(a.parent, b.parent) or a.start_byte >= b.start_byte:
+        if a.parent is None or b.parent is None or not same(a.parent, b.parent) or a.start_byte >= b.start_byte:
             return False
         for c in a.parent.named_children:
             if a.end_byte <= c.start_byte < b.start_byte and any(n.type in _EXITS for n in walk(c)):

@@ -26,10 +26,12 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _register_cache
+from corpora.code.source import Source
+from mining.carriers import register_cache_sites
 from mining.operators.base import Edit, Operator, Pair
 from mining.operators.fill_forwarding import Renderer, forward_fill, reads_written_memory
-from mining.operators.nodes import FunctionIndex, line_span, loops_around, reads_global, same_node
+from corpora.code.nodes import same
+from mining.operators.nodes import FunctionIndex, loops_around, reads_global
 from mining.operators.rewrite_util import has_side_effects, node_at, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -43,7 +45,7 @@ class RegisterCacheToReload(Operator):
     description = "reload a register-cached global value at every use"
 
     def edits(self, src: Source):
-        sites = _register_cache(src)
+        sites = register_cache_sites(src)
         st = structural(src)
         seen = set()
         for site in sites:
@@ -86,7 +88,7 @@ class RegisterCacheToReload(Operator):
         if f is None or not reads_global(src, fn, vtext) or reads_written_memory(src, f, fn, value):
             return None
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and same_node(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None or var.assigned:
             return None
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
@@ -104,7 +106,7 @@ class RegisterCacheToReload(Operator):
             if body is None:
                 return None
             subs.append((u.start_byte, u.end_byte, "(" + body + ")"))
-        ds, de = line_span(src, decl.start_byte, decl.end_byte)
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         subs.append((ds, de, ""))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all)
-from mining.operators.nodes import (code, kernels, param_nodes)
+from mining.operators.nodes import code, kernels, param_nodes
 from corpora.code.parse import text
 
 

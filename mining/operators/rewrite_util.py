@@ -12,7 +12,7 @@ from typing import Iterable, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from corpora.code.parse import functions, parse_cuda, text, walk
 
 SCOPE_TYPES = ("function_definition", "lambda_expression")

@@ -19,7 +19,7 @@ with a carried total is the serial running sum, element by element.
 """
 from __future__ import annotations
 
-from mining.carriers import _warp_scan
+from mining.carriers import warp_scan_sites
 from mining.operators.base import Context, Materialization, Operator, Pair, Rewrite
 from mining.operators.rewrite_util import node_at, structural
 from mining.operators.shuffle_to_shared import all_kernels_too, first_hoist_per_scope
@@ -32,7 +32,7 @@ class ScanShuffleToShared(Operator):
 
     def edits(self, src):
         st = structural(src)
-        calls = [node_at(st, s.start_byte, s.end_byte, "call_expression") for s in _warp_scan(src)]
+        calls = [node_at(st, s.start_byte, s.end_byte, "call_expression") for s in warp_scan_sites(src)]
         yield from first_hoist_per_scope(st, [c for c in calls if c is not None])
 
 

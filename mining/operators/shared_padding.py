@@ -13,9 +13,10 @@ from __future__ import annotations
 import re
 
 
-from mining.carriers import (_PAD_MACRO, Source)
+from corpora.code.source import Source
+from mining.carriers import PAD_MACRO
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, code_text)
-from mining.operators.nodes import (code, int_value, raw)
+from mining.operators.nodes import code, int_value, raw
 
 
 class DropSharedPadding(Operator):
@@ -36,7 +37,7 @@ class DropSharedPadding(Operator):
                 if re.fullmatch(r"\d+|\w*PAD\w*", r, re.I):
                     yield Edit(d.start_byte, d.end_byte, code_text(src, left.start_byte, left.end_byte))
         for m in src.regex(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(\(?\s*(\w+)\s*\+\s*(?:\d+|\w+\s*/\s*\d+)\s*\)?)"):
-            if _PAD_MACRO.search(m.group(1).decode()):
+            if PAD_MACRO.search(m.group(1).decode()):
                 yield Edit(m.start(2), m.end(2), "(" + m.group(3).decode() + ")")
         for m in src.regex(rb"\b(\w+)\s*\+\s*\(\s*\1\s*>>\s*\d+\s*\)"):
             yield Edit(m.start(), m.end(), m.group(1).decode())

@@ -47,13 +47,13 @@ import re
 from typing import Optional
 
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, rewrite_range, splice)
 from mining.operators.fill_forwarding import forward_fill
-from mining.operators.nodes import (WARP, IndexDecl, Kernel, Launch, block_dims, code, has, has_loop, indent_at, index_decls, is_lhs, kernels, launches,
-                                    loop_var, mentions, pointer_params, raw, reindent,
-                                    returns_or_syncs, split_top, statements,
-                                    strip_parens, sub_base, sub_index, subscripts_of, unit_update)
+from mining.operators.nodes import (WARP, IndexDecl, Kernel, Launch, block_dims, code, has, has_loop, indent_at,
+                                    index_decls, is_lhs, kernels, launches, loop_var, mentions, pointer_params, raw,
+                                    reindent, returns_or_syncs, split_top, statements, strip_parens, sub_base,
+                                    sub_index, subscripts_of, unit_update)
 from mining.operators.rewrite_util import pragma_before, structural
 from mining.operators.tile_algebra import algebraic_forward
 from mining.operators.unroll_budget import load_budget, unroll_factor, unrolled_loads

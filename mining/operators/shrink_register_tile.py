@@ -29,9 +29,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _local_arrays, _register_tile
+from corpora.code.source import Source
+from mining.carriers import local_arrays, register_tile_sites
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import FunctionIndex, declarator_shape, int_value, same_node, subscript_chain
+from corpora.code.nodes import declarator_shape, same
+from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -81,13 +83,13 @@ class RegisterTileOperator(Operator):
     carrier = "register_tile"
 
     def edits(self, src: Source):
-        sites = {s.start_byte for s in _register_tile(src)}
+        sites = {s.start_byte for s in register_tile_sites(src)}
         src = structural(src)
         for f in src.funcs:
             fn = src.func_node(f)
             if fn is None:
                 continue
-            for decl, name, ndims in _local_arrays(src, f, 2):
+            for decl, name, ndims in local_arrays(src, f, 2):
                 if decl.start_byte not in sites or ndims != 2:
                     continue
                 e = self.rewrite(src, fn, decl, name)
@@ -104,7 +106,7 @@ class ShrinkRegisterTile(RegisterTileOperator):
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and same_node(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None or var.value is not None:
             return None
         # the row extent
@@ -200,7 +202,7 @@ class ShrinkRegisterTile(RegisterTileOperator):
 
         # the region: the declaration's statement up to the last statement that needs it
         stmts = [c for c in body.named_children]
-        k0 = next(i for i, c in enumerate(stmts) if same_node(c, decl))
+        k0 = next(i for i, c in enumerate(stmts) if same(c, decl))
         declared = {name}
         last = k0
         changed = True

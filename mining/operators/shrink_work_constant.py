@@ -28,7 +28,7 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair, Rewrite
 from corpora.code.parse import text, walk
 

@@ -21,7 +21,8 @@ from typing import Callable, Iterator, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.operators.base import Edit
 from mining.operators.rewrite_util import expression_type, structural
 from corpora.code.parse import parse_cuda, text, walk

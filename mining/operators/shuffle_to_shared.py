@@ -44,11 +44,14 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import (Source, _warp_scan, call_name, declarator_name)
+from corpora.code.nodes import call_name, declarator_name
+from corpora.code.source import Source
+from mining.carriers import warp_scan_sites
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, rewrite_range)
-from mining.operators.nodes import (WARP, Kernel, bare_jumps, base_name, block_dims, code, declared_within, grid_is_scalar, has, has_loop, indent_at, index_decls, int_value, kernels, launches,
-                                    local_pointers, loop_init_value, loop_var, mentions, raw, returns_or_syncs, split_top, statements,
-                                    strip_parens, sub_index, unit_update)
+from mining.operators.nodes import (WARP, Kernel, bare_jumps, base_name, block_dims, code, declared_within,
+                                    grid_is_scalar, has, has_loop, indent_at, index_decls, int_value, kernels, launches,
+                                    local_pointers, loop_init_value, loop_var, mentions, raw, returns_or_syncs,
+                                    split_top, statements, strip_parens, sub_index, unit_update)
 from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects,
                                            line_indent, paren, scope_body, scope_of, splice_range, structural)
 from corpora.code.parse import text, walk
@@ -148,7 +151,7 @@ class ShuffleToShared(Operator):
     description = "exchange a warp shuffle's value through a shared-memory slot per thread with __syncwarp"
 
     def edits(self, src: Source):
-        scan = {(s.start_byte, s.end_byte) for s in _warp_scan(src)}
+        scan = {(s.start_byte, s.end_byte) for s in warp_scan_sites(src)}
         st = structural(src)
         own = list(first_hoist_per_scope(st, [n for n in walk(st.tree.root_node) if n.type == "call_expression" and
                                                call_name(n) in SHUFFLES and (n.start_byte, n.end_byte) not in scan]))

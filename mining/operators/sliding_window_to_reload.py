@@ -28,9 +28,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import FunctionIndex, line_span, norm, same_node
+from corpora.code.nodes import same
+from mining.operators.nodes import FunctionIndex, norm
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -97,7 +99,7 @@ class SlidingWindowToReload(Operator):
         dest = fargs.index(window[-1])
         # the preloads: the n statements right before the loop
         sibs = list(loop.parent.named_children)
-        i = next(j for j, c in enumerate(sibs) if same_node(c, loop))
+        i = next(j for j, c in enumerate(sibs) if same(c, loop))
         if i < n:
             return None
         pre = sibs[i - n:i]
@@ -154,9 +156,9 @@ class SlidingWindowToReload(Operator):
                                        (dst_node.start_byte, dst_node.end_byte, w)]))
         subs = [(stmts[0].start_byte, stmts[0].start_byte, "".join(ld + "\n" + ind for ld in loads))]
         pr = pragma_before(src, last.start_byte)
-        subs.append(line_span(src, pr if pr is not None else last.start_byte, last.end_byte) + ("",))
+        subs.append(src.line_span(pr if pr is not None else last.start_byte, last.end_byte) + ("",))
         for s in pre:
-            subs.append(line_span(src, s.start_byte, s.end_byte) + ("",))
+            subs.append(src.line_span(s.start_byte, s.end_byte) + ("",))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))

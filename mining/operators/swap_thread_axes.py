@@ -23,7 +23,7 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair, Rewrite
 from mining.operators.rewrite_util import splice_range, structural
 from corpora.code.parse import text, walk

@@ -10,11 +10,10 @@ import re
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate)
-from mining.operators.nodes import (at_line_start, code, const_stride,
-                                    const_trip, device_functions,
-                                    indent_at, int_value, line_start, loop_var, unit_update)
+from mining.operators.nodes import (at_line_start, code, const_stride, const_trip, device_functions, indent_at,
+                                    int_value, line_start, loop_var, unit_update)
 from corpora.code.parse import walk
 
 

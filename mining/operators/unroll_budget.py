@@ -21,7 +21,7 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
+from corpora.code.source import Source
 from mining.operators.nodes import block_dims, int_value, launches
 from mining.operators.rewrite_util import pragma_before
 from corpora.code.parse import text, walk

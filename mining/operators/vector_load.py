@@ -28,15 +28,17 @@ from typing import Callable, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name, enclosing, vector_accesses
+from corpora.code.nodes import call_name, enclosing
+from corpora.code.source import Source
+from mining.carriers import vector_accesses
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
                                    rewrite_range)
 from mining.operators.grid_clamp import clamp_edits
 from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
-from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents,
-                                    in_ldg, indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var,
-                                    mentions, raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index,
-                                    subscripts_of, unit_update, written_names)
+from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents, in_ldg,
+                                    indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var, mentions,
+                                    raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
+                                    unit_update, written_names)
 from mining.operators.devectorize import devectorize_edits
 from mining.operators.devectorize import forward as devectorize_forward
 from mining.operators.vector_access import VECTORS, element, scalar_base_ok

@@ -24,9 +24,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from mining.carriers import Source, _atomic_per_block
+from corpora.code.source import Source
+from mining.carriers import atomic_per_block_sites
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import same_node
+from corpora.code.nodes import same
 from mining.operators.reduce_then_publish import publish_edits
 from mining.operators.rewrite_util import node_at, structural
 from corpora.code.parse import text
@@ -56,7 +57,7 @@ class WarpAtomicToThreadAtomics(Operator):
         sums = _warp_sums(src)
         st = structural(src)
         own = []
-        for site in _atomic_per_block(src):
+        for site in atomic_per_block_sites(src):
             call = node_at(st, site.start_byte, site.end_byte, "call_expression")
             e = self.rewrite(st, call, sums) if call is not None else None
             if e is not None:
@@ -82,7 +83,7 @@ class WarpAtomicToThreadAtomics(Operator):
         if parent is None or parent.type != "compound_statement":
             return None
         sibs = list(parent.named_children)
-        k = next(i for i, c in enumerate(sibs) if same_node(c, guard))
+        k = next(i for i, c in enumerate(sibs) if same(c, guard))
         if k == 0:
             return None
         prev = sibs[k - 1]

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from corpora.backends.tree import BackendInputError
-from retrieval.backend.adapt import (
-    TargetProfile, adapt, fit_definition, fork_flow, load_profile, rename_target,
-)
+from corpora.backends.profile import TargetProfile, load_profile
+from retrieval.backend.adapt import adapt, fit_definition, fork_flow, rename_target
 from retrieval.backend.search import BackendIndex, SearchError
 
 PROMPT_DIR = Path(__file__).parent

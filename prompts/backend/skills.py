@@ -34,12 +34,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from corpora.backends.profile import TargetProfile
 from corpora.backends.tree import normalize_code
 from mining.backend.operators import BackendEdit, TargetNames, propose_edits
-from retrieval.backend.adapt import (
-    MATCH_KINDS, MATCH_THRESHOLD, TargetProfile, _kind_tokens, _similarity, adapt, name_similarity, rename_target,
-)
 from mining.records import Lineage
+from retrieval.backend.adapt import (
+    MATCH_KINDS, MATCH_THRESHOLD, adapt, kind_tokens, name_similarity, rename_target, token_similarity,
+)
 
 COVERAGE = 0.5  # share of S's attributes of a kind a skill must range over to be "for each"
 _MARK = "@@ksfam{}@@"
@@ -144,9 +145,9 @@ def _profile_order(store, target: str, kind: str) -> list[str]:
 
 
 def _same_target_similarity(prof: TargetProfile, a: str, ka: str, b: str, kb: str) -> float:
-    ta, ja = _kind_tokens(prof, a, ka)
-    tb, jb = _kind_tokens(prof, b, kb)
-    return _similarity(ta, ja, tb, jb)
+    ta, ja = kind_tokens(prof, a, ka)
+    tb, jb = kind_tokens(prof, b, kb)
+    return token_similarity(ta, ja, tb, jb)
 
 
 def _render(fragment: str, slots: list[tuple[str, str]], values: dict[str, str], src: TargetProfile,
@@ -210,7 +211,7 @@ def instantiate(store, target: str, source_func_id: str, src: TargetProfile, dst
             p.decision = "expand"
             p.family = families.setdefault((p.skill_id, p.enclosing), len(families))
         else:
-            missing = _missing_attributes(_guard_identifiers(p.operator, p.variant, p.fragment, p.target_identifiers),
+            missing = missing_attributes(guard_identifiers(p.operator, p.variant, p.fragment, p.target_identifiers),
                                           how)
             if missing:
                 p.decision, p.reason = "drop", f"{target} has no counterpart of {', '.join(missing[:3])}"
@@ -317,7 +318,7 @@ _CONTROL_BODIES = {"if_statement": ("consequence", "alternative"), "for_statemen
 def _own_level(node, out: list) -> None:
     """Collect the identifiers of ``node``'s own level: a compound's statements one by one, a
     nested control statement's header only (its bodies are statement families of their own)."""
-    from corpora.backends.tree import _identifiers_in
+    from corpora.backends.tree import identifiers_in
 
     if node.type == "compound_statement":
         for c in node.named_children:
@@ -325,22 +326,23 @@ def _own_level(node, out: list) -> None:
         return
     bodies = _CONTROL_BODIES.get(node.type)
     if bodies is None:
-        out.extend(_identifiers_in(node))
+        out.extend(identifiers_in(node))
         return
     skip = {node.child_by_field_name(f) for f in bodies} - {None}
     for c in node.named_children:
         if c not in skip:
-            out.extend(_identifiers_in(c))
+            out.extend(identifiers_in(c))
 
 
-def _guard_identifiers(operator: str, variant: str, fragment: str, target_identifiers: Sequence[str]) -> list[str]:
+def guard_identifiers(operator: str, variant: str, fragment: str, target_identifiers: Sequence[str]) -> list[str]:
     """The target names a step's skill needs at its own level: a case arm's labels and the arm's
     own statements, a branch's header and its own statements, a loop's header and body
     statements, a simple statement's text. Code nested one construct deeper does not decide the
     skill: a fork keeps it (renamed), and so does the skill (``case FK_Data_4: return
     ELF::R_MIPS_32;`` needs the relocation; ``if (IsPCRel) { switch (Kind) { case ...`` does not
     need the fixups of its inner arms)."""
-    from corpora.backends.tree import cpp_parser, prepare_cpp, walk
+    from corpora.backends.tree import prepare_cpp
+    from corpora.code.parse import cpp_parser, walk
 
     if operator == "drop_case_label":
         wrapped, want = "void __ks() { switch (0) {\n" + fragment + " ;\n} }", "case_statement"
@@ -388,7 +390,7 @@ def _guard_identifiers(operator: str, variant: str, fragment: str, target_identi
     return [i for i in target_identifiers if i in own]
 
 
-def _missing_attributes(identifiers: Sequence[str], mappings: dict) -> list[str]:
+def missing_attributes(identifiers: Sequence[str], mappings: dict) -> list[str]:
     """The step's target *attributes* (fixups, relocations, registers, features, instructions...)
     that have no counterpart in T: the skill's precondition fails. Other target names that did
     not map (file-local helpers, TableGen-generated functions) are not evidence that T lacks
@@ -432,7 +434,7 @@ def may_differ(source_text: str, src: TargetProfile, dst: TargetProfile, identif
         return ""
     how = {m.source: m for m in adapt(source_text, identifiers, src, dst).mappings}
     for e in edits:
-        missing = _missing_attributes(_guard_identifiers(e.operator, e.variant, e.fragment, e.target_identifiers),
+        missing = missing_attributes(guard_identifiers(e.operator, e.variant, e.fragment, e.target_identifiers),
                                       how)
         if missing:
             return f"drop: {missing[0]}"

@@ -26,65 +26,19 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from corpora.backends.tree import (
-    _alias_pattern_cached, _declarator_name, cpp_parser, prepare_cpp, subtokens_of_name, walk,
-)
+from corpora.backends.profile import GENERATED_SUFFIXES, TargetProfile
+from corpora.backends.tree import alias_pattern_cached, prepare_cpp, subtokens_of_name
+from corpora.code.nodes import function_declarator
+from corpora.code.parse import cpp_parser, walk
 
 MATCH_KINDS = ("fixup", "relocation", "register", "register_class", "subtarget_feature", "instruction",
                "calling_convention", "processor", "instruction_format")
-PRIMARY_ALIAS = {"PowerPC": "PPC"}
-# TableGen-generated C++ names built from a record name.
-GENERATED_SUFFIXES = ("RegClassID", "RegClass", "RegisterClass", "Operand", "RegBankID", "RegBank")
 MATCH_THRESHOLD = 0.34
 _IDENT = re.compile(r"\b[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
-
-
-@dataclass
-class TargetProfile:
-    target: str
-    aliases: list[str]
-    primary: str
-    by_kind: dict = field(default_factory=dict)  # kind -> [names]
-    kind_of: dict = field(default_factory=dict)  # name -> kind
-    declared: set = field(default_factory=set)  # names declared in headers
-    namespaces: set = field(default_factory=set)  # TableGen namespaces (register classes' first argument)
-
-    @property
-    def relocations(self) -> list[str]:
-        return list(self.by_kind.get("relocation", []))
-
-    def knows(self, name: str) -> bool:
-        base = name.split("::")[-1]
-        if base in self.kind_of or base in self.declared:
-            return True
-        for suf in GENERATED_SUFFIXES:
-            if base.endswith(suf) and base[: -len(suf)] in self.kind_of:
-                return True
-        return False
-
-
-def load_profile(store, target: str) -> TargetProfile:
-    rows = store.query("SELECT kind, name, value FROM target_attributes WHERE target = ? ORDER BY kind, name", [target])
-    if not rows:
-        raise KeyError(target)
-    aliases = sorted([r["name"] for r in rows if r["kind"] == "alias"], key=lambda a: (-len(a), a)) or [target]
-    prof = TargetProfile(target, aliases, PRIMARY_ALIAS.get(target, target))
-    for r in rows:
-        k, n = r["kind"], r["name"]
-        if k in ("alias", "class"):  # class: base classes, for roles only
-            continue
-        if k == "declaration":
-            prof.declared.add(n)
-            continue
-        prof.by_kind.setdefault(k, []).append(n)
-        prof.kind_of.setdefault(n, k)
-        if k == "register_class" and r["value"]:
-            prof.namespaces.add(r["value"])
-    return prof
 
 
 def owns_qualifier(prof: TargetProfile, ident: str, kind: Optional[str]) -> bool:
@@ -115,7 +69,7 @@ def rename_target(text: str, src: TargetProfile, dst: TargetProfile) -> str:
     if src.target == dst.target:
         return text
     key = tuple(sorted(set(src.aliases)))
-    pat = _alias_pattern_cached(key)
+    pat = alias_pattern_cached(key)
     low = _lower_pattern(key)
     dp = dst.primary
 
@@ -171,7 +125,7 @@ def common_tokens(prof: TargetProfile, kind: str) -> frozenset:
 _COMMON: dict = {}
 
 
-def _kind_tokens(prof: TargetProfile, name: str, kind: Optional[str]) -> tuple[tuple[str, ...], str]:
+def kind_tokens(prof: TargetProfile, name: str, kind: Optional[str]) -> tuple[tuple[str, ...], str]:
     """(distinctive neutral tokens, their joined spelling) of one name, memoized on the profile."""
     memo = prof.__dict__.setdefault("_token_memo", {})
     key = (name, kind)
@@ -186,7 +140,7 @@ def _kind_tokens(prof: TargetProfile, name: str, kind: Optional[str]) -> tuple[t
     return got
 
 
-def _similarity(ta: tuple, ja: str, tb: tuple, jb: str) -> float:
+def token_similarity(ta: tuple, ja: str, tb: tuple, jb: str) -> float:
     if not ta or not tb:
         return 0.0
     sa, sb = set(ta), set(tb)
@@ -207,9 +161,9 @@ def name_similarity(a: str, src: TargetProfile, b: str, dst: TargetProfile, kind
     """Similarity of two attribute names of different targets: target names removed, tokens
     shared by most names of the kind ignored; 0.6 x token Jaccard + 0.4 x spelling ratio,
     less 0.15 when both carry numbers and none agree."""
-    ta, ja = _kind_tokens(src, a, kind)
-    tb, jb = _kind_tokens(dst, b, kind)
-    return _similarity(ta, ja, tb, jb)
+    ta, ja = kind_tokens(src, a, kind)
+    tb, jb = kind_tokens(dst, b, kind)
+    return token_similarity(ta, ja, tb, jb)
 
 
 @dataclass
@@ -292,10 +246,10 @@ class IdentifierMapper:
         if kind not in MATCH_KINDS:
             return []
         out = []
-        ta, ja = _kind_tokens(self.src, src_base, kind)
+        ta, ja = kind_tokens(self.src, src_base, kind)
         for cand in self.dst.by_kind.get(kind, []):
-            tb, jb = _kind_tokens(self.dst, cand, kind)
-            s = _similarity(ta, ja, tb, jb)
+            tb, jb = kind_tokens(self.dst, cand, kind)
+            s = token_similarity(ta, ja, tb, jb)
             if s >= MATCH_THRESHOLD:
                 out.append((s, cand, kind, suffix))
         out.sort(key=lambda x: (-x[0], x[1]))
@@ -468,7 +422,7 @@ def fit_definition(text: str, qualified_name: str, in_class: bool) -> str:
     if fn is None:
         return text
     decl = fn.child_by_field_name("declarator")
-    fdecl, name = _declarator_name(decl) if decl is not None else (None, None)
+    fdecl, name = function_declarator(decl) if decl is not None else (None, None)
     if name is None:
         return text
     edits: list[tuple[int, int, bytes]] = []

@@ -23,11 +23,11 @@ from typing import Optional, Sequence
 from retrieval.backend.index import (
     TEXT_COLLECTION, TEXT_MAX_TOKENS, function_doc, function_graph, model_tag, shared_role_functions, target_aliases,
 )
+from retrieval.backend.selection import TARGET_TIEBREAK, agreement_matrix, candidate_features, declaration_sets, votes
 from retrieval.fusion import rrf
 
 MODES = ("bm25", "text", "graph", "fused")
 TARGET_WEIGHT = 0.5
-TARGET_TIEBREAK = 0.05  # weight of target similarity next to the consensus score in role_candidates
 DEPTH = 200  # per-modality ranking depth fed to fusion
 
 
@@ -265,8 +265,6 @@ class BackendIndex:
 
     def declarations(self) -> dict[str, set]:
         if self._decls is None:
-            from retrieval.backend.selection import declaration_sets
-
             self._decls = declaration_sets(self.store)
         return self._decls
 
@@ -306,8 +304,6 @@ class BackendIndex:
             scored.append((c + TARGET_TIEBREAK * ts, p, c, ts))
         scored.sort(key=lambda x: (-x[0], x[1]))
         if selector is not None:
-            from retrieval.backend.selection import agreement_matrix, candidate_features, votes
-
             _, precision = votes(ids, agreement_matrix({i: statements.get(i, []) for i in ids}))
             rows = candidate_features(ids, {r["func_id"]: r["target"] for r in cands}, consensus, precision, tsim,
                                       self.declarations(), target, self.typicality(ids), mappability or {},

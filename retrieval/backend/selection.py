@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-# the hand-made rule the selector is measured against: consensus + RULE_TIEBREAK x target similarity
-from retrieval.backend.search import TARGET_TIEBREAK as RULE_TIEBREAK
+from corpora.backends.tree import strip_target
+from retrieval.backend.adapt import statement_accuracy
+
+# the hand-made rule the selector is measured against (role_candidates' default):
+# consensus + TARGET_TIEBREAK x target similarity (level 1)
+TARGET_TIEBREAK = 0.05
 
 FEATURES = (
     "consensus",            # MBR vote: share of the others' statements it reproduces (recall side)
@@ -38,8 +43,6 @@ FEATURES = (
 def agreement_matrix(statements: dict[str, Sequence[str]]) -> list[list[float]]:
     """A[i][j]: share of candidate j's statements candidate i reproduces in order (both adapted
     to T); row means (diagonal left out) are ``consensus_scores``, column means the precision vote."""
-    from retrieval.backend.adapt import statement_accuracy
-
     ids = list(statements)
     return [[statement_accuracy(statements[i], statements[j])[0] if i != j else 1.0 for j in ids] for i in ids]
 
@@ -56,10 +59,6 @@ def votes(ids: Sequence[str], A: Sequence[Sequence[float]]) -> tuple[dict[str, f
 def declaration_sets(store) -> dict[str, set]:
     """Per target, its header declarations with the target's name stripped
     (``XCoreTargetLowering::LowerCCCCallTo`` -> ``TargetLowering::LowerCCCCallTo``)."""
-    from collections import defaultdict
-
-    from corpora.backends.tree import strip_target
-
     aliases: dict[str, list] = defaultdict(list)
     for r in store.query("SELECT target, name FROM target_attributes WHERE kind = 'alias'"):
         aliases[r["target"]].append(r["name"])
@@ -77,7 +76,7 @@ def candidate_features(ids: Sequence[str], donor_target: dict[str, str], consens
     training and generation see the same definition)."""
     n = len(ids)
     rule = sorted(range(n), key=lambda a: (-(consensus.get(ids[a], 0.0)
-                                             + RULE_TIEBREAK * target_similarity.get(donor_target[ids[a]], 0.0)), a))
+                                             + TARGET_TIEBREAK * target_similarity.get(donor_target[ids[a]], 0.0)), a))
     rank = {ids[a]: r for r, a in enumerate(rule)}
     ls = sorted(lengths.get(i, 0) for i in ids)
     med = (ls[(n - 1) // 2] + ls[n // 2]) / 2 if n else 0.0
@@ -139,7 +138,7 @@ class LinearSelector:
         """The hand-made rule as a selector: consensus + 0.05 x target similarity."""
         w = [0.0] * len(FEATURES)
         w[FEATURES.index("consensus")] = 1.0
-        w[FEATURES.index("target_similarity")] = RULE_TIEBREAK
+        w[FEATURES.index("target_similarity")] = TARGET_TIEBREAK
         return cls(w, FEATURES, {"source": "hand-made rule"})
 
 
