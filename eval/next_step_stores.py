@@ -72,9 +72,9 @@ def problem_name(problem_dir: Path) -> str:
 def mine_all(store: Path, problems: Iterable[Path], jobs: int = 2, probe: bool = False, log=print) -> list[dict]:
     """Mine each problem into ``store`` (a lineage already there with the same settings is reused)."""
     from mining.gate import BadInput
-    from mining.mine import MineConfig, make_pool, mine_problem
-
-    from skills.kernel_store import KernelStore
+    from mining.checker import make_pool
+    from mining.mine import MineConfig, mine_problem
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     # a store that so far holds only fetched sources has no kernel tables yet, and mine_problem's
@@ -90,7 +90,7 @@ def mine_all(store: Path, problems: Iterable[Path], jobs: int = 2, probe: bool =
         for d in problems:
             t0 = time.perf_counter()
             try:
-                out = mine_problem(d, cfg, pool=pool)
+                out = mine_problem(d, cfg, pool=pool, lineages=MinedLineages(store))
                 rows.append({"problem": out.problem, "dir": str(d), "steps": len(out.lineage.steps),
                              "cached": out.cached, "wall_s": round(time.perf_counter() - t0, 1)})
                 log(f"[stores] {out.problem}: {len(out.lineage.steps)} steps, "
@@ -108,7 +108,7 @@ def drop_lineages(store: Path, problems: set[str]) -> list[str]:
     """Remove every lineage of ``problems`` from the store: their steps and rows go, and each skill
     they contributed to loses their evidence (skills/merge.py recomputes it) or, with nothing left,
     is deleted. Returns the lineage ids removed."""
-    from skills.kernel_store import KernelStore, _without_lineage
+    from skills.kernel_store import KernelStore, without_lineage
     from skills.merge import merge_skill
     from skills.store import Store
 
@@ -129,7 +129,7 @@ def drop_lineages(store: Path, problems: set[str]) -> list[str]:
                         continue
                     from mining.records import Skill
 
-                    s = _without_lineage(Skill.model_validate_json(row[0]), ln.lineage_id)
+                    s = without_lineage(Skill.model_validate_json(row[0]), ln.lineage_id)
                     if not s.evidence:
                         con.execute("DELETE FROM skills WHERE skill_id = ?", [sid])
                     else:

@@ -17,7 +17,13 @@ not overrun it by a full batch.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Optional, Sequence
+
+from mining.operators.registry import get_rewrite, rewrites_for
+from retrieval.applicability import Checker
+from retrieval.plan import order
+from retrieval.value import QUALIFIERS, Valuer
 
 
 def expand_hits(ans: dict) -> list[dict]:
@@ -45,9 +51,6 @@ def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
     if policy != "value":
         return baseline_order(retrieved, source, policy, as_json)
     try:
-        from retrieval.applicability import Checker
-        from retrieval.plan import order
-        from retrieval.value import QUALIFIERS, Valuer
         checker = Checker(source)
         valuer = Valuer(checker, None, op_type, exclude_problems)
     except Exception:  # noqa: BLE001 - a source the parser cannot read: keep retrieval's order
@@ -95,11 +98,7 @@ def baseline_order(retrieved: list, source: str, policy: str, as_json: Callable[
     ``library``: the rewrite library in its fixed order of expected effect (each forward rewrite's
     ``prior`` in the operator registry), no mined skills; ``memory``: past skills by token overlap of their simpler-side
     code with the kernel (the flat-memory style: no preconditions, effects or plan)."""
-    import re
-
     if policy == "library":
-        from mining.operators.registry import get_rewrite, rewrites_for
-
         def key(r):
             names = rewrites_for(r.skill.operator, r.skill.carrier)
             return -max([get_rewrite(w).prior for w in names] or [0.0])

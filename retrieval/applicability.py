@@ -87,7 +87,7 @@ def _node_site(src: Source, node, reason: str, fn: str = "") -> SiteMatch:
     return SiteMatch(a, b, fn or (f.name if f else ""), src.excerpt(node.start_byte, node.end_byte), reason)
 
 
-def _device_funcs(src: Source):
+def device_funcs(src: Source):
     """Kernels and __device__ functions (where device-code optimizations apply)."""
     for f in src.funcs:
         fn = src.func_node(f)
@@ -155,9 +155,9 @@ def _in_call(node, names: set[str]) -> bool:
     return False
 
 
-def _global_accesses(src: Source):
+def global_accesses(src: Source):
     """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global accesses."""
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         const, elem = _pointer_names(src, f, fn)
         for node in src.nodes("subscript_expression", within=fn):
             arg = node.child_by_field_name("argument")
@@ -187,7 +187,7 @@ def finder(*names: str):
 @finder("restrict")
 def _restrict_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         plain = [p for p in _param_nodes(fn) if "*" in text(p) and "__restrict" not in text(p)]
         if plain:
             names = [declarator_name(p) or text(p) for p in plain]
@@ -203,7 +203,7 @@ def _restrict_sites(src: Source) -> list[SiteMatch]:
 def _launch_bounds_sites(src: Source) -> list[SiteMatch]:
     out = []
     raw = src.code.decode("utf-8", "replace")
-    for f, fn, head in _device_funcs(src):
+    for f, fn, head in device_funcs(src):
         if not f.is_kernel or b"__launch_bounds__" in head:
             continue
         m = re.search(r"\b%s\s*<<<\s*([^,>]+),\s*([^,>]+)" % re.escape(f.name), raw)
@@ -218,7 +218,7 @@ def _launch_bounds_sites(src: Source) -> list[SiteMatch]:
 def _unroll_sites(src: Source) -> list[SiteMatch]:
     out = []
     lines = src.code.decode("utf-8", "replace").splitlines()
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
             line = src.line_of(loop.start_byte)
             prev = next((lines[i].strip() for i in range(line - 2, -1, -1) if lines[i].strip()), "")
@@ -239,7 +239,7 @@ def _unroll_sites(src: Source) -> list[SiteMatch]:
 _CAST = re.compile(r"\(\s*(?:const\s+)?(?:unsigned\s+)?(?:size_t|int|long|long long|int64_t|uint32_t|int32_t|unsigned)\s*\)")
 
 
-def _loop_var(loop) -> str:
+def loop_var(loop) -> str:
     """The variable a for loop declares or assigns in its initializer ('' for while loops)."""
     init = loop.child_by_field_name("initializer") if loop.type == "for_statement" else None
     if init is None:
@@ -274,7 +274,7 @@ def access_stride(node) -> tuple[str, str]:
     ("invariant", var) when it does not appear, ("none", "") outside loops (one element per thread,
     consecutive across threads)."""
     loop = enclosing(node, "for_statement", "while_statement")
-    var = _loop_var(loop) if loop is not None else ""
+    var = loop_var(loop) if loop is not None else ""
     if not var:
         return "none", ""
     idx = node.child_by_field_name("index")
@@ -293,7 +293,7 @@ def access_stride(node) -> tuple[str, str]:
 def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
     out, seen = [], set()
     defs: dict[str, Optional[dict]] = {}
-    for f, node, name, is_const, elem, write in _global_accesses(src):
+    for f, node, name, is_const, elem, write in global_accesses(src):
         if write or _in_call(node, {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}):
             continue
         if carrier == "ldg" and not is_const:
@@ -354,7 +354,7 @@ def _vload_sites(src: Source) -> list[SiteMatch]:
 @finder("vector_store")
 def _vstore_sites(src: Source) -> list[SiteMatch]:
     out, seen = [], set()
-    for f, node, name, is_const, elem, write in _global_accesses(src):
+    for f, node, name, is_const, elem, write in global_accesses(src):
         if not write or is_const or (elem and not _SCALAR_ELEM.match(elem) and elem not in _template_types(src)):
             continue
         if access_stride(node)[0] in ("strided", "invariant"):
@@ -373,7 +373,7 @@ def _vstore_sites(src: Source) -> list[SiteMatch]:
 @finder("fast_math")
 def _fast_math_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for call in src.nodes("call_expression", within=fn):
             name = call_name(call)
             if name in PRECISE_MATH:
@@ -409,7 +409,7 @@ _TWO_D = re.compile(r"\b(blockIdx|threadIdx)\s*\.\s*[yz]\b")
 def _grid_stride_sites(src: Source) -> list[SiteMatch]:
     out = []
     have = {(l.start_byte) for l in grid_stride_loops(src)}
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if not f.is_kernel:
             continue
         if any(f.start_byte <= b < f.end_byte for b in have):
@@ -468,7 +468,7 @@ def _padding_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
-def _thread_coords(src: Source, f) -> tuple[set[str], dict[str, set[str]]]:
+def thread_coords(src: Source, f) -> tuple[set[str], dict[str, set[str]]]:
     """(coordinates, dependence): locals set from threadIdx/blockIdx, and for every local the
     coordinates its value depends on (through other locals, to a fixpoint)."""
     code = src.func_code(f).decode("utf-8", "replace")
@@ -495,7 +495,7 @@ def _shared_tile_sites(src: Source) -> list[SiteMatch]:
     all of them, as a weight vector read by every row): a tile staged in shared memory is reused."""
     out, seen = [], set()
     tvars: dict[str, tuple] = {}
-    for f, node, name, is_const, elem, write in _global_accesses(src):
+    for f, node, name, is_const, elem, write in global_accesses(src):
         if write:
             continue
         loop = enclosing(node, "for_statement")
@@ -510,7 +510,7 @@ def _shared_tile_sites(src: Source) -> list[SiteMatch]:
         if not var or not re.search(r"\b%s\b" % re.escape(var), idx) or "threadIdx" in idx:
             continue
         if f.name not in tvars:
-            tvars[f.name] = _thread_coords(src, f)
+            tvars[f.name] = thread_coords(src, f)
         coords, dep = tvars[f.name]
         used: set[str] = set()
         for v in re.findall(r"\b[A-Za-z_]\w*\b", idx + " " + name):
@@ -531,7 +531,7 @@ def _transposed_copy_sites(src: Source) -> list[SiteMatch]:
     """A global store whose index swaps the roles of a global load's index (y[c * R + r] = x[r * C + c]):
     one of the two is strided; staging a tile in shared memory makes both coalesced."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for a in src.nodes("assignment_expression", within=fn):
             left, right = a.child_by_field_name("left"), a.child_by_field_name("right")
             if left is None or right is None or left.type != "subscript_expression":
@@ -649,7 +649,7 @@ def _strided_transposes(src: Source) -> list[SiteMatch]:
     store moves a stride per lane (or the reverse): a transposing copy written through index
     variables (``odata[index_out] = idata[index_in]``)."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if not f.is_kernel:
             continue
         const, _ = _pointer_names(src, f, fn)
@@ -690,7 +690,7 @@ def _dot_product(loop) -> bool:
     * B[k..]``): one thread computes one output completely (a GEMM's serial k loop). Nothing is left
     to combine across threads, so a warp reduction does not apply; operand reuse (register or shared
     tiles) does."""
-    var = _loop_var(loop)
+    var = loop_var(loop)
     if not var:
         return False
     for node in walk(loop):
@@ -759,14 +759,14 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
     bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
     or none: a row per thread), and shared-memory tree reductions with a barrier per level."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if functions is not None and f.name not in functions:
             continue
         defs = None
         for loop in src.nodes("for_statement", within=fn):
             upd = " ".join(text(loop.child_by_field_name("update") or loop).split())
             body = " ".join(text(loop.child_by_field_name("body") or loop).split())
-            var = _loop_var(loop)
+            var = loop_var(loop)
             if var and re.search(r">>=\s*1|/=\s*2|=\s*\w+\s*>>\s*1|\*=\s*2|<<=\s*1", upd) and \
                     re.search(r"__syncthreads|\bsync\s*\(|\.sync\s*\(", body) and \
                     re.search(r"\w+\s*\[[^\]]+\]\s*(\+=|=[^;]*\+)[^;]*\[[^\]]*\b%s\b" % re.escape(var), body):
@@ -807,7 +807,7 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
 @finder("warp_shuffle_reduce", "block_reduce_shared")
 def _reduce_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         code = src.func_code(f).decode("utf-8", "replace")
         for line, why in serial_loops(src, functions={f.name}):
             tree = "tree" in why
@@ -827,9 +827,9 @@ def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
     loop): where the steps that build on a shared tile apply."""
     out = []
     shared = set(src.shared_names)
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
-            var = _loop_var(loop)
+            var = loop_var(loop)
             body = " ".join(text(loop.child_by_field_name("body") or loop).split())
             if not var or not re.search(r"\+=|fmaf?\s*\(|__hfma|__fmaf", body):
                 continue
@@ -883,7 +883,7 @@ def _tensor_core_sites(src: Source) -> list[SiteMatch]:
     out = _staged_dot_loops(src, need_half=True)
     if out:
         return out
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if not re.search(r"\b(half|__half|half2|__half2|__nv_bfloat16)\b", src.func_code(f).decode("utf-8", "replace")):
             continue
         for loop in src.nodes("for_statement", within=fn):
@@ -902,7 +902,7 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
     """A thread accumulating products of two global operands over a loop (one output per thread):
     computing a small block of outputs per thread reuses every loaded operand from registers."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if any(n.type == "array_declarator" for d in src.nodes("declaration", within=fn) for n in walk(d)) and \
                 re.search(rb"\b\w+\s*\[[^]]+\]\s*\[[^]]+\]\s*\+=", src.func_code(f)):
             continue  # already a 2-D register accumulator
@@ -941,7 +941,7 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
 def _scan_sites(src: Source) -> list[SiteMatch]:
     """A serial running sum written back element by element (a prefix scan done one at a time)."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
             body = " ".join(text(loop.child_by_field_name("body") or loop).split())
             m = re.search(r"\b(\w+)\s*\+=", body)
@@ -957,7 +957,7 @@ def _scan_sites(src: Source) -> list[SiteMatch]:
 @finder("atomic_per_block", "privatized_atomics")
 def _atomic_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for call in src.nodes("call_expression", within=fn):
             if call_name(call).startswith("atomic"):
                 args = call.child_by_field_name("arguments")
@@ -981,13 +981,13 @@ def _reductions(src: Source, f, fn) -> list[tuple[int, str, str, str]]:
     a call of a reducing helper (a device function of this file that shuffles across a warp, or whose
     name says reduce) assigned to a variable."""
     out = []
-    reducers = {g.name for g, gfn, _ in _device_funcs(src)
+    reducers = {g.name for g, gfn, _ in device_funcs(src)
                 if b"__shfl" in src.func_code(g) or re.search(r"reduce", g.name, re.I)}
     reducers |= {"__reduce_add_sync", "__reduce_max_sync"}
     for loop in src.nodes("for_statement", within=fn):
         if loop.parent is not None and enclosing(loop.parent, "for_statement") is not None:
             continue  # outermost loops only: an inner loop is part of its loop's pass
-        var = _loop_var(loop)
+        var = loop_var(loop)
         body = " ".join(text(loop.child_by_field_name("body") or loop).split())
         if not var or not re.search(r"\[[^\]]*\b%s\b" % re.escape(var), body):
             continue
@@ -1039,7 +1039,7 @@ def _second_passes(src: Source, first_kind: str, second_kind: str, exp: bool) ->
     """(function, reduction, earlier reduction) where a reduction of ``second_kind`` reads the result
     of an earlier one of ``first_kind`` (a statistic that needs the previous pass's result)."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         reds = _reductions(src, f, fn)
         if len(reds) < 2:
             continue
@@ -1085,13 +1085,13 @@ def _register_cache_sites(src: Source) -> list[SiteMatch]:
     """The same global data read again by a later loop of the same thread (a row swept once per
     pass): loaded once into registers, the later passes read it from there."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         const, _ = _pointer_names(src, f, fn)
         seen: dict[str, int] = {}
         for loop in src.nodes("for_statement", within=fn):
             if loop.parent is not None and enclosing(loop.parent, "for_statement") is not None:
                 continue
-            var = _loop_var(loop)
+            var = loop_var(loop)
             if not var:
                 continue
             reads = set()

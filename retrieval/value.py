@@ -31,7 +31,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from retrieval.applicability import int_const, runtime_bound, serial_loops
+from corpora.code.nodes import enclosing
+from corpora.code.parse import text, walk
+from mining.carriers import vector_accesses
+from retrieval.applicability import (device_funcs, expand_index, global_accesses, int_const, local_definitions,
+                                     loop_var, runtime_bound, serial_loops, thread_coords, x_stride)
+from retrieval.plan import order as plan_order, predecessors
 
 # Declarative qualifiers: a keyword or a pragma, no restructuring. Grouped into one "also" entry.
 QUALIFIERS = ("restrict", "unroll_pragma", "ldg", "launch_bounds", "fast_math")
@@ -175,7 +180,6 @@ class KernelShape:
 
 def _trip(src, loop) -> float:
     """How many iterations a loop stands for in the work estimate."""
-    from corpora.code.parse import text
 
     upd = loop.child_by_field_name("update")
     cond = loop.child_by_field_name("condition")
@@ -197,11 +201,10 @@ _WORK = re.compile(r"\[|[-+*/]=|[^=!<>]=[^=]|\b(atomic\w*|__shfl\w*|expf?|__expf
 def work_weights(src) -> dict[str, dict[int, float]]:
     """Per device function: 1-based line -> work weight (the product of the trip counts of the loops
     around it, for lines that load, store or compute)."""
-    from retrieval.applicability import _device_funcs
 
     lines = src.code.decode("utf-8", "replace").splitlines()
     out: dict[str, dict[int, float]] = {}
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         body = fn.child_by_field_name("body")
         if body is None:
             continue
@@ -220,10 +223,8 @@ def work_weights(src) -> dict[str, dict[int, float]]:
 
 def _global_lines(src) -> set[tuple[str, int]]:
     """(function, line) of every global memory access: scalar subscripts and vector casts."""
-    from mining.carriers import vector_accesses
-    from retrieval.applicability import _global_accesses
 
-    out = {(f.name, src.line_of(node.start_byte)) for f, node, *_ in _global_accesses(src)}
+    out = {(f.name, src.line_of(node.start_byte)) for f, node, *_ in global_accesses(src)}
     try:
         for v in vector_accesses(src):
             f = src.function_at(v.node.start_byte)
@@ -236,10 +237,9 @@ def _global_lines(src) -> set[tuple[str, int]]:
 
 def loop_spans(src) -> list[tuple[int, int, str]]:
     """(first line, last line, function) of every loop of the device functions."""
-    from retrieval.applicability import _device_funcs
 
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", "while_statement", "do_statement", within=fn):
             out.append((src.line_of(loop.start_byte), src.line_of(max(loop.start_byte, loop.end_byte - 1)), f.name))
     return out
@@ -361,26 +361,23 @@ def kernel_shape(checker) -> KernelShape:
 def _reuse(src) -> tuple[Optional[float], Optional[float]]:
     """(share of the global loads in runtime-bound loops whose index leaves out one of the thread's
     coordinates (so other threads read the same element), float operations per such load)."""
-    from corpora.code.nodes import enclosing
-    from corpora.code.parse import text
-    from retrieval.applicability import _global_accesses, _loop_var, _thread_coords
 
     shared = total = 0
     flops = 0
     coords_of: dict[str, tuple] = {}
     seen_loops = set()
-    for f, node, name, is_const, elem, write in _global_accesses(src):
+    for f, node, name, is_const, elem, write in global_accesses(src):
         if write:
             continue
         loop = enclosing(node, "for_statement")
         if loop is None or not runtime_bound(src, loop):
             continue
-        var = _loop_var(loop)
+        var = loop_var(loop)
         idx = text(node.child_by_field_name("indices") or node)
         if not var or not re.search(r"\b%s\b" % re.escape(var), idx):
             continue
         if f.name not in coords_of:
-            coords_of[f.name] = _thread_coords(src, f)
+            coords_of[f.name] = thread_coords(src, f)
         coords, dep = coords_of[f.name]
         used: set[str] = set()
         for v in re.findall(r"\b[A-Za-z_]\w*\b", idx + " " + name):  # a row pointer carries its row
@@ -402,16 +399,14 @@ def _reuse(src) -> tuple[Optional[float], Optional[float]]:
 def _shared_dot_loops(src) -> list[int]:
     """Lines of loops accumulating products of two staged operands (shared arrays, or register
     fragments filled from them): a GEMM shape after its first tiling step."""
-    from corpora.code.parse import text, walk
-    from retrieval.applicability import _device_funcs, _loop_var
 
     shared = set(src.shared_names)
     out = []
     if not shared:
         return out
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
-            var = _loop_var(loop)
+            var = loop_var(loop)
             if not var:
                 continue
             arrays = set()
@@ -431,8 +426,6 @@ def _shared_dot_loops(src) -> list[int]:
 def _column_reads(src) -> list[tuple[int, str]]:
     """Accesses ``tile[a][b]`` of 2-D shared arrays without a padding column whose first index moves
     one per lane (threadIdx.x in ``a``): a warp reads one column, 32 addresses a row apart."""
-    from corpora.code.parse import text
-    from retrieval.applicability import _device_funcs, expand_index, local_definitions, x_stride
 
     padded = set()
     for decl, name, dims in src.shared_decls:
@@ -442,7 +435,7 @@ def _column_reads(src) -> list[tuple[int, str]]:
     out = []
     if not two_d:
         return out
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         defs = None
         for node in src.nodes("subscript_expression", within=fn):
             inner = node.child_by_field_name("argument")
@@ -467,8 +460,6 @@ def _column_reads(src) -> list[tuple[int, str]]:
 
 def _per_element_atomics(checker) -> list:
     """Global atomics every thread issues (not one per block or warp behind a single-thread guard)."""
-    from corpora.code.nodes import enclosing
-    from corpora.code.parse import text
 
     out = []
     src = checker.src
@@ -718,7 +709,6 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
     """The value ranking of one code query: {"entries": [...], "filtered": [...], "ranking": {...}}.
     An entry is {"kind": "skill", "best": (i, app, value), "variants": [...]} or {"kind": "also",
     "members": [entry, ...], "value": {...}}; entries are in applicable order (retrieval/plan.py)."""
-    from retrieval.plan import order as plan_order
 
     index = searcher.index
     tab = index.table
@@ -802,7 +792,6 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
 
 def _explain(items: list[dict]) -> None:
     """One sentence per entry on why it ranks where it does (``why_rank``)."""
-    from retrieval.plan import predecessors
 
     placed: list[str] = []
     for n, it in enumerate(items):

@@ -81,7 +81,7 @@ class KernelStore:
                 existing = Skill.model_validate_json(row[0]) if row else None
                 if existing is not None and skill_id not in incoming:
                     # this lineage no longer produces the skill: drop its evidence only
-                    existing = _without_lineage(existing, lineage.lineage_id)
+                    existing = without_lineage(existing, lineage.lineage_id)
                     if not existing.evidence:
                         con.execute("DELETE FROM skills WHERE skill_id = ?", [skill_id])
                         continue
@@ -239,7 +239,7 @@ class MinedLineages:
         return save_to_store(self.root, lineage, skills, problem_info, gate_runs)
 
 
-def _without_lineage(skill: Skill, lineage_id: str) -> Skill:
+def without_lineage(skill: Skill, lineage_id: str) -> Skill:
     s = skill.model_copy(deep=True)
     s.evidence = [e for e in s.evidence if e.lineage_id != lineage_id]
     per = dict(s.provenance.get("per_lineage", {}))

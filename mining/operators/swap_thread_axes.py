@@ -24,8 +24,9 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator, Pair, Rewrite
+from mining.operators.base import Edit, Materialization, Operator, Pair, Rewrite
 from mining.operators.rewrite_util import splice_range, structural
+from mining.operators.tile_algebra import IndexAlgebra, NotAlgebra
 from corpora.code.parse import text, walk
 
 _AXIS = re.compile(r"^(threadIdx|blockIdx|blockDim|gridDim)\s*\.\s*([xy])$")
@@ -133,8 +134,6 @@ class SwapThreadAxes(Operator):
 def forward(source: str, ctx=None) -> list:
     """The inverse is the same relabeling: offered where it makes the innermost index of a
     kernel's global stores move with threadIdx.x (a coalesced store) where it did not."""
-    from mining.operators.base import Materialization
-
     op = SwapThreadAxes()
     out = []
     for site in op.find_sites(source):
@@ -150,7 +149,6 @@ def _x_contiguous_stores(source: str) -> int:
     """Global stores whose index moves by one element per lane: d(index)/d(threadIdx.x) == 1, the
     index read as integer algebra with the kernel's straight-line locals inlined."""
     import sympy
-    from mining.operators.tile_algebra import NotAlgebra, _Sym
 
     src = structural(Source(source))
     n = 0
@@ -182,7 +180,7 @@ def _x_contiguous_stores(source: str) -> int:
                     loops.append(p)
                 p = p.parent
             try:
-                sym = _Sym(src, body, top, loops, set())
+                sym = IndexAlgebra(src, body, top, loops, set())
                 e = sym.expr(inner[0], top.start_byte)
             except (NotAlgebra, ValueError):
                 continue

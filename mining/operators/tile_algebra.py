@@ -57,7 +57,7 @@ def _top_stmt(node: Node, body: Node) -> Optional[Node]:
     return p
 
 
-class _Sym:
+class IndexAlgebra:
     """sympy translation of C index arithmetic (+, -, *, integer literals, names, launch fields,
     subscripts of read-only pointers as uninterpreted functions)."""
 
@@ -190,7 +190,7 @@ class _Sym:
 
 
 def to_c(expr, names: dict[str, str]) -> str:
-    """C text of a sympy expression built by _Sym (names: symbol -> C spelling)."""
+    """C text of a sympy expression built by IndexAlgebra (names: symbol -> C spelling)."""
     import sympy
     if isinstance(expr, sympy.Integer):
         v = int(expr)
@@ -227,7 +227,7 @@ def to_c(expr, names: dict[str, str]) -> str:
     raise NotAlgebra(f"cannot print {expr}")
 
 
-def _c_names(sym: _Sym) -> dict[str, str]:
+def _c_names(sym: IndexAlgebra) -> dict[str, str]:
     out = {}
     for name in sym.symbols:
         m = re.match(r"^ks_f_(threadIdx|blockIdx|blockDim|gridDim)_([xyz])$", name)
@@ -305,7 +305,7 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     f = src.function_at(fn.start_byte)
     readonly = {pp.name for pp in f.params if pp.is_pointer} - written
     try:
-        sym = _Sym(src, body, fill_top, writer_loops, readonly)
+        sym = IndexAlgebra(src, body, fill_top, writer_loops, readonly)
         idx_nodes = _indices(wsub)
         w = [sympy.expand(sym.expr(i, fill_top.start_byte)) for i in idx_nodes]
         value = sympy.expand(sym.expr(asg.child_by_field_name("right"), fill_top.start_byte))
