@@ -285,3 +285,18 @@ def test_untrusted_constants_are_not_evaluated_when_large():
     s = Source("#define A 32\n#define B (A * 4)\ntemplate <const int TM = 8> __global__ void k() {}\n")
     assert int_const(s, "B") == 128 and int_const(s, "TM") == 8
     assert int_const(s, "9 ** 99") is None and int_const(s, "1 << 4000") is None and int_const(s, "N") is None
+
+
+def test_next_step_matching_reads_carriers_only():
+    from eval.bench_next_step import entry_carriers, first_match, recall
+
+    ans = {"hits": [{"kind": "skill", "carrier": "vector_store"},
+                    {"kind": "also", "skills": [{"carrier": "restrict"}, {"carrier": "ldg"}]},
+                    {"kind": "skill", "carrier": "shared_vector_load"}]}
+    assert entry_carriers(ans, 3) == [{"vector_store"}, {"restrict", "ldg"}, {"vector_shared_load"}]
+    assert first_match(ans, {"ldg"}) == 2 and first_match(ans, {"vector_shared_load"}) == 3
+    assert first_match(ans, {"shared_tile"}) is None and first_match(ans, {"vector_shared_load"}, k=2) is None
+    rows = [{"answerable": True, "value": {"position": 1}}, {"answerable": True, "value": {"position": 3}},
+            {"answerable": False, "value": {"position": None}}, {"answerable": True, "value": {"position": None}}]
+    r = recall(rows, "value")
+    assert r["recall@1"] == 0.25 and r["recall@3"] == 0.5 and r["answerable"] == 3 and r["recall@3_answerable"] == 0.667
