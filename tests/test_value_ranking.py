@@ -300,3 +300,18 @@ def test_next_step_matching_reads_carriers_only():
             {"answerable": False, "value": {"position": None}}, {"answerable": True, "value": {"position": None}}]
     r = recall(rows, "value")
     assert r["recall@1"] == 0.25 and r["recall@3"] == 0.5 and r["answerable"] == 3 and r["recall@3_answerable"] == 0.667
+
+
+def test_static_stage_and_profile_refine_the_regime():
+    from retrieval.applicability import Checker
+    from retrieval.value import kernel_shape, prior_effect
+
+    shape = kernel_shape(Checker((KERNELS / "vector_add" / "naive.cu").read_text()))
+    assert shape.boundness == "memory" and shape.source == "static"
+    static = {"archs": {"sm_90": {"kernels": {"k": {"sass": {"FFMA": 64, "LDG.E.128": 4, "STG.E": 1}}}}}}
+    shape.refine_with_static(static)
+    assert shape.source == "static+sass" and shape.boundness == "compute" and "16.0 FMA per global load" in shape.notes[0]
+    shape.refine_with_profile(time_ms=0.2, bytes_moved=800e6, peak_gbs=4300)  # 4 TB/s of 4.3: at the roofline
+    assert shape.regimes[0] == "roofline" and shape.source == "static+profile"
+    assert prior_effect("vector_load", shape.regimes)["time_ratio"] < 1.1  # width cannot help at the roofline
+    assert prior_effect("online_softmax", shape.regimes)["time_ratio"] == 1.3  # fewer bytes still can
