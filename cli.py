@@ -168,7 +168,8 @@ def mine(
 
     from corpora.problem import ProblemError, load_problem
     from mining.gate import BadInput
-    from mining.mine import LineageNotSaved, MineConfig, make_pool, mine_problem, stop_pool
+    from mining.checker import make_pool, stop_pool
+    from mining.mine import LineageNotSaved, MineConfig, mine_problem
     from skills.store import StoreError
 
     try:
@@ -379,7 +380,7 @@ def corpora_fetch(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Fetch LLVM's lib/Target (Debian source package, a checkout, or git), or a kernel collection into <store>/sources."""
-    from corpora.llvm import FetchError, fetch_llvm
+    from corpora.backends.llvm import FetchError, fetch_llvm
 
     if name != "llvm":
         _fetch_kernel_source(name, from_path, commit, force, store, as_json)
@@ -425,8 +426,8 @@ def backend_index(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Ingest LLVM-style targets (functions, TableGen records, fixups, relocations) and build the indexes."""
-    from corpora.backend_tree import BackendInputError
-    from retrieval.backend_index import index_backends
+    from corpora.backends.tree import BackendInputError
+    from retrieval.backend.index import index_backends
 
     stamped = _stamped(lambda m: typer.echo(m, err=True))
 
@@ -467,8 +468,8 @@ def backend_search(
     as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON."),
 ) -> None:
     """Find implementations in other targets similar to a given function."""
-    from corpora.backend_tree import cpp_parser, prepare_cpp, walk
-    from retrieval.backend_search import MODES, BackendIndex, SearchError
+    from corpora.backends.tree import cpp_parser, prepare_cpp, walk
+    from retrieval.backend.search import MODES, BackendIndex, SearchError
 
     if mode not in MODES:
         fail(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
@@ -504,15 +505,15 @@ def backend_generate(
                                            "skills (skeleton + mined skills; with --model, the LLM gets them) | llm."),
     prompt_only: bool = typer.Option(False, "--prompt-only", help="Print the few-shot prompt, generate nothing."),
     repair: int = typer.Option(0, "--repair", min=0, help="With an LLM: feed compile errors back up to N times."),
-    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the clang-15 compile gate."),
+    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the compile gate (clang of the corpus's LLVM version)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Generate T's implementation of a role from the most similar targets' implementations."""
-    from corpora.backend_tree import BackendInputError
-    from mining.backend_gate import GateInputError, GateUnavailable
-    from prompts.backend import GenerateRequest, generate, render_text
-    from retrieval.backend_search import SearchError
+    from corpora.backends.tree import BackendInputError
+    from mining.backend.gate import GateInputError, GateUnavailable
+    from prompts.backend.generate import GenerateRequest, generate, render_text
+    from retrieval.backend.search import SearchError
 
     strat = strategy or ("llm" if model else "fork-adapt")
     req = GenerateRequest(target=target, role=function, k=k, strategy=strat, model=model, prompt_only=prompt_only,
@@ -520,11 +521,16 @@ def backend_generate(
     try:
         result = generate(_store(store), req)
     except (BackendInputError, SearchError, GateInputError) as exc:
+        details = getattr(exc, "details", "")
+        if details:  # a tool's full diagnostics (TableGen on a tree it cannot read) after the one-line error
+            typer.echo(f"error: {exc}", err=True)
+            typer.echo(details.rstrip(), err=True)
+            raise typer.Exit(2)
         fail(str(exc))
     except GateUnavailable as exc:
         fail(str(exc), 2)
     except Exception as exc:  # an LLM endpoint failing is not bad input
-        from prompts.llm import LLMError
+        from mining.llm import LLMError
 
         if isinstance(exc, LLMError):
             fail(str(exc), 1)
@@ -553,9 +559,9 @@ def backend_mine(
     as_json: bool = typer.Option(False, "--json", help="Print the outcomes as JSON."),
 ) -> None:
     """Walk backend functions backward under the compile gate into skeletons and skills (stored as lineages)."""
-    from corpora.backend_tree import BackendInputError
-    from mining.backend_gate import GateUnavailable
-    from mining.backend_mine import BackendMineConfig, mine_backends, select_functions
+    from corpora.backends.tree import BackendInputError
+    from mining.backend.gate import GateUnavailable
+    from mining.backend.mine import BackendMineConfig, mine_backends, select_functions
 
     split = lambda v: [x for x in (v or "").split(",") if x]  # noqa: E731
     st = _store(store)
@@ -871,7 +877,7 @@ def optimize_cmd(
 ) -> None:
     """Optimize a kernel with retrieved skills: every step is kept only if the gate accepts it."""
     from mining.gate import BadInput
-    from mining.optimize import OptimizeConfig, optimize
+    from prompts.optimize import OptimizeConfig, optimize
 
     try:
         seed_list = tuple(int(s) for s in seeds.split(","))
@@ -931,7 +937,7 @@ def llm_check_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """One call: does the endpoint answer, its context window, latency, and does it follow the answer format."""
-    from prompts.llm_check import check, exit_code, render
+    from mining.llm_check import check, exit_code, render
 
     report = check(model, max_tokens=max_tokens, timeout=timeout, **({"api_base": api_base} if api_base else {}))
     code = exit_code(report)

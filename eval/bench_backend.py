@@ -29,7 +29,7 @@ donor with an ideal identifier mapping, and both; each also divided by fork-flow
 
 ``--selection-study`` and ``--selector-study`` replace the benchmark by studies of how to pick
 the donor, on development targets only: hand-made signals, and learned linear selectors
-(retrieval/backend_select.py) cross-validated leave-one-target-out against the rule.
+(retrieval/backend/selection.py) cross-validated leave-one-target-out against the rule.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ ORACLE_K = 5  # donors the donor oracle may pick from: the top of fork-and-adapt
 
 
 # --------------------------------------------------------------------------- metrics
-from retrieval.backend_adapt import statement_accuracy  # noqa: E402  (the library's definition)
+from retrieval.backend.adapt import statement_accuracy  # noqa: E402  (the library's definition)
 
 
 def token_edit_similarity(a: str, b: str) -> float:
@@ -109,11 +109,11 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         llm_limit: int, jobs: int, use_gate: bool, log, fork_flow_source: str = FORK_FLOW_SOURCE,
         func_epochs: int = 8, target_epochs: int = 60, skills: bool = False, mine_time_limit: float = 240.0,
         mine_budget_s: Optional[float] = None) -> dict:
-    from corpora.backend_tree import BackendInputError, parse_definition
-    from prompts.backend import AdaptCache, candidates_with_adaptations
-    from retrieval.backend_adapt import fit_definition, fork_flow
-    from retrieval.backend_index import build_indexes, ingest_targets
-    from retrieval.backend_search import DEPTH, BackendIndex
+    from corpora.backends.tree import BackendInputError, parse_definition
+    from prompts.backend.generate import AdaptCache, candidates_with_adaptations
+    from retrieval.backend.adapt import fit_definition, fork_flow
+    from retrieval.backend.index import build_indexes, ingest_targets
+    from retrieval.backend.search import DEPTH, BackendIndex
     from skills.store import Store
 
     timings: dict[str, float] = {}
@@ -133,7 +133,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     gate = None
     gate_note = None
     if use_gate:
-        from mining.backend_gate import CompileGate, toolchain_available
+        from mining.backend.gate import CompileGate, toolchain_available
 
         missing_tools = toolchain_available()
         if missing_tools:
@@ -203,7 +203,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             else:
                 entry["fork_flow"] = {"source": None, "code": None}
             if skills:
-                from prompts.backend import skills_for
+                from prompts.backend.generate import skills_for
 
                 sres = skills_for(store, T, best.func_id, cache)
                 entry["skills"] = {"source": best.func_id, "lineage": sres.lineage_id, "fallback": sres.fallback,
@@ -219,7 +219,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                         lint=[], statements_differ=True)
                     continue
                 al, bag = statement_accuracy(parsed[0], ref_stmts)
-                from mining.backend_gate import lint_relocations
+                from mining.backend.gate import lint_relocations
 
                 if strat == "skills":
                     fa_parsed = parse_definition(entry["fork_adapt"]["code"])
@@ -242,7 +242,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         # ---- compile gate, one clang run per (host file, strategy)
         gate_summary = None
         if gate is not None:
-            from mining.backend_gate import Splice
+            from mining.backend.gate import Splice
 
             by_file: dict[str, list[dict]] = defaultdict(list)
             for e in per_fn:
@@ -273,8 +273,8 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         # ---- LLM (optional)
         llm = None
         if model:
-            from prompts.backend import GenerateRequest, generate
-            from prompts.llm import LEDGER
+            from prompts.backend.generate import GenerateRequest, generate
+            from mining.llm import LEDGER
 
             done = []
             for e in per_fn[:llm_limit]:
@@ -391,8 +391,8 @@ CEILING_DEFINITIONS = {
 def donor_ceilings(index, cache, hits, adapted: dict, real: dict, fa_code: Optional[str], dst) -> dict:
     """One function's ceilings of the one-donor design (CEILING_DEFINITIONS): for each of the top
     donors, its accuracy as fork-and-adapt would produce it and with an ideal identifier mapping."""
-    from corpora.backend_tree import parse_definition
-    from retrieval.backend_adapt import MATCH_KINDS, adapt, fit_definition
+    from corpora.backends.tree import parse_definition
+    from retrieval.backend.adapt import MATCH_KINDS, adapt, fit_definition
 
     ref = list(real["statements"] or [])
     ref_names = {p for i in real["identifiers"] or [] for p in i.split("::") if p != "llvm"}
@@ -482,11 +482,11 @@ def mine_for_skills(store, index, targets: list[str], roles: dict, log, time_lim
                     deadline: Optional[float]) -> dict:
     """Walk the implementations skill-guided generation starts from (the fork fork-and-adapt
     picks for each evaluated function), where skills can change the result: a step names
-    something T lacks, or a skill ranges over S's attributes (retrieval.backend_skills.may_differ).
+    something T lacks, or a skill ranges over S's attributes (prompts.backend.skills.may_differ).
     Stored lineages are reused."""
-    from mining.backend_mine import BackendMineConfig, function_site, mine_backends
-    from prompts.backend import AdaptCache, candidates_with_adaptations
-    from retrieval.backend_skills import may_differ
+    from mining.backend.mine import BackendMineConfig, function_site, mine_backends
+    from prompts.backend.generate import AdaptCache, candidates_with_adaptations
+    from prompts.backend.skills import may_differ
 
     t0 = time.monotonic()
     needed: dict[str, str] = {}
@@ -526,7 +526,7 @@ def mine_for_skills(store, index, targets: list[str], roles: dict, log, time_lim
 def lineage_statistics(store, func_ids: list[str]) -> dict:
     """Steps and skills per lineage and per role; the share of statements that name a
     target-specific identifier; how much of each function the skeleton keeps."""
-    from retrieval.backend_skills import lineage_for
+    from prompts.backend.skills import lineage_for
 
     lins = [lin for lin in (lineage_for(store, f) for f in func_ids) if lin is not None]
     if not lins:
@@ -571,9 +571,9 @@ def selection_study(store, index, targets: list[str], fork_flow_source: str = FO
     reported ones): mean aligned statement accuracy of the fork each strategy picks."""
     import numpy as np
 
-    from prompts.backend import AdaptCache
-    from retrieval.backend_adapt import consensus_scores
-    from retrieval.backend_select import declaration_sets
+    from prompts.backend.generate import AdaptCache
+    from retrieval.backend.adapt import consensus_scores
+    from retrieval.backend.selection import declaration_sets
 
     cache = AdaptCache(store)
     roles = index.roles()
@@ -638,11 +638,11 @@ def selection_study(store, index, targets: list[str], fork_flow_source: str = FO
 # --------------------------------------------------------------------------- learned donor selection
 def selector_data(store, index, targets: list[str], log=None) -> list[dict]:
     """Per function of each development target: every candidate donor's generation-time features
-    (retrieval/backend_select.FEATURES) and its label, the aligned statement accuracy of its
+    (retrieval/backend/selection.FEATURES) and its label, the aligned statement accuracy of its
     adaptation against T's real implementation. The labels read T's real code: fit only on
     development targets; the reported targets may only score a selector already frozen."""
-    from prompts.backend import AdaptCache
-    from retrieval.backend_select import agreement_matrix, candidate_features, declaration_sets as decl_sets, votes
+    from prompts.backend.generate import AdaptCache
+    from retrieval.backend.selection import agreement_matrix, candidate_features, declaration_sets as decl_sets, votes
 
     cache = AdaptCache(store)
     roles = index.roles()
@@ -691,7 +691,7 @@ def selector_held_out(groups: list[dict], weights: dict) -> dict:
     targets' groups: reported once, after the decision, which rests on development targets only."""
     import numpy as np
 
-    from retrieval.backend_select import FEATURES, LinearSelector, top1_accuracy
+    from retrieval.backend.selection import FEATURES, LinearSelector, top1_accuracy
 
     sel = LinearSelector([float(weights.get(f, 0.0)) for f in FEATURES])
     out = {}
@@ -721,7 +721,7 @@ def mbr_variants() -> dict:
         return (A * W).sum(1) / np.maximum(W.sum(1), 1e-12)
 
     def by_feature(name, beta):
-        from retrieval.backend_select import FEATURES
+        from retrieval.backend.selection import FEATURES
 
         k = FEATURES.index(name)
         return lambda g: weighted(g, np.exp(beta * (g["X"][:, k] - g["X"][:, k].mean())))
@@ -772,7 +772,7 @@ def selector_study(groups: list[dict], configs=SELECTOR_CONFIGS) -> dict:
     every development target (the weights one would adopt)."""
     import numpy as np
 
-    from retrieval.backend_select import (
+    from retrieval.backend.selection import (
         FEATURES, RULE_TIEBREAK, LinearSelector, fit_listwise, fit_pairwise, fit_pointwise, top1_accuracy,
     )
 
@@ -928,7 +928,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "(e.g. Sparc,Lanai; uses the index trained without --targets)")
     ap.add_argument("--selector-study", default=None, metavar="TARGETS",
                     help="instead of the benchmark: collect donor features and labels on these development "
-                         "targets and cross-validate learned selectors (retrieval/backend_select.py) against the "
+                         "targets and cross-validate learned selectors (retrieval/backend/selection.py) against the "
                          "rule; the result goes under 'learned_selector' in the --out file (default "
                          "eval/results/backend_selection_study.json), the collected data to the store (reused while "
                          "the targets and feature names match; delete <store>/bench/selector_features.json to "
@@ -938,7 +938,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from corpora.backend_tree import BackendInputError
+    from corpora.backends.tree import BackendInputError
 
     targets = [t for t in args.targets.split(",") if t]
     if not targets:
@@ -949,8 +949,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
     if args.selection_study:
-        from retrieval.backend_index import build_indexes, ingest_targets
-        from retrieval.backend_search import BackendIndex, SearchError
+        from retrieval.backend.index import build_indexes, ingest_targets
+        from retrieval.backend.search import BackendIndex, SearchError
         from skills.store import Store
 
         try:
@@ -968,9 +968,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(json.dumps(study, indent=2))
         return 0
     if args.selector_study:
-        from retrieval.backend_index import build_indexes, ingest_targets
-        from retrieval.backend_search import BackendIndex, SearchError
-        from retrieval.backend_select import FEATURES
+        from retrieval.backend.index import build_indexes, ingest_targets
+        from retrieval.backend.search import BackendIndex, SearchError
+        from retrieval.backend.selection import FEATURES
         from skills.store import Store, resolve_root
 
         dev = [t for t in args.selector_study.split(",") if t]

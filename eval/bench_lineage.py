@@ -258,7 +258,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
-    from mining.mine import make_pool
+    from mining.checker import make_pool
 
     executor = resolve_executor(executor)
     experts = select(list_experts(real_root) if real_root else list_experts(), only, gpu_only)
@@ -331,13 +331,16 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     DEST/house_skills.json from the house store (skill identity does not depend on the executor)."""
     from corpora.real import list_experts, materialize
 
-    if not (Path(house_store) / "store.duckdb").is_file():
-        raise SystemExit(f"error: {house_store}: no house store (run a CPU bench_lineage first, or pass --house-store)")
     experts = select(list_experts(), only, gpu_only)
     dest.mkdir(parents=True, exist_ok=True)
     for e in experts:
         materialize(e, store.resolve() / "sources", dest / e.source / e.problem)
         log(f"[bench_lineage] prepared {dest / e.source / e.problem}")
+    if not (Path(house_store) / "store.duckdb").is_file():
+        # the walk itself does not need it: the GPU run then leaves skills new/merged empty
+        # (--no-house) and they are scored here later with --rescore
+        log(f"[bench_lineage] {house_store}: no house store, so no house_skills.json (score later with --rescore)")
+        return
     info = dump_house(house_store, dest / "house_skills.json")
     log(f"[bench_lineage] {len(info['skills'])} house skills -> {dest / 'house_skills.json'}")
 

@@ -68,7 +68,8 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
     from corpora.problem import load_problem
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.executors import resolve_executor
-    from mining.mine import MineConfig, make_pool, mine_problem
+    from mining.checker import make_pool
+    from mining.mine import MineConfig, mine_problem
     from skills.kernel_store import KernelStore
     from skills.store import Store
 
@@ -113,7 +114,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
                    step_preconditions=_step_preconditions(lin, KernelStore(Store(store))),
                    operators_used=sorted({s.operator for s in lin.steps}))
         if executor == "cuda" and end_points:
-            from mining.mine import gpu_timing_lock
+            from mining.checker import gpu_timing_lock
 
             with gpu_timing_lock(store):
                 row["end_point"] = end_point_timing(d, final, store)

@@ -4,7 +4,7 @@
     python -m eval.bench_optimize --executor cpu --json          (CI: correctness only, no speed claims)
 
 Per problem (leave-one-problem-out: the problem's own skills and the evidence it contributed to
-shared skills are removed before retrieval), `mining.optimize.optimize` runs from the problem's
+shared skills are removed before retrieval), `prompts.optimize.optimize` runs from the problem's
 naive.cu with the step budget (default 10). On the cuda executor the naive, final and expert
 kernels are timed by the gate's profile stage on the problem's primary large workload (the
 first tagged "large") and PyTorch eager the same way (eval/bench_corpus.py), giving
@@ -69,7 +69,7 @@ def geomean(values: list[float]) -> Optional[float]:
 
 
 def _has_skills(root: Path) -> bool:
-    from mining.optimize import load_skill_records
+    from prompts.optimize import load_skill_records
 
     try:
         return (root / "store.duckdb").is_file() and bool(load_skill_records(root))
@@ -87,7 +87,7 @@ def _primary(problem) -> Any:
 
 def _profile_ms(problem_dir: Path, kernel: str, source: Optional[str], cache: Path, label: str) -> tuple[Optional[float], str]:
     from mining.gate import GateConfig, run_gate
-    from mining.mine import gpu_timing_lock
+    from mining.checker import gpu_timing_lock
 
     with gpu_timing_lock(cache):  # several benchmark processes may share the GPU: time one at a time
         r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache),
@@ -124,21 +124,23 @@ ARM_CONFIG = {
     "skills_llm": {"mode": "skills", "deterministic": False, "llm": True},
     "no_skills": {"mode": "no_skills", "deterministic": False, "llm": True},
     "flat_memory": {"mode": "flat_memory", "deterministic": False, "llm": True},
-    # deterministic baselines (no LLM): same rewrites and gate, another order (mining/optimize_plan.py)
+    # deterministic baselines (no LLM): same rewrites and gate, another order (prompts/optimize_plan.py)
     "no_skills_det": {"mode": "skills", "deterministic": True, "llm": False, "policy": "library"},
     "flat_memory_det": {"mode": "skills", "deterministic": True, "llm": False, "policy": "memory"},
 }
 SHARE_CLIP = (0.01, 1.5)
 
 
-def library_records() -> list[dict]:
+def library_records() -> list:
     """One record per carrier the forward rewrites serve, with no mined evidence: what the
     optimizer can do with its rewrite library alone (the no-skills baseline)."""
-    from mining.materialize import FOR_CARRIER
+    from mining.operators.registry import PAIRS, all_rewrites, rewrites_for_carrier
+    from mining.records import Skill
 
-    return [{"skill_id": f"lib-{c}", "key": f"{c}:library", "name": f"rewrite library: {c}", "carrier": c,
-             "operator": "", "kind": "kernel", "evidence": [], "effect": [], "preconditions": [], "requires": [],
-             "provides": [c], "conflicts": []} for c, rw in sorted(FOR_CARRIER.items()) if rw]
+    carriers = {p.operator.carrier for p in PAIRS if p.operator is not None}
+    carriers |= {c for r in all_rewrites().values() for c in (r.carrier, *r.serves)}
+    return [Skill(skill_id=f"lib-{c}", key=f"{c}:library", name=f"rewrite library: {c}", intent=f"rewrite library: {c}",
+                  carrier=c, operator="", provides=[c]) for c in sorted(carriers) if rewrites_for_carrier(c)]
 
 
 def real_problems(root: Path) -> dict[str, tuple[Path, str]]:
@@ -162,7 +164,7 @@ def log_share(tn: Optional[float], tf: Optional[float], te: Optional[float]) -> 
 
 def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], out_dir: Optional[Path]) -> dict:
     from corpora.problem import load_problem
-    from mining.optimize import OptimizeConfig, SkillSource, optimize
+    from prompts.optimize import OptimizeConfig, SkillSource, optimize
 
     spec = ARM_CONFIG[arm]
     if getattr(args, "corpus", "house") == "real":
@@ -440,7 +442,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         out["method"] = out["method"].replace("leave-one-problem-out", "leave-one-source-out (the real corpus; every "
                                               "problem of the held-out problem's source excluded)").replace(
             "the other problems", "the other sources and the house corpus")
-    from mining.optimize import make_pool
+    from mining.checker import make_pool
 
     pool = make_pool(args.jobs)
     t0 = time.perf_counter()

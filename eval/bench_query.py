@@ -183,7 +183,7 @@ def build_scale_snapshot(store: Path, n: int, dest: Path, seed: int = 0, log=pri
     from retrieval.skill_docs import skill_docs
     from retrieval.skill_index import current_snapshot, graph_vectors, write_snapshot
     from retrieval.skill_search import SkillIndex
-    from skills.records import Skill
+    from mining.records import Skill
 
     src_snap = current_snapshot(store)
     if src_snap is None:
@@ -334,7 +334,7 @@ def indexing(store: Path, n: int = 60, log=print) -> dict:
     from retrieval.skill_index import current_snapshot, index_skills
     from retrieval.skill_search import SkillIndex
     from skills.kernel_store import KernelStore
-    from skills.records import Skill
+    from mining.records import Skill
     from skills.store import Store
 
     base_idx = SkillIndex(current_snapshot(store))

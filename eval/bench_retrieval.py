@@ -52,7 +52,7 @@ CACHE_VERSION = 3
 def fold_skills(skills: list[dict], held_out: str) -> list[dict]:
     """The store's skills as if ``held_out`` had never been mined."""
     from skills.merge import merge_skill
-    from skills.records import Skill
+    from mining.records import Skill
 
     out = []
     for s in skills:

@@ -127,7 +127,7 @@ def drop_lineages(store: Path, problems: set[str]) -> list[str]:
                     row = con.execute("SELECT record FROM skills WHERE skill_id = ?", [sid]).fetchone()
                     if row is None:
                         continue
-                    from skills.records import Skill
+                    from mining.records import Skill
 
                     s = _without_lineage(Skill.model_validate_json(row[0]), ln.lineage_id)
                     if not s.evidence:
@@ -161,9 +161,9 @@ def make_fold(all_store: Path, fold: Path, exclude: set[str], log=print) -> dict
 def carry(all_store: Path, problems: Path, dest: Path) -> int:
     """What scripts/gpu_optimize_real.sh needs on a machine without the sources or duckdb: the
     materialized real-corpus folders and the all store's skill records as one JSON list."""
-    from mining.optimize import load_skill_records
+    from prompts.optimize import load_skill_records
 
-    recs = load_skill_records(all_store)
+    recs = [r.model_dump(mode="json") for r in load_skill_records(all_store)]
     tmp = dest.with_name(dest.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)

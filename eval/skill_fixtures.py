@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Optional, Sequence
 
-from skills.records import Anchor, Evidence, Lineage, Precondition, Skill, lineage_identity, sha256, skill_identity
+from mining.records import Anchor, Evidence, Lineage, Precondition, Skill, lineage_identity, sha256, skill_identity
 
 DEFAULT_PROBLEMS = ("reduce_sum", "softmax", "layernorm", "rmsnorm_residual", "sgemm", "transpose", "histogram",
                     "bias_gelu", "conv2d_3x3", "attention_fwd", "exclusive_scan", "hgemm_wmma")

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from tree_sitter import Node
 
-from mining.parse import FunctionSig, functions, parse_cuda, text, walk
+from corpora.code.parse import FunctionSig, functions, parse_cuda, text, walk
 
 
 @dataclass(frozen=True)
@@ -1073,3 +1073,9 @@ def detect_carriers(source: str | bytes, flags: Sequence[str] = ()) -> dict[str,
 
 def carrier_names(source: str | bytes, flags: Sequence[str] = ()) -> set[str]:
     return set(detect_carriers(source, flags))
+
+
+# detection by meaning (issue 19): what mining/carriers_meaning.py finds extends the detectors above
+from mining import carriers_meaning as _meaning  # noqa: E402
+
+_meaning.register()

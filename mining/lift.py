@@ -4,7 +4,7 @@ Every field is filled from what the walk measured: the exemplar and diff from th
 the anchor from the optimized text's syntax tree, static deltas from the gate's static stage
 (registers, shared memory, spills, SASS mix), a time ratio only from GPU profiles, and
 preconditions from probing (`mining/probe.py`) or from the guard the expert wrote around the
-site. What is the same optimization is decided by `skills.records.skill_identity`.
+site. What is the same optimization is decided by `mining.records.skill_identity`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from mining.carriers import Source
 from mining.probe import Hypothesis, ProbeOutcome, code_guard_text
-from skills.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
+from mining.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
 
 # carrier -> (skill name, intent in the optimizing direction)
 CARRIER_SKILLS: dict[str, tuple[str, str]] = {
@@ -52,7 +52,16 @@ CARRIER_SKILLS: dict[str, tuple[str, str]] = {
     "privatized_atomics": ("Privatize atomics in shared memory", "Accumulate into a per-block shared copy with fast shared atomics and merge once to global."),
     "halo_tile": ("Stage a halo tile for a stencil", "Load the tile plus its halo into shared memory once per block."),
     "coalesced_transpose": ("Coalesced transpose through shared memory", "Reorder in shared memory so both the global reads and the global writes are coalesced."),
+    # carriers of the generic simplifications found by meaning (issue 19)
+    "specialized_dispatch": ("Dispatch to a specialized kernel instance at run time", "Check at run time what a faster instance of the kernel needs (16-byte aligned pointers, a size divisible by its vector width) and launch that instance, keeping the general one as the fallback."),
+    "block_per_row": ("One block per row", "Give each row a whole block: its threads sweep the row together in block-stride steps (coalesced) and combine their partial results with a block reduction, instead of one thread walking the row alone."),
+    "coalesced_access": ("Coalesce global accesses across a warp", "Map the thread index that varies fastest within a warp (threadIdx.x) to the contiguous dimension of the global arrays, so a warp's accesses fall on consecutive addresses (one transaction per 128 bytes) instead of one per thread."),
+    "thread_coarsening": ("Coarsen the per-thread work", "Give each thread several elements (a pack, a tile, several rows) sized by a compile-time constant: more independent work per thread, wider accesses, fewer threads and less index arithmetic."),
 }
+
+from mining.operators.cache_hints import HINT_SKILLS  # noqa: E402  (cache hints, each its own skill)
+
+CARRIER_SKILLS.update(HINT_SKILLS)
 
 # operators whose skill is not the carrier's main one
 OPERATOR_SKILLS: dict[str, tuple[str, str]] = {

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from mining.carriers import DETECTORS, Source, call_name, declarator_name, enclosing, grid_stride_loops
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
+from mining.axes_check import precondition_verdict
 
 PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
                 "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",
@@ -1205,31 +1206,11 @@ def similar_site(src: Source, excerpts: Iterable[str], window: int = 4, windows:
 
 # --------------------------------------------------------------------------- preconditions
 def check_precondition(p: dict, axes: Optional[dict[str, int]]) -> PreconditionCheck:
+    """A precondition in its JSON form against one workload's axes (the rule: mining/axes_check.py)."""
     kind, axis, value = p.get("kind", ""), p.get("axis", ""), int(p.get("value") or 0)
     status = p.get("status", "discovered")
-    text_ = p.get("text", "")
-    if kind == "none_found" or status == "not_needed":
-        return PreconditionCheck(text_, kind, axis, value, status, "not_needed")
-    if status == "required":  # a property of the code, not of sizes: Checker.check decides it from the sites
-        return PreconditionCheck(text_, kind, axis, value, status, "unknown", "a property of the code at the site")
-    if not axes or not axis or axis not in axes:
-        why = "alignment of a pointer is not an axis" if kind == "alignment" and not axis else \
-            (f"axis {axis} not given" if axes else "no --axes given")
-        return PreconditionCheck(text_, kind, axis, value, status, "unknown", why)
-    v = int(axes[axis])
-    if kind in ("divisible", "alignment"):
-        ok = value > 0 and v % value == 0
-    elif kind == "minimum":
-        ok = v >= value
-    elif kind == "maximum":
-        ok = v <= value
-    elif kind == "power_of_two":
-        ok = v > 0 and v & (v - 1) == 0
-    elif kind == "guarded":
-        ok = True
-    else:
-        return PreconditionCheck(text_, kind, axis, value, status, "unknown", f"unknown kind {kind}")
-    return PreconditionCheck(text_, kind, axis, value, status, "satisfied" if ok else "violated", f"{axis}={v}")
+    check, detail = precondition_verdict(kind, axis, value, status, axes)
+    return PreconditionCheck(p.get("text", ""), kind, axis, value, status, check, detail)
 
 
 # --------------------------------------------------------------------------- per query

@@ -11,7 +11,7 @@ most valuable goes first (a topological sort that prefers value).
 ``make_plan`` cuts that order into a short plan: the structural entries expected to buy at least
 MIN_GAIN, up to ``max_steps``, each with the earlier steps it builds on, then the qualifiers as
 one last step. ``skills query --plan`` returns it; `skills optimize` gates its candidates in this
-order (mining/optimize_plan.py).
+order (prompts/optimize_plan.py).
 """
 from __future__ import annotations
 

@@ -498,7 +498,7 @@ class Searcher:
             return hit, True
         import re
 
-        from mining.parse import parse_cuda, syntax_issues
+        from corpora.code.parse import parse_cuda, syntax_issues
         from retrieval.applicability import Checker
 
         timing: dict = {}

@@ -175,7 +175,7 @@ class KernelShape:
 
 def _trip(src, loop) -> float:
     """How many iterations a loop stands for in the work estimate."""
-    from mining.parse import text
+    from corpora.code.parse import text
 
     upd = loop.child_by_field_name("update")
     cond = loop.child_by_field_name("condition")
@@ -362,7 +362,7 @@ def _reuse(src) -> tuple[Optional[float], Optional[float]]:
     """(share of the global loads in runtime-bound loops whose index leaves out one of the thread's
     coordinates (so other threads read the same element), float operations per such load)."""
     from mining.carriers import enclosing
-    from mining.parse import text
+    from corpora.code.parse import text
     from retrieval.applicability import _global_accesses, _loop_var, _thread_coords
 
     shared = total = 0
@@ -402,7 +402,7 @@ def _reuse(src) -> tuple[Optional[float], Optional[float]]:
 def _shared_dot_loops(src) -> list[int]:
     """Lines of loops accumulating products of two staged operands (shared arrays, or register
     fragments filled from them): a GEMM shape after its first tiling step."""
-    from mining.parse import text, walk
+    from corpora.code.parse import text, walk
     from retrieval.applicability import _device_funcs, _loop_var
 
     shared = set(src.shared_names)
@@ -431,7 +431,7 @@ def _shared_dot_loops(src) -> list[int]:
 def _column_reads(src) -> list[tuple[int, str]]:
     """Accesses ``tile[a][b]`` of 2-D shared arrays without a padding column whose first index moves
     one per lane (threadIdx.x in ``a``): a warp reads one column, 32 addresses a row apart."""
-    from mining.parse import text
+    from corpora.code.parse import text
     from retrieval.applicability import _device_funcs, expand_index, local_definitions, x_stride
 
     padded = set()

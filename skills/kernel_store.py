@@ -1,6 +1,7 @@
 """Kernel tables of the store: problems, kernels, lineages, steps, gate_runs, skills.
 
-Each table keeps the queryable columns flat (so `duckdb .skills/store.duckdb` answers SQL
+The tables are made by the store's migrations (skills/migrations.py, "kernels"). Each table
+keeps the queryable columns flat (so `duckdb .skills/store.duckdb` answers SQL
 directly) and the whole record as JSON (`record`), the source of truth the Python API reads.
 
 `save_lineage` writes one lineage, its steps, its gate runs and the skills it touched in ONE
@@ -19,82 +20,9 @@ from typing import Any, Iterable, Optional
 
 from skills.merge import merge_skill
 from skills.record_reads import find_lineage, find_skill, skill_rows
-from skills.records import Lineage, Skill, Step
-from skills.store import Store, register_section
+from mining.records import Lineage, Skill, Step
+from skills.store import Store
 
-KERNEL_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS problems (
-        problem VARCHAR PRIMARY KEY,
-        op_type VARCHAR,
-        dir VARCHAR,
-        definition JSON,
-        updated_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-    """CREATE TABLE IF NOT EXISTS kernels (
-        kernel_hash VARCHAR PRIMARY KEY,
-        problem VARCHAR NOT NULL,
-        role VARCHAR NOT NULL,
-        source VARCHAR NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS lineages (
-        lineage_id VARCHAR PRIMARY KEY,
-        problem VARCHAR NOT NULL,
-        kernel VARCHAR NOT NULL,
-        kernel_hash VARCHAR NOT NULL,
-        executor VARCHAR NOT NULL,
-        strategy VARCHAR NOT NULL,
-        termination VARCHAR NOT NULL,
-        n_steps INTEGER NOT NULL,
-        n_rejections INTEGER NOT NULL,
-        final_hash VARCHAR,
-        wall_s DOUBLE,
-        llm_tokens INTEGER,
-        kind VARCHAR DEFAULT 'kernel',
-        record JSON NOT NULL,
-        created_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-    """CREATE TABLE IF NOT EXISTS steps (
-        lineage_id VARCHAR NOT NULL,
-        seq INTEGER NOT NULL,
-        step INTEGER NOT NULL,
-        accepted BOOLEAN NOT NULL,
-        operator VARCHAR NOT NULL,
-        carrier VARCHAR NOT NULL,
-        proposer VARCHAR,
-        site_line INTEGER,
-        verdict VARCHAR,
-        reason VARCHAR,
-        skill_id VARCHAR,
-        before_hash VARCHAR,
-        after_hash VARCHAR,
-        record JSON NOT NULL,
-        PRIMARY KEY (lineage_id, seq)
-    )""",
-    """CREATE TABLE IF NOT EXISTS gate_runs (
-        source_hash VARCHAR NOT NULL,
-        problem VARCHAR NOT NULL,
-        executor VARCHAR NOT NULL,
-        verdict VARCHAR NOT NULL,
-        reason VARCHAR,
-        summary JSON,
-        PRIMARY KEY (source_hash, problem, executor)
-    )""",
-    """CREATE TABLE IF NOT EXISTS skills (
-        skill_id VARCHAR PRIMARY KEY,
-        key VARCHAR NOT NULL,
-        name VARCHAR NOT NULL,
-        kind VARCHAR NOT NULL,
-        carrier VARCHAR NOT NULL,
-        operator VARCHAR NOT NULL,
-        intent VARCHAR,
-        n_evidence INTEGER NOT NULL,
-        problems VARCHAR[],
-        has_precondition BOOLEAN,
-        record JSON NOT NULL,
-        updated_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-]
-register_section("kernels", 1, KERNEL_SCHEMA)
 _SAVE_LOCK = threading.Lock()  # several problems mined in threads of one process share the file
 
 
@@ -103,10 +31,6 @@ class KernelStore:
 
     def __init__(self, store: Store):
         self.store = store
-        if not store.read_only and store._con is not None:
-            # the connection was opened before this module registered its section
-            for stmt in KERNEL_SCHEMA:
-                store.con.execute(stmt)
 
     # ---- writes
     def save_lineage(self, lineage: Lineage, skills: Iterable[Skill], problem_info: dict[str, Any],

@@ -28,7 +28,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from skills.records import Effect, Lineage, Precondition, Skill, Step
+from mining.records import Effect, Lineage, Precondition, Skill, Step
 from skills.report_assets import CSS, JS
 from skills.report_charts import (DiffRow, RatioRow, StaticRow, TimeRow, count_bars, diff_sizes, ratio_bars,
                                   static_deltas, time_waterfall)

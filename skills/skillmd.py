@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from skills.records import Anchor, Skill, skill_identity
+from mining.records import Anchor, Skill, skill_identity
 from skills.slugs import NAME_MAX, skill_slugs, slugify
 
 DESCRIPTION_MAX = 1024

@@ -29,7 +29,7 @@ needs_sandbox = pytest.mark.skipif(isolation() is None, reason="bubblewrap is no
 
 def _lineage_store(root: Path) -> None:
     from skills.kernel_store import KernelStore
-    from skills.records import Lineage, Step
+    from mining.records import Lineage, Step
     from skills.store import Store
 
     st = Store(root)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from _backend_support import TOY
 from cli import app
-from corpora.llvm import FetchError, fetch_llvm, list_targets
+from corpora.backends.llvm import FetchError, fetch_llvm, list_targets
 
 runner = CliRunner()
 

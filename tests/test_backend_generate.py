@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from _backend_support import TOY_TARGETS, gate_skip_reason, indexed_toy_store
 from cli import app
-from corpora.backend_tree import BackendInputError, parse_definition
+from corpora.backends.tree import BackendInputError, parse_definition
 from skills.store import Store
 
 runner = CliRunner()
@@ -23,7 +23,7 @@ def toy_store(tmp_path_factory):
 
 
 def test_target_level_similarity_prefers_the_sibling(toy_store):
-    from retrieval.backend_search import BackendIndex
+    from retrieval.backend.search import BackendIndex
 
     idx = BackendIndex(Store(toy_store))
     sims = idx.target_similarity("Wren")
@@ -32,7 +32,7 @@ def test_target_level_similarity_prefers_the_sibling(toy_store):
 
 
 def test_code_search_finds_the_same_role(toy_store):
-    from retrieval.backend_search import BackendIndex
+    from retrieval.backend.search import BackendIndex
 
     st = Store(toy_store)
     idx = BackendIndex(st)
@@ -49,7 +49,7 @@ def test_code_search_finds_the_same_role(toy_store):
 
 
 def test_fork_and_adapt_maps_identifiers_onto_the_target(toy_store):
-    from retrieval.backend_adapt import adapt, load_profile
+    from retrieval.backend.adapt import adapt, load_profile
 
     st = Store(toy_store)
     lark, wren, kite = (load_profile(st, t) for t in ("Lark", "Wren", "Kite"))
@@ -71,7 +71,7 @@ def test_fork_and_adapt_maps_identifiers_onto_the_target(toy_store):
 
 
 def test_rename_follows_the_naming_conventions():
-    from retrieval.backend_adapt import TargetProfile, rename_target
+    from retrieval.backend.adapt import TargetProfile, rename_target
 
     gpu = TargetProfile("AMDGPU", ["AMDGPU", "R600", "GCN", "SI"], "AMDGPU")
     lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark")
@@ -87,7 +87,7 @@ def test_rename_follows_the_naming_conventions():
 
 
 def test_names_outside_the_source_namespaces_are_not_its_attributes():
-    from retrieval.backend_adapt import TargetProfile, adapt
+    from retrieval.backend.adapt import TargetProfile, adapt
 
     lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark", by_kind={"instruction": ["MUL", "ADD"]},
                          kind_of={"MUL": "instruction", "ADD": "instruction"}, namespaces={"Lark"})
@@ -113,7 +113,7 @@ def test_names_outside_the_source_namespaces_are_not_its_attributes():
 
 
 def test_fit_definition_moves_between_class_and_out_of_line():
-    from retrieval.backend_adapt import fit_definition
+    from retrieval.backend.adapt import fit_definition
 
     inline = "unsigned getNumFixupKinds() const override { return 3; }"
     out = fit_definition(inline, "WrenAsmBackend::getNumFixupKinds", in_class=False)
@@ -123,7 +123,7 @@ def test_fit_definition_moves_between_class_and_out_of_line():
 
 
 def test_generate_fork_adapt_with_gate(toy_store):
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
 
     res = generate(Store(toy_store), GenerateRequest(target="Wren", role="getRelocType", k=2,
                                                      gate=gate_skip_reason() is None))
@@ -138,7 +138,7 @@ def test_generate_fork_adapt_with_gate(toy_store):
 
 
 def test_prompt_only_holds_examples_and_attributes(toy_store):
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
 
     res = generate(Store(toy_store), GenerateRequest(target="Kite", role="ELFObjectWriter::getRelocType", k=2,
                                                      prompt_only=True))
@@ -151,7 +151,7 @@ def test_prompt_only_holds_examples_and_attributes(toy_store):
 
 
 def test_llm_path_with_mock_response(toy_store):
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
 
     reply = ("Here it is:\n```cpp\nunsigned KiteELFObjectWriter::getRelocType(MCContext &Ctx, const MCValue &Target,"
              " const MCFixup &Fixup, bool IsPCRel) const {\n  switch ((unsigned)Fixup.getKind()) {\n"
@@ -168,7 +168,7 @@ def test_llm_path_with_mock_response(toy_store):
 def test_repair_loop_feeds_diagnostics_back(toy_store):
     import litellm
 
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
 
     seen = []
 
@@ -194,7 +194,7 @@ def test_repair_loop_feeds_diagnostics_back(toy_store):
 
 
 def test_generate_bad_input(toy_store):
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
 
     st = Store(toy_store)
     with pytest.raises(BackendInputError, match="unknown role 'getRelocTyp'.*did you mean"):
@@ -238,7 +238,7 @@ def test_cli_index_bad_path(tmp_path):
 
 
 def test_prune_cases_keeps_fall_through_bodies():
-    from retrieval.backend_adapt import prune_cases
+    from retrieval.backend.adapt import prune_cases
 
     code = """unsigned f(unsigned K) {
   switch (K) {
@@ -270,7 +270,7 @@ def test_cli_index_end_to_end(tmp_path):
 
 
 def test_prune_cases_drops_groups_of_dead_labels_with_their_body():
-    from retrieval.backend_adapt import prune_cases
+    from retrieval.backend.adapt import prune_cases
 
     code = """unsigned f(unsigned K) {
   switch (K) {
@@ -284,3 +284,64 @@ def test_prune_cases_drops_groups_of_dead_labels_with_their_body():
 }"""
     out = prune_cases(code, {"T::dead1", "T::dead2"})
     assert "return 7;" not in out and "dead" not in out and "case T::live:\n    return 8;" in out
+
+
+# ---------------------------------------------------------------- roles from what the target's classes implement
+_WINCOFF = """#include "llvm/MC/MCWinCOFFObjectWriter.h"
+using namespace llvm;
+namespace {
+class {T}WinCOFFObjectWriter : public MCWinCOFFObjectTargetWriter {
+public:
+  unsigned getRelocType(MCContext &Ctx, const MCValue &Target, const MCFixup &Fixup, bool IsCrossSection,
+                        const MCAsmBackend &MAB) const override {
+    return Fixup.getKind() == FK_Data_4 ? 1u : 0u;
+  }
+};
+} // namespace
+"""
+
+
+def test_roles_follow_the_classes_a_target_implements(tmp_path):
+    """Wren's ELF writer renamed WrenObjectWriter (as Xtensa's is) keeps the ELF writer's role;
+    with a WinCOFF writer in Lark and Wren, a bare `getRelocType` is resolved by each target's
+    own code: Kite implements only the ELF one (LoongArch's case), Lark and Wren both."""
+    from prompts.backend import resolve_role
+    from retrieval.backend_index import ingest_targets
+    from retrieval.backend_search import BackendIndex
+
+    root = tmp_path / "Target"
+    shutil.copytree(TOY_TARGETS, root)
+    ow = root / "Wren" / "MCTargetDesc" / "WrenELFObjectWriter.cpp"
+    ow.write_text(ow.read_text().replace("WrenELFObjectWriter", "WrenObjectWriter")
+                  .replace("createWrenObjectWriter", "createWrenELFObjectWriter"))
+    for t in ("Lark", "Wren"):
+        (root / t / "MCTargetDesc" / f"{t}WinCOFFObjectWriter.cpp").write_text(_WINCOFF.replace("{T}", t))
+    st = Store(tmp_path / "s")
+    ingest_targets(root, st)
+    roles = {r["qualified_name"]: r["role"] for r in st.query("SELECT qualified_name, role FROM functions "
+                                                             "WHERE name = 'getRelocType'")}
+    assert roles["WrenObjectWriter::getRelocType"] == "ELFObjectWriter::getRelocType"
+    assert roles["LarkELFObjectWriter::getRelocType"] == "ELFObjectWriter::getRelocType"
+    assert roles["LarkWinCOFFObjectWriter::getRelocType"] == "WinCOFFObjectWriter::getRelocType"
+    idx = BackendIndex(st)
+    assert resolve_role(idx, "getRelocType", "Kite") == "ELFObjectWriter::getRelocType"
+    with pytest.raises(BackendInputError, match=r"ambiguous \(Lark implements 2 of them\).*ELFObjectWriter"):
+        resolve_role(idx, "getRelocType", "Lark")
+    with pytest.raises(BackendInputError, match="ambiguous: ELFObjectWriter::getRelocType, WinCOFF"):
+        resolve_role(idx, "getRelocType")
+    # a target that has not written the function yet: its declared class decides
+    st.query("DELETE FROM functions WHERE target = 'Kite' AND name = 'getRelocType'")
+    assert resolve_role(BackendIndex(st), "getRelocType", "Kite") == "ELFObjectWriter::getRelocType"
+    # idempotent, and undone when the reason goes away (Lark and Kite renamed their writers too)
+    from retrieval.backend_index import canonical_roles
+
+    canonical_roles(st)
+    assert st.scalar("SELECT role FROM functions WHERE qualified_name = 'WrenObjectWriter::getRelocType'") \
+        == "ELFObjectWriter::getRelocType"
+    for t in ("Lark", "Kite"):
+        f = root / t / "MCTargetDesc" / f"{t}ELFObjectWriter.cpp"
+        f.write_text(f.read_text().replace(f"{t}ELFObjectWriter", f"{t}ObjectWriter")
+                     .replace(f"create{t}ObjectWriter", f"create{t}ELFObjectWriter"))
+    ingest_targets(root, st)
+    assert {r["role"] for r in st.query("SELECT role FROM functions WHERE name = 'getRelocType' AND "
+                                        "qualified_name NOT LIKE '%WinCOFF%'")} == {"ObjectWriter::getRelocType"}

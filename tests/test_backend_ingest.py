@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from _backend_support import TOY, TOY_TARGETS, copy_toy
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     BackendInputError, find_aliases, find_target_dirs, is_target_identifier, load_target, neutralize,
     normalize_code, parse_definition, strip_target,
 )
@@ -104,7 +104,7 @@ def test_files_that_fail_to_parse_are_listed(tmp_path):
 
 
 def test_bad_input_paths(tmp_path):
-    from retrieval.backend_index import ingest_targets
+    from retrieval.backend.index import ingest_targets
     from skills.store import Store
 
     st = Store(tmp_path / "store")
@@ -128,7 +128,7 @@ def test_bad_input_paths(tmp_path):
 
 
 def test_ingest_is_incremental_and_atomic(tmp_path):
-    from retrieval.backend_index import ingest_targets
+    from retrieval.backend.index import ingest_targets
     from skills.store import Store
 
     root = copy_toy(tmp_path / "llvm")

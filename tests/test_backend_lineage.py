@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from _backend_support import TOY, TOY_TARGETS, gate_skip_reason, indexed_toy_store
 from cli import app
-from corpora.backend_tree import load_target, parse_definition
-from mining.backend_operators import TargetNames, propose_edits
+from corpora.backends.tree import load_target, parse_definition
+from mining.backend.operators import TargetNames, propose_edits
 from skills.store import Store
 
 runner = CliRunner()
@@ -130,8 +130,8 @@ def test_if_and_statement_operators():
 
 
 def test_skill_preconditions_are_the_names_of_its_own_level():
-    from retrieval.backend_adapt import Mapping
-    from retrieval.backend_skills import _guard_identifiers, _missing_attributes
+    from retrieval.backend.adapt import Mapping
+    from prompts.backend.skills import _guard_identifiers, _missing_attributes
 
     arm = "case FK_Data_4:\n  if (IsPCRel)\n    return ELF::R_LARK_PC16;\n  return ELF::R_LARK_32;"
     # the arm's own statement needs R_LARK_32; the nested branch's relocation does not decide it
@@ -162,7 +162,7 @@ def test_skill_preconditions_are_the_names_of_its_own_level():
 
 
 def test_wrapper_return_types():
-    from mining.backend_mine import make_wrapper
+    from mining.backend.mine import make_wrapper
 
     cases = {
         "const MCPhysReg *X::f(int a) const { return 0; }": "const MCPhysReg *",
@@ -184,7 +184,7 @@ def test_wrapper_return_types():
 def mined(tmp_path_factory):
     if gate_skip_reason() is not None:
         pytest.skip(gate_skip_reason())
-    from mining.backend_mine import BackendMineConfig, mine_backends, select_functions
+    from mining.backend.mine import BackendMineConfig, mine_backends, select_functions
 
     dst = tmp_path_factory.mktemp("lineage") / "store"
     shutil.copytree(indexed_toy_store(), dst)
@@ -227,7 +227,7 @@ def test_mining_stores_lineages_and_merges_skills_across_targets(mined):
         assert guard and any(p.text.startswith("guarded by `if ( getFrameLowering ( MF ) -> hasFP")
                              for p in guard[0].preconditions)
         # mining again reuses the stored lineage
-        from mining.backend_mine import BackendMineConfig, mine_function, make_backend_gate
+        from mining.backend.mine import BackendMineConfig, mine_function, make_backend_gate
 
         again = mine_function(st, make_backend_gate(st, "Lark"), lark.func_id, BackendMineConfig())
         assert again.cached and again.lineage.lineage_id == lark.lineage.lineage_id
@@ -237,7 +237,7 @@ def test_mining_stores_lineages_and_merges_skills_across_targets(mined):
 
 @needs_clang
 def test_checker_batches_variants_and_attributes_errors(mined):
-    from mining.backend_mine import BackendGateChecker, function_site, make_backend_gate
+    from mining.backend.mine import BackendGateChecker, function_site, make_backend_gate
 
     dst, _ = mined
     st = Store(dst)
@@ -250,7 +250,7 @@ def test_checker_batches_variants_and_attributes_errors(mined):
         bad = site.text.replace("Lark::R3 :", "Lark::R3_bogus :")
         noret = site.text.replace("return TFI->hasFP(MF) ? Lark::R3 : Lark::R2;", "(void)TFI;")
         checker._run([(good, None), (bad, None), (noret, None)])
-        from skills.records import sha256
+        from mining.records import sha256
 
         v = [checker.verdicts[sha256(t)] for t in (good, bad, noret)]
         # clang skips -Wreturn-type after the first error in a file: `noret` passed behind `bad`
@@ -267,7 +267,7 @@ def test_checker_batches_variants_and_attributes_errors(mined):
 def test_checker_starts_no_clang_run_after_the_walks_deadline(mined):
     import time
 
-    from mining.backend_mine import BackendGateChecker, function_site, make_backend_gate
+    from mining.backend.mine import BackendGateChecker, function_site, make_backend_gate
 
     dst, _ = mined
     st = Store(dst)
@@ -298,8 +298,8 @@ def test_cli_lineage_shows_backend_lineage(mined):
 # ---------------------------------------------------------------- skill-guided generation
 @needs_clang
 def test_generate_with_skills_instantiates_for_the_target(mined):
-    from prompts.backend import GenerateRequest, generate
-    from retrieval.backend_adapt import statement_accuracy
+    from prompts.backend.generate import GenerateRequest, generate
+    from retrieval.backend.adapt import statement_accuracy
 
     dst, _ = mined
     st = Store(dst)
@@ -331,7 +331,7 @@ def test_generate_with_skills_instantiates_for_the_target(mined):
 
 @needs_clang
 def test_generate_skills_prompt_and_llm(mined):
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
 
     dst, _ = mined
     st = Store(dst)

@@ -1,4 +1,4 @@
-"""retrieval/backend_select.py: the learned donor selector, its fits, its opt-in path in
+"""retrieval/backend/selection.py: the learned donor selector, its fits, its opt-in path in
 BackendIndex.role_candidates and the --selector-study benchmark mode, on the toy targets."""
 import json
 import shutil
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from _backend_support import TOY, indexed_toy_store
-from retrieval.backend_select import (
+from retrieval.backend.selection import (
     FEATURES, LinearSelector, fit_listwise, fit_pairwise, fit_pointwise, load_selector, top1_accuracy,
 )
 from skills.store import Store
@@ -60,9 +60,9 @@ def toy_store(tmp_path_factory):
 
 def _wren_inputs(st, idx):
     """Per Wren role: (consensus, adapted statements, mappability) of the other targets' versions,
-    as prompts/backend.candidates_with_adaptations computes them."""
-    from prompts.backend import AdaptCache
-    from retrieval.backend_adapt import consensus_scores
+    as prompts/backend/generate.candidates_with_adaptations computes them."""
+    from prompts.backend.generate import AdaptCache
+    from retrieval.backend.adapt import consensus_scores
 
     cache = AdaptCache(st)
     roles = idx.roles()
@@ -79,7 +79,7 @@ def _wren_inputs(st, idx):
 
 
 def test_role_candidates_with_a_selector(toy_store, tmp_path):
-    from retrieval.backend_search import BackendIndex, SearchError
+    from retrieval.backend.search import BackendIndex, SearchError
 
     st = Store(toy_store)
     idx = BackendIndex(st)
@@ -108,7 +108,7 @@ def test_role_candidates_with_a_selector(toy_store, tmp_path):
 def test_generation_features_match_the_training_features(toy_store):
     """The features role_candidates ranks on are the ones selector_data collects for training."""
     from eval.bench_backend import selector_data
-    from retrieval.backend_search import BackendIndex
+    from retrieval.backend.search import BackendIndex
 
     st = Store(toy_store)
     idx = BackendIndex(st)

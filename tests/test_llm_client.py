@@ -1,11 +1,11 @@
-"""prompts/llm.py on the answers a real endpoint gives, deterministically (no server): prompt
+"""mining/llm.py on the answers a real endpoint gives, deterministically (no server): prompt
 cutting, the window read from an overflow error, retries, empty and non-UTF-8 answers, the
 completion cap. The same paths against a real server: tests/test_llm_server.py."""
 from __future__ import annotations
 
 import pytest
 
-from prompts.llm import LLMError, clean_text, fit_prompt, window_from_error
+from mining.llm import LLMError, clean_text, fit_prompt, window_from_error
 
 
 def words(text: str) -> int:  # a deterministic token counter for the cutting tests
@@ -65,7 +65,7 @@ def test_empty_and_garbage_answers_become_rejections():
     """The LLM operator and the optimize materializer record an empty or non-UTF-8 reply as a
     rejection with its reason, never a crash."""
     from mining.llm_operator import propose
-    from mining.optimize import llm_materialize
+    from prompts.optimize import llm_materialize
 
     src = "__global__ void k(float* __restrict__ y) { y[0] = 1.f; }\n"
     res = propose(src, problem_summary="- name: k", model="openai/mock", mock_response="")
@@ -80,7 +80,7 @@ def test_empty_and_garbage_answers_become_rejections():
 
 
 def test_completion_cap_from_the_environment(monkeypatch):
-    from prompts.llm import complete
+    from mining.llm import complete
 
     monkeypatch.setenv("SKILLS_LLM_MAX_TOKENS", "7")
     c = complete("hi", "openai/mock", max_tokens=4096, mock_response="hello")
@@ -94,7 +94,7 @@ def test_bounded_retries_on_timeouts(monkeypatch):
     """A timeout is retried (at most SKILLS_LLM_RETRIES times); an auth error is not."""
     import litellm
 
-    import prompts.llm as llm
+    import mining.llm as llm
 
     calls = []
 

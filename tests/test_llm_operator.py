@@ -14,7 +14,7 @@ from mining.llm_operator import (  # noqa: E402
     OPERATOR_NAME, build_prompt, candidate_from_reply, enabled, parse_reply, propose, resolve_model,
     summarize_problem, vocabulary, ReplyError,
 )
-from skills.records import Step  # noqa: E402
+from mining.records import Step  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parent.parent / "corpora" / "kernels"
 VADD = KERNELS / "vector_add"
@@ -67,12 +67,12 @@ def _splice(old: str, start: int, end: int, replacement: str) -> str:
 # --------------------------------------------------------------------------- configuration
 def test_disabled_without_model(monkeypatch):
     monkeypatch.delenv("SKILLS_MODEL", raising=False)
-    import prompts.llm
+    import mining.llm
 
     def boom(*a, **k):  # pragma: no cover - must not run
         raise AssertionError("the LLM was called with no model configured")
 
-    monkeypatch.setattr(prompts.llm, "complete", boom)
+    monkeypatch.setattr(mining.llm, "complete", boom)
     assert not enabled()
     assert resolve_model(None) is None and resolve_model("  ") is None
     res = propose(SOURCE, problem_summary="x", carriers_present=["restrict"], rejected=[], model=None)
@@ -147,7 +147,7 @@ def scripted(monkeypatch):
 
 
 def test_n_calls_give_candidates_and_reasons_with_tokens_counted(scripted):
-    from prompts.llm import LEDGER
+    from mining.llm import LEDGER
 
     scripted.replies = [GOOD, MALFORMED, NOT_FOUND, LAUNCH_BOUNDS, GOOD]
     calls_before = LEDGER.calls

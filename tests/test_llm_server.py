@@ -63,7 +63,7 @@ def test_llm_check_broken_setups(llm_env, monkeypatch):
 
 # --------------------------------------------------------------------------- the client on real answers
 def test_prompt_cut_to_the_window_and_reported(llm_env, monkeypatch):
-    from prompts.llm import LEDGER, LLMError, complete
+    from mining.llm import LEDGER, LLMError, complete
 
     window = 640  # a small window (as $SKILLS_LLM_CONTEXT would say) keeps the call cheap on a CPU
     monkeypatch.setenv("SKILLS_LLM_CONTEXT", str(window))
@@ -85,7 +85,7 @@ def test_prompt_cut_to_the_window_and_reported(llm_env, monkeypatch):
 
 
 def test_max_tokens_cap_and_finish_reason(llm_env, monkeypatch):
-    from prompts.llm import complete
+    from mining.llm import complete
 
     monkeypatch.setenv("SKILLS_LLM_MAX_TOKENS", "5")
     c = complete("Write a long story about a GPU.", llm_env.model, max_tokens=500)
@@ -158,8 +158,8 @@ def test_optimize_with_the_real_model(llm_env, tmp_path, mode):
 def test_optimize_token_budget_is_honoured(llm_env, tmp_path):
     from corpora.problem import load_problem
     from mining.llm_operator import summarize_problem
-    from mining.optimize import OptimizeConfig, build_prompt, optimize
-    from prompts.llm import billed_prompt_tokens
+    from prompts.optimize import OptimizeConfig, build_prompt, optimize
+    from mining.llm import billed_prompt_tokens
 
     # room for one call (its prompt and a capped answer) but not for a second prompt
     prompt = build_prompt((VECTOR_ADD / "naive.cu").read_text(), problem_summary=summarize_problem(

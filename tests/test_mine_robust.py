@@ -166,7 +166,7 @@ def test_mine_with_nothing_to_lift_into_an_empty_store(tmp_path):
 
 def _save(store: Path, name: str) -> None:
     from mining.mine import save_to_store
-    from skills.records import Evidence, Lineage, Skill
+    from mining.records import Evidence, Lineage, Skill
 
     lin = Lineage(lineage_id=name, problem=name, problem_dir="/nowhere", kernel="kernel.cu", kernel_hash=name,
                   executor="cpu", strategy="priority", termination="complete")

@@ -191,3 +191,21 @@ def test_grid_clamp_keeps_hardware_limits():
 
 def _gate(problem: str, source: str, store: Path):
     return cpu_gate(problem, source, store, seeds=None)  # the gate's default seeds
+
+
+def test_pairs_hold_both_directions_in_one_module():
+    from mining.operators.registry import PAIRS, all_rewrites, inverses, rewrites_for
+
+    rewrites = all_rewrites()
+    for pair in PAIRS:
+        module = pair.operator.__module__ if pair.operator is not None else pair.rewrites[0].fn.__module__
+        for r in pair.rewrites:  # a forward half lives beside the operator it inverts
+            assert r.fn.__module__ == module and r.carrier and r.prior > 0
+        assert all(n in rewrites for n in pair.inverses)
+    # every forward rewrite inverts some operator or serves some carrier
+    inverted = {n for p in PAIRS for n in p.inverses}
+    forward_only = {r.name for p in PAIRS if p.operator is None for r in p.rewrites}
+    assert all(n in inverted or r.serves or n in forward_only for n, r in rewrites.items())
+    assert inverses("drop_grid_clamp") == ["grid_stride"]  # the clamp goes back with its loop
+    assert rewrites_for("warp_atomic_to_thread_atomics", "atomic_per_block") == ["privatize_atomics", "warp_per_row"]
+    assert rewrites_for("llm", "block_scan") == ["warp_scan"]  # served, not inverted

@@ -57,12 +57,12 @@ CASES = {
 }
 
 
-def test_registry_appends_the_new_operators():
+def test_registry_holds_the_new_operators():
     names = [op.name for op in all_operators()]
-    assert names[:10] == ["drop_unroll_pragma", "drop_restrict", "ldg_to_plain_load", "drop_launch_bounds",
-                          "fast_math_to_precise", "drop_shared_padding", "vector_load_to_scalar",
-                          "vector_store_to_scalar", "grid_stride_to_single", "drop_grid_clamp"]
-    assert names[10:10 + len(NEW)] == NEW  # later operators append after these
+    # walk priority (mining/operators/registry.py): declarative carriers first, access width next
+    assert names[:8] == ["drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load",
+                         "fast_math_to_precise", "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar"]
+    assert set(NEW) <= set(names)
     assert {get_operator(n).carrier for n in NEW} == {
         "warp_shuffle_reduce", "warp_scan", "shared_tile", "register_tile", "double_buffer", "register_cache",
         "privatized_atomics", "block_reduce_shared", "atomic_per_block", "async_copy", "multi_stage_pipeline"}
@@ -88,7 +88,7 @@ def test_sites_and_rewrite(name):
 
 @pytest.mark.parametrize("name", NEW)
 def test_every_site_is_byte_local_and_parses(name):
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
     op = get_operator(name)
     for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
         source = _read(problem)

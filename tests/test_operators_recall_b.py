@@ -29,8 +29,6 @@ def test_registered_with_their_carriers():
     assert {n: get_operator(n).carrier for n in MINE} == {
         "register_tile_to_dot": "register_tile", "untranspose_tile": "transposed_tile",
         "lookback_to_chained": "decoupled_lookback", "block_scan_to_thread_totals": "block_scan"}
-    from mining.mine import PRIORITY
-    assert all(n in PRIORITY for n in MINE)
 
 
 # ----------------------------------------------------------------------------- register_tile_to_dot
@@ -229,7 +227,7 @@ def test_no_sites_in_naive_kernels():
 
 @pytest.mark.parametrize("name", MINE + ["shared_tile_to_global"])
 def test_every_corpus_site_is_byte_local_and_parses(name):
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
     op = get_operator(name)
     for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
         source = _read(problem)

@@ -34,7 +34,7 @@ def test_rrf_fuses_and_breaks_ties_deterministically():
 
 
 def test_syntax_graph_has_all_edge_kinds():
-    from corpora.backend_tree import parse_cpp
+    from corpora.backends.tree import parse_cpp
     from retrieval.graphs import EDGE_TYPES, PAD, syntax_graph, vocab_for
 
     tree = parse_cpp("int f(int a) { int b = a + 1; return b * a; }")
@@ -55,7 +55,7 @@ def test_syntax_graph_has_all_edge_kinds():
 
 
 def _toy_graphs():
-    from corpora.backend_tree import parse_cpp
+    from corpora.backends.tree import parse_cpp
     from retrieval.graphs import syntax_graph, vocab_for
 
     srcs = ["int f(int a) { return a + 1; }", "int g(int b) { return b + 2; }",

@@ -16,7 +16,7 @@ BUDGET = 20  # graph-encoder optimizer steps in tests (the default is 200)
 
 
 def _skills(max_evidence: int = 2):
-    from skills.records import Skill
+    from mining.records import Skill
 
     out = []
     for d in json.loads(FIXTURE.read_text()):
@@ -39,7 +39,7 @@ def _put(root: Path, skills) -> None:
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory):
     """A store with the proxy skills plus one skill with a probed precondition, indexed once."""
-    from skills.records import Precondition, Risk
+    from mining.records import Precondition, Risk
     from retrieval.skill_index import index_skills
     from skills.store import Store
 

@@ -175,7 +175,7 @@ def test_fold_and_metrics():
 
 def test_scale_set_makes_distinct_skills():
     from eval.skill_fixtures import scale_set
-    from skills.records import Skill
+    from mining.records import Skill
 
     base = [Skill.model_validate(d) for d in json.loads(FIXTURE.read_text())]
     syn = scale_set(base, 25)
@@ -328,7 +328,7 @@ def test_latency_benchmark_edits_still_parse():
     """eval/bench_query's edited-code classes must stay valid CUDA (a parse error would be timed
     as an error answer): one changed line for line_edit, a renamed identifier for novel."""
     from eval.bench_query import _line_edit, _variant
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
 
     for f in sorted(KERNELS.glob("*/naive.cu")):
         code = f.read_text()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mining.operators import get_operator
-from skills.records import Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity
+from mining.records import Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity
 from skills.skillmd import (
     DESCRIPTION_MAX, NAME_MAX, SkillMdError, export_skills, import_skills, save_skills, skill_slugs, slugify,
 )

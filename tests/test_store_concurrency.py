@@ -20,7 +20,7 @@ WRITER = r"""
 import sys, time
 from pathlib import Path
 from mining.mine import LineageNotSaved, save_to_store
-from skills.records import Evidence, Lineage, Skill
+from mining.records import Evidence, Lineage, Skill
 root, name, n, pause = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 for i in range(n):
     time.sleep(pause)  # the walk: no store access

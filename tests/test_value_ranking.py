@@ -1,5 +1,5 @@
 """The value ranking of `skills query` (retrieval/value.py), its order and plan (retrieval/plan.py)
-and the optimizer's use of them (mining/optimize_plan.py). Real tree-sitter, real MiniLM / GNN /
+and the optimizer's use of them (prompts/optimize_plan.py). Real tree-sitter, real MiniLM / GNN /
 duckdb index on a small store: the shipped proxy skills plus a shared tile and a register tile
 skill made from them (the house corpus' sgemm expert as their simpler/optimized code)."""
 import copy
@@ -42,7 +42,7 @@ def _records() -> list[dict]:
 def store(tmp_path_factory):
     from retrieval.skill_index import index_skills
     from skills.kernel_store import KernelStore
-    from skills.records import Skill
+    from mining.records import Skill
     from skills.store import Store
 
     root = tmp_path_factory.mktemp("value") / "store"
@@ -183,22 +183,23 @@ def test_only_qualifiers_are_entries_of_their_own(searcher):
 
 # --------------------------------------------------------------------------- the optimizer's order
 def test_optimizer_follows_the_plan():
-    from mining.optimize import Candidate, Retrieved
-    from mining.optimize_plan import baseline_order, candidate_key, expand_hits, order_retrieved
+    from mining.records import Skill
+    from prompts.optimize import Candidate, Retrieved
+    from prompts.optimize_plan import baseline_order, candidate_key, expand_hits, order_retrieved
 
-    recs = _records()
+    recs = [Skill.model_validate(r) for r in _records()]
     src = (KERNELS / "sgemm" / "naive.cu").read_text()
     out = order_retrieved([Retrieved(r, n) for n, r in enumerate(recs, start=1)], src)
-    carriers = [r.skill["carrier"] for r in out]
+    carriers = [r.skill.carrier for r in out]
     assert carriers[0] == "shared_tile" and carriers[1] == "register_tile"
     quals = [i for i, c in enumerate(carriers) if c in ("restrict", "ldg", "unroll_pragma", "launch_bounds")]
-    structural = [i for i, r in enumerate(out) if getattr(r, "value", None) and r.skill["carrier"] not in
+    structural = [i for i, r in enumerate(out) if getattr(r, "value", None) and r.skill.carrier not in
                   ("restrict", "ldg", "unroll_pragma", "launch_bounds", "fast_math")]
     assert max(structural) < min(quals)
     assert [r.rank for r in out] == list(range(1, len(out) + 1))
-    cands = [Candidate("a", "deterministic", "add_restrict", rank=5, prior=1.1),
-             Candidate("b", "deterministic", "stage_matmul_tiles", rank=1, prior=6.0),
-             Candidate("c", "llm", "llm_skill", rank=0, prior=1.5)]
+    cands = [Candidate("add_restrict", "restrict", "a", "deterministic", rank=5, prior=1.1),
+             Candidate("stage_matmul_tiles", "shared_tile", "b", "deterministic", rank=1, prior=6.0),
+             Candidate("llm_skill", "", "c", "llm", rank=0, prior=1.5)]
     assert [c.source for c in sorted(cands, key=candidate_key)] == ["b", "a", "c"]
     lib = baseline_order([Retrieved(r, n) for n, r in enumerate(recs, start=1)], src, "library")
     assert lib[0].skill["carrier"] in ("shared_tile", "transposed_tile", "coalesced_transpose")

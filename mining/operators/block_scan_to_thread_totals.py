@@ -26,6 +26,8 @@ shared exchange slot), `X` does not change before the publication, lane and warp
 and `tid >> 5` (or `% 32`, `/ 32`) of the same thread index, the warp-total array is written only
 there and read only as `v = W[w]` in loops `for (w = 0; w < N; ++w)` whose other statements are
 `A += v;` or `A += cond(w) ? v : 0;`.
+
+Forward: none here; block_scan skills are served by `warp_scan` (scan_shuffle_to_shared.py).
 """
 from __future__ import annotations
 
@@ -35,10 +37,11 @@ from typing import Optional
 from tree_sitter import Node
 
 from mining.carriers import Source, _block_scan
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import splice_range, structural, type_text
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
+
 
 _LAST_LANE = re.compile(r"\(\s*(\w+)\s*==\s*(?:31|WARP_SIZE\s*-\s*1|warpSize\s*-\s*1)\s*\)")
 _DOUBLING = re.compile(r"(\w+)\s*(?:<<=\s*1|\*=\s*2)")
@@ -242,3 +245,6 @@ class BlockScanToThreadTotals(Operator):
         size = f"({n_text}) * 32" if not re.fullmatch(r"\w+", n_text) else f"{n_text} * 32"
         subs.append((loop.start_byte, header, f"for (int ks_u = 0; ks_u < {size}; ++ks_u) "))
         return subs
+
+
+PAIR = Pair(BlockScanToThreadTotals)

@@ -30,6 +30,9 @@ of a loop (the sweep: the innermost enclosing loop whose variable M does not use
 declared outside the sweep and written in it only by `M = n`, every use of `a` a rescale
 (`x = x * a + r`, `x *= a`), pass 1 writing nothing declared outside the sweep but M and shared
 memory, a sweep header without side effects, and no `return` / `break` / `goto` in the sweep.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -39,10 +42,11 @@ from typing import Callable, Optional
 from tree_sitter import Node
 
 from mining.carriers import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import identifiers, rename_identifiers
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
-from mining.parse import parse_cuda, text, walk
+from corpora.code.parse import parse_cuda, text, walk
+
 
 _EXP = r"(?:__expf|expf|exp|__exp2f|exp2f)"
 _BARRIER = re.compile(r"\s*(__syncthreads|__syncwarp)\s*\([^;]*\)\s*;\s*")
@@ -389,3 +393,6 @@ def _same_node(a: Node, b: Node) -> bool:
 def _target_base_text(t: str) -> str:
     m = re.search(r"[A-Za-z_]\w*", t)
     return m.group(0) if m else t
+
+
+PAIR = Pair(OnlineRescaleToTwoPass)

@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 from tree_sitter import Node
 
 from mining.carriers import Source
-from mining.parse import functions, parse_cuda, text, walk
+from corpora.code.parse import functions, parse_cuda, text, walk
 
 SCOPE_TYPES = ("function_definition", "lambda_expression")
 # CUDA vector types: the member type of .x/.y/.z/.w

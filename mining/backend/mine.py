@@ -1,14 +1,14 @@
 """Backend lineages: walk a target's implementation of a role backward under the compile gate.
 
-    from mining.backend_mine import BackendMineConfig, mine_backends
+    from mining.backend.mine import BackendMineConfig, mine_backends
     outcomes = mine_backends(store, roles=["ELFObjectWriter::getRelocType"])
 
 For one function of target T (an ingested row of the ``functions`` table): the operators of
-``mining/backend_operators.py`` propose simplifications (drop a case label or arm, a
+``mining/backend/operators.py`` propose simplifications (drop a case label or arm, a
 target-specific statement, an if branch; a switch becomes its default path), the generic walk
-(``mining/walk.py``) accepts one per step, and every candidate is checked by the clang-15
-compile gate (``mining/backend_gate.py``) spliced into T's real file. The final state is the
-function's *skeleton*; each accepted step, reversed, is lifted into a backend Skill
+(``mining/walk.py``) accepts one per step, and every candidate is checked by the compile gate
+(``mining/backend/gate.py``: clang of the tree's LLVM version) spliced into T's real file. The
+final state is the function's *skeleton*; each accepted step, reversed, is lifted into a backend Skill
 (``kind="backend"``) whose identity is the step's *shape*: role + operator + the added code
 with T's identifiers abstracted by attribute kind (``case TGT::<fixup> : return ELF::<relocation> ;``),
 so the same step found in several targets (or several times in one target) is one skill with
@@ -39,16 +39,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     BackendInputError, cpp_parser, neutralize, normalize_code, prepare_cpp, statements_of,
 )
-from mining.backend_operators import CARRIERS, OPERATORS, BackendEdit, TargetNames, find_function, propose_edits
+from mining.backend.operators import CARRIERS, OPERATORS, BackendEdit, TargetNames, find_function, propose_edits
 from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
-from skills.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Precondition, Skill, Step, lineage_identity,
+from mining.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Precondition, Skill, Step, lineage_identity,
                             sha256, skill_identity)
 
 MINING_VERSION = "backend-mining-1"
-EXECUTOR = "clang-15"
+EXECUTOR = "clang-15"  # the executor of a tree without fetch.json (mining.backend.gate.DEFAULT_LLVM_MAJOR)
 # attribute kinds abstracted into slots of a skill's pattern (the "for each <attribute>" part)
 SLOT_KINDS = ("fixup", "relocation", "register", "register_class", "subtarget_feature", "instruction",
               "calling_convention", "processor")
@@ -96,6 +96,7 @@ class FunctionSite:
     end_byte: int
     start_line: int
     text: str  # the definition as written in the file
+    executor: str = EXECUTOR  # the gate's toolchain: clang of the LLVM version the tree came from
 
     @property
     def problem(self) -> str:
@@ -116,8 +117,12 @@ def function_site(store, func_id: str) -> FunctionSite:
     text = data[r["start_byte"]:r["end_byte"]].decode("utf-8", errors="replace")
     if r["name"] not in text.split("{", 1)[0]:
         raise BackendInputError(f"{host}: {r['qualified_name']} is not at its indexed bytes (re-index the corpus)")
+    from mining.backend.gate import corpus_major
+
+    # root is lib/Target/<T>: the corpus (fetch.json) is three folders up
     return FunctionSite(r["target"], r["path"], r["func_id"], r["qualified_name"], r["role"], r["start_byte"],
-                        r["end_byte"], r["start_line"], text)
+                        r["end_byte"], r["start_line"], text,
+                        executor=f"clang-{corpus_major(Path(r['root']).parent.parent.parent)}")
 
 
 # --------------------------------------------------------------------------- wrapping variants as lambdas
@@ -290,7 +295,7 @@ class BackendGateChecker:
         return True
 
     def _run(self, batch: list[tuple[str, Optional[Candidate]]]) -> None:
-        from mining.backend_gate import GateInputError, Splice
+        from mining.backend.gate import GateInputError, Splice
 
         sources = [s for s, _ in batch]
         if self._out_of_time(sources):
@@ -317,7 +322,7 @@ class BackendGateChecker:
         self.absorb(batch, res)
 
     def splices(self, text: str, n: int) -> list:
-        from mining.backend_gate import Splice
+        from mining.backend.gate import Splice
 
         return [Splice(self.label, text, self.site.start_byte, self.site.end_byte)] + \
             [Splice(f"{self.label}.v{i}", "", 0, 0) for i in range(n)]
@@ -381,7 +386,7 @@ class BackendGateChecker:
         return True
 
     def _run_plain(self, source: str) -> None:
-        from mining.backend_gate import GateInputError, Splice
+        from mining.backend.gate import GateInputError, Splice
 
         if self._out_of_time([source]):
             return
@@ -409,7 +414,7 @@ def prefetch(checkers: Sequence["BackendGateChecker"]) -> int:
     """One clang run for the first speculated batch of every checker of one host file (their
     functions are spliced side by side). Returns the clang runs made (0 or 1); a checker whose
     verdicts cannot be attributed in the shared run simply checks on its own later."""
-    from mining.backend_gate import GateInputError
+    from mining.backend.gate import GateInputError
 
     live = [c for c in checkers if c.wrapped and c.propose is not None]
     if len(live) < 2:
@@ -527,7 +532,8 @@ def lift_backend_step(site: FunctionSite, names: TargetNames, edit: BackendEdit,
     short = pattern if len(pattern) <= 70 else pattern[:67] + "..."
     pre = _preconditions(edit, slots, names)
     where = f"{site.target}/{site.path}"
-    verification = [f"{site.problem} step {index}: clang-15 -fsyntax-only, spliced into {where}: compiles without it"]
+    verification = [f"{site.problem} step {index}: {site.executor} -fsyntax-only, spliced into {where}: "
+                    "compiles without it"]
     instance = {"step": index, "target": site.target, "func_id": site.func_id, "fragment": edit.fragment[:4000],
                 "slots": [list(s) for s in slots], "enclosing": edit.anchor.get("enclosing", []),
                 "before": edit.anchor.get("before", ""), "after": edit.anchor.get("after", ""),
@@ -540,7 +546,7 @@ def lift_backend_step(site: FunctionSite, names: TargetNames, edit: BackendEdit,
                       excerpt=edit.fragment[:400]),
         before=before, after=after, diff=diff, preconditions=pre,
         evidence=[Evidence(problem=site.problem, op_type=site.role, lineage_id=lineage_id, step=index,
-                           kernel_hash=kernel_hash, executor=EXECUTOR, workloads=[where], before=before, after=after,
+                           kernel_hash=kernel_hash, executor=site.executor, workloads=[where], before=before, after=after,
                            diff=diff)],
         scope={"op_types": [site.role], "problems": [site.problem], "dtypes": [], "archs": [site.target]},
         provides=[carrier], verification=verification,
@@ -597,7 +603,7 @@ def statement_stats(text: str, names: TargetNames) -> dict[str, Any]:
 # --------------------------------------------------------------------------- one function
 def _names_for(store, target: str, cache: dict) -> TargetNames:
     if target not in cache:
-        from retrieval.backend_adapt import load_profile
+        from retrieval.backend.adapt import load_profile
 
         try:
             cache[target] = TargetNames.from_profile(load_profile(store, target))
@@ -633,7 +639,7 @@ def _prepare(store, gate, func_id: str, config: BackendMineConfig, names_cache: 
     site = function_site(store, func_id)
     names = _names_for(store, site.target, names_cache)
     kernel_hash = sha256(site.text)
-    lineage_id = lineage_identity(site.problem, kernel_hash, EXECUTOR, "priority")
+    lineage_id = lineage_identity(site.problem, kernel_hash, site.executor, "priority")
     outcome = BackendMineOutcome(problem=site.problem, func_id=func_id)
     KernelStore(store)  # creates the lineage tables in a store that has none yet
     if config.use_cache:
@@ -714,7 +720,7 @@ def _walk_and_save(job: _Job, on_event: Callable[[WalkEvent], None] = lambda e: 
     skeleton_stats = statement_stats(walk.states[-1], names)
     lineage = Lineage(
         lineage_id=lineage_id, problem=site.problem, problem_dir=f"{site.target}/{site.path}", op_type=site.role,
-        kernel=site.path, kernel_hash=kernel_hash, executor=EXECUTOR, strategy="priority",
+        kernel=site.path, kernel_hash=kernel_hash, executor=site.executor, strategy="priority",
         termination=walk.termination, steps=steps, rejections=rejections,
         sources={sha256(s): s for s in walk.states}, final_hash=sha256(walk.states[-1]),
         wall_s=round(time.monotonic() - job.t0, 3),
@@ -782,8 +788,9 @@ def select_functions(store, targets: Optional[Sequence[str]] = None, roles: Opti
 
 
 def make_backend_gate(store, target: str):
-    """The compile gate for the corpus T was indexed from (raises GateUnavailable without clang-15)."""
-    from mining.backend_gate import CompileGate
+    """The compile gate for the corpus T was indexed from (raises GateUnavailable without that
+    LLVM version's clang, llvm-tblgen and headers)."""
+    from mining.backend.gate import CompileGate
 
     root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
     if not root:
@@ -800,7 +807,7 @@ def mine_backends(store, func_ids: Sequence[str], config: BackendMineConfig = Ba
     """Mine each function; one gate per corpus; the functions of one host file share their
     first clang run (``prefetch``). An error in one function does not stop the rest. After
     ``deadline`` (``time.monotonic()``), functions without a stored lineage are skipped."""
-    from mining.backend_gate import GateInputError
+    from mining.backend.gate import GateInputError
 
     gates = {} if gates is None else gates
     names_cache: dict = {}

@@ -2,7 +2,7 @@
 
 Each operator finds sites in one function definition (tree-sitter-cpp) and rewrites one site
 by a byte-range edit; everything outside the edit stays byte-identical (formatting and
-comments kept). The compile gate (mining/backend_gate.py) decides whether the result still
+comments kept). The compile gate (mining/backend/gate.py) decides whether the result still
 compiles in the target's real file; the walk (mining/walk.py) accepts one edit per step.
 
 Operators, in the walk's priority order (finest first, so every accepted step is one
@@ -16,7 +16,7 @@ statement family and the lineage ends in the role's skeleton):
   ``report_fatal_error``) is not dropped (only its labels may go), and the ``default`` arm is
   never dropped (``switch_to_default`` consumes it).
 * ``drop_target_statement``: drop one statement (expression, declaration, return, loop) that
-  references a target-specific identifier (``corpora.backend_tree.is_target_identifier``: T's
+  references a target-specific identifier (``corpora.backends.tree.is_target_identifier``: T's
   namespaces, fixups, relocations, registers, TableGen records, names carrying T's name). Not
   proposed where the result cannot compile or silently changes control flow: a declaration
   whose names are used later, the last statement of the function, the terminator of a
@@ -38,9 +38,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     _identifiers_in, cpp_parser, is_target_identifier, norm, prepare_cpp, reloc_prefixes as _reloc_prefixes,
 )
+from mining.operators.base import Edit
 
 OPERATORS = ("drop_case_label", "drop_case_arm", "drop_target_statement", "drop_if_branch", "switch_to_default")
 # operator -> the statement family its inverse adds back (the skill's carrier)
@@ -66,20 +67,20 @@ class TargetNames:
 
     @classmethod
     def from_profile(cls, prof) -> "TargetNames":
-        """From a ``retrieval.backend_adapt.TargetProfile``."""
-        from corpora.backend_tree import Attribute
+        """From a ``retrieval.backend.adapt.TargetProfile``."""
+        from corpora.backends.tree import Attribute
 
         relocs = [Attribute(prof.target, "relocation", n) for n in prof.by_kind.get("relocation", [])]
         return cls(prof.target, list(prof.aliases), dict(prof.kind_of), set(prof.declared), _reloc_prefixes(relocs))
 
     @classmethod
     def from_tree(cls, tree) -> "TargetNames":
-        """From a ``corpora.backend_tree.TargetTree`` (no store needed)."""
+        """From a ``corpora.backends.tree.TargetTree`` (no store needed)."""
         kind_of, declared = {}, set()
         for a in tree.attributes:
             if a.kind == "declaration":
                 declared.add(a.name)
-            else:
+            elif a.kind != "class":
                 kind_of.setdefault(a.name, a.kind)
         relocs = [a for a in tree.attributes if a.kind == "relocation"]
         return cls(tree.target, list(tree.aliases), kind_of, declared, _reloc_prefixes(relocs))
@@ -115,12 +116,11 @@ class TargetNames:
 # --------------------------------------------------------------------------- edits
 @dataclass
 class BackendEdit:
+    """One backend simplification: the `Edit` of the function text, and what it removed and where."""
     operator: str
     carrier: str
     variant: str
-    start: int  # byte range of the function text replaced
-    end: int
-    replacement: str
+    edit: Edit  # the byte range of the function text replaced, and what replaces it
     site_start: int  # the construct's own range (the fragment the inverse adds back)
     site_end: int
     fragment: str  # the construct as written (expert side)
@@ -131,6 +131,18 @@ class BackendEdit:
     _anchor: Optional[dict] = field(default=None, repr=False)
     _anchor_fn: Optional[Callable[[], dict]] = field(default=None, repr=False, compare=False)
     _tids_fn: Optional[Callable[[], list]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def start(self) -> int:
+        return self.edit.start
+
+    @property
+    def end(self) -> int:
+        return self.edit.end
+
+    @property
+    def replacement(self) -> str:
+        return self.edit.replacement
 
     @property
     def target_identifiers(self) -> list[str]:
@@ -155,7 +167,8 @@ class BackendEdit:
 
     def apply(self, text: str) -> str:
         data = text.encode()
-        return (data[:self.start] + self.replacement.encode() + data[self.end:]).decode("utf-8", errors="replace")
+        e = self.edit
+        return (data[:e.start] + e.replacement.encode() + data[e.end:]).decode("utf-8", errors="replace")
 
 
 def _t(node) -> str:
@@ -409,7 +422,7 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
             return {"enclosing": _enclosing(site, func), "header": _head(site), "before": before, "after": after,
                     "path": _path(site, func)}
 
-        return BackendEdit(op, CARRIERS[op], variant, start, end, repl, site.start_byte, site.end_byte, frag,
+        return BackendEdit(op, CARRIERS[op], variant, Edit(start, end, repl), site.start_byte, site.end_byte, frag,
                            description, _depth(site, func), None, key, _anchor_fn=anchor,
                            _tids_fn=lambda: [i for i in _identifiers_in(site) if names.is_target(i)])
 

@@ -17,7 +17,7 @@ not overrun it by a full batch.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 
 def expand_hits(ans: dict) -> list[dict]:
@@ -31,12 +31,19 @@ def expand_hits(ans: dict) -> list[dict]:
     return out
 
 
+def _as_json(skill: Any) -> dict:
+    return skill if isinstance(skill, dict) else skill.model_dump(mode="json")
+
+
 def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
-                    exclude_problems: Sequence[str] = (), policy: str = "value") -> list:
-    """``retrieved`` (mining.optimize.Retrieved) in plan order; each applicable one gets ``value``.
-    ``policy`` "library" / "memory": the benchmark's deterministic baselines (``baseline_order``)."""
+                    exclude_problems: Sequence[str] = (), policy: str = "value",
+                    as_json: Callable[[Any], dict] = _as_json) -> list:
+    """``retrieved`` (prompts.optimize.Retrieved, whose ``skill`` is a record) in plan order; each
+    applicable one gets ``value``. The query-side passes read skills as JSON: ``as_json`` gives that
+    form (the optimizer's cached one). ``policy`` "library" / "memory": the benchmark's deterministic
+    baselines (``baseline_order``)."""
     if policy != "value":
-        return baseline_order(retrieved, source, policy)
+        return baseline_order(retrieved, source, policy, as_json)
     try:
         from retrieval.applicability import Checker
         from retrieval.plan import order
@@ -48,28 +55,28 @@ def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
     scored, rest = [], []
     for r in retrieved:
         try:
-            app = checker.check(r.skill)
+            app = checker.check(as_json(r.skill))
         except Exception:  # noqa: BLE001 - a detector bug must not stop optimizing
             rest.append(r)
             continue
         if app.status != "applicable":
             rest.append(r)
             continue
-        val = valuer.value(r.skill, app)
+        val = valuer.value(as_json(r.skill), app)
         r.value = val
         scored.append((r, val))
     best: dict[str, tuple] = {}
     for r, val in scored:  # one entry per carrier decides the carrier's place; its other skills follow it
-        c = r.skill.get("carrier", "")
+        c = r.skill.carrier
         if c not in best or val["score"] > best[c][1]["score"]:
             best[c] = (r, val)
     carriers = sorted(best, key=lambda c: -best[c][1]["score"])
     structural = [c for c in carriers if c not in QUALIFIERS]
     quals = [c for c in carriers if c in QUALIFIERS]
     planned = order(structural, lambda c: c, lambda c: best[c][1]["score"],
-                    lambda c: best[c][0].skill.get("requires") or []) + quals
+                    lambda c: list(best[c][0].skill.requires or [])) + quals
     place = {c: n for n, c in enumerate(planned)}
-    scored.sort(key=lambda t: (place[t[0].skill.get("carrier", "")], -t[1]["score"]))
+    scored.sort(key=lambda t: (place[t[0].skill.carrier], -t[1]["score"]))
     out = [r for r, _ in scored] + rest
     for n, r in enumerate(out, start=1):
         r.rank = n
@@ -83,25 +90,27 @@ def candidate_key(c: Any) -> tuple:
     return (rank, -c.prior)
 
 
-def baseline_order(retrieved: list, source: str, policy: str) -> list:
+def baseline_order(retrieved: list, source: str, policy: str, as_json: Callable[[Any], dict] = _as_json) -> list:
     """The deterministic baselines of eval/bench_optimize.py, same rewrites and gate, no value plan:
-    ``library``: the rewrite library in its fixed order of expected effect (mining/optimize.py
-    REWRITE_PRIOR), no mined skills; ``memory``: past skills by token overlap of their simpler-side
+    ``library``: the rewrite library in its fixed order of expected effect (each forward rewrite's
+    ``prior`` in the operator registry), no mined skills; ``memory``: past skills by token overlap of their simpler-side
     code with the kernel (the flat-memory style: no preconditions, effects or plan)."""
     import re
 
     if policy == "library":
-        from mining.materialize import rewrites_for
-        from mining.optimize import REWRITE_PRIOR
+        from mining.operators.registry import get_rewrite, rewrites_for
 
-        key = lambda r: -max([REWRITE_PRIOR.get(w, 1.0) for w in rewrites_for(r.skill)] or [0.0])  # noqa: E731
+        def key(r):
+            names = rewrites_for(r.skill.operator, r.skill.carrier)
+            return -max([get_rewrite(w).prior for w in names] or [0.0])
     elif policy == "memory":
         tok = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
         q = set(tok.findall(source))
 
         def key(r):
             best = 0.0
-            for e in (r.skill.get("evidence") or [])[:8] + [r.skill]:
+            d = as_json(r.skill)
+            for e in (d.get("evidence") or [])[:8] + [d]:
                 t = set(tok.findall(e.get("before", "") or ""))
                 if t:
                     best = max(best, len(t & q) / len(t | q))

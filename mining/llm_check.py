@@ -4,7 +4,7 @@
     report["answers"], report["context_window"], report["latency_s"], report["format"]["follows"]
 
 The call asks for one simplification of a four-line kernel in the strict answer format every LLM
-path uses (CARRIER / DESCRIPTION / SEARCH-REPLACE, prompts/deoptimize.md), and runs the reply
+path uses (CARRIER / DESCRIPTION / SEARCH-REPLACE, mining/deoptimize.md), and runs the reply
 through the same parser and matcher as `skills mine --model` (mining/llm_operator.py). So:
 
 * ``answers`` False: the setup is broken (no server, wrong key, unknown model); ``error`` says
@@ -22,7 +22,7 @@ import time
 from typing import Any, Optional
 
 from mining.llm_operator import ReplyError, candidate_from_reply
-from prompts.llm import LLMError, complete, context_window, endpoint_kwargs, server_models
+from mining.llm import LLMError, complete, context_window, endpoint_kwargs, server_models
 
 PROBE_KERNEL = """__global__ void scale(const float* __restrict__ x, float* y, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -4,7 +4,7 @@
 
 Where fork-and-adapt carries a whole function over (one decision per function), this works per
 *statement family*: the source implementation S (the one fork-and-adapt would pick) was walked
-backward under the compile gate (mining/backend_mine.py) into its skeleton and a sequence of
+backward under the compile gate (mining/backend/mine.py) into its skeleton and a sequence of
 compile-validated steps, each a skill; the function for T is the skeleton with each step's
 skill decided for T:
 
@@ -34,12 +34,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from corpora.backend_tree import normalize_code
-from mining.backend_operators import BackendEdit, TargetNames, propose_edits
-from retrieval.backend_adapt import (
+from corpora.backends.tree import normalize_code
+from mining.backend.operators import BackendEdit, TargetNames, propose_edits
+from retrieval.backend.adapt import (
     MATCH_KINDS, MATCH_THRESHOLD, TargetProfile, _kind_tokens, _similarity, adapt, name_similarity, rename_target,
 )
-from skills.records import Lineage
+from mining.records import Lineage
 
 COVERAGE = 0.5  # share of S's attributes of a kind a skill must range over to be "for each"
 _MARK = "@@ksfam{}@@"
@@ -132,7 +132,7 @@ def _key(e: BackendEdit) -> tuple:
 
 
 def _slots_of(e: BackendEdit, names: TargetNames) -> list[tuple[str, str]]:
-    from mining.backend_mine import abstract_code
+    from mining.backend.mine import abstract_code
 
     return abstract_code(e.fragment, names)[1]
 
@@ -317,7 +317,7 @@ _CONTROL_BODIES = {"if_statement": ("consequence", "alternative"), "for_statemen
 def _own_level(node, out: list) -> None:
     """Collect the identifiers of ``node``'s own level: a compound's statements one by one, a
     nested control statement's header only (its bodies are statement families of their own)."""
-    from corpora.backend_tree import _identifiers_in
+    from corpora.backends.tree import _identifiers_in
 
     if node.type == "compound_statement":
         for c in node.named_children:
@@ -340,7 +340,7 @@ def _guard_identifiers(operator: str, variant: str, fragment: str, target_identi
     skill: a fork keeps it (renamed), and so does the skill (``case FK_Data_4: return
     ELF::R_MIPS_32;`` needs the relocation; ``if (IsPCRel) { switch (Kind) { case ...`` does not
     need the fixups of its inner arms)."""
-    from corpora.backend_tree import cpp_parser, prepare_cpp, walk
+    from corpora.backends.tree import cpp_parser, prepare_cpp, walk
 
     if operator == "drop_case_label":
         wrapped, want = "void __ks() { switch (0) {\n" + fragment + " ;\n} }", "case_statement"
@@ -424,7 +424,7 @@ def may_differ(source_text: str, src: TargetProfile, dst: TargetProfile, identif
     It differs only where a step's code names something T lacks (the skill is dropped) or a
     skill could range over S's attributes of a kind (expanded with T's). Checked on the
     expert's own candidate steps, before any mining: the benchmark mines just these sources."""
-    from mining.backend_mine import abstract_code
+    from mining.backend.mine import abstract_code
 
     names = TargetNames.from_profile(src)
     edits = propose_edits(source_text, names)

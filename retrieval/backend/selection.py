@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 # the hand-made rule the selector is measured against: consensus + RULE_TIEBREAK x target similarity
-from retrieval.backend_search import TARGET_TIEBREAK as RULE_TIEBREAK
+from retrieval.backend.search import TARGET_TIEBREAK as RULE_TIEBREAK
 
 FEATURES = (
     "consensus",            # MBR vote: share of the others' statements it reproduces (recall side)
@@ -38,7 +38,7 @@ FEATURES = (
 def agreement_matrix(statements: dict[str, Sequence[str]]) -> list[list[float]]:
     """A[i][j]: share of candidate j's statements candidate i reproduces in order (both adapted
     to T); row means (diagonal left out) are ``consensus_scores``, column means the precision vote."""
-    from retrieval.backend_adapt import statement_accuracy
+    from retrieval.backend.adapt import statement_accuracy
 
     ids = list(statements)
     return [[statement_accuracy(statements[i], statements[j])[0] if i != j else 1.0 for j in ids] for i in ids]
@@ -58,7 +58,7 @@ def declaration_sets(store) -> dict[str, set]:
     (``XCoreTargetLowering::LowerCCCCallTo`` -> ``TargetLowering::LowerCCCCallTo``)."""
     from collections import defaultdict
 
-    from corpora.backend_tree import strip_target
+    from corpora.backends.tree import strip_target
 
     aliases: dict[str, list] = defaultdict(list)
     for r in store.query("SELECT target, name FROM target_attributes WHERE kind = 'alias'"):

@@ -4,20 +4,20 @@
 
 Strategies:
 * ``fork-adapt`` (default, no LLM): the best-ranked implementation from another target with
-  its target identifiers mapped onto T's (retrieval/backend_adapt.py);
+  its target identifiers mapped onto T's (retrieval/backend/adapt.py);
 * ``fork-flow`` (the baseline): Mips's implementation with the target renamed;
 * ``skills``: the best-ranked implementation's lineage (mined by ``skills backend mine``)
   gives the role's skeleton and its compile-validated skills; each skill is decided and
-  instantiated with T's attributes (retrieval/backend_skills.py). With ``--model`` the prompt
-  (prompts/backend_skills.md) carries the skeleton, the skills and T's attributes, and the
+  instantiated with T's attributes (prompts/backend/skills.py). With ``--model`` the prompt
+  (prompts/backend/skills.md) carries the skeleton, the skills and T's attributes, and the
   mechanical instantiation as a starting point;
-* ``llm``: a few-shot prompt (prompts/backend_generate.md: the top-k implementations from the
+* ``llm``: a few-shot prompt (prompts/backend/generate.md: the top-k implementations from the
   most similar targets, T's relevant attributes, the fork-and-adapt draft) sent through
-  prompts/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
+  mining/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
   up to N more attempts.
 
-Every result is checked by the compile gate (mining/backend_gate.py) when clang-15 is
-installed, spliced into T's real file: replacing T's own implementation when T has one (the
+Every result is checked by the compile gate (mining/backend/gate.py; clang and headers of the
+LLVM version T's tree came from) when that toolchain is installed, spliced into T's real file: replacing T's own implementation when T has one (the
 benchmark's case), else appended to the file that holds T's class for the role.
 """
 from __future__ import annotations
@@ -28,11 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from corpora.backend_tree import BackendInputError
-from retrieval.backend_adapt import (
+from corpora.backends.tree import BackendInputError
+from retrieval.backend.adapt import (
     TargetProfile, adapt, fit_definition, fork_flow, load_profile, rename_target,
 )
-from retrieval.backend_search import BackendIndex, SearchError
+from retrieval.backend.search import BackendIndex, SearchError
 
 PROMPT_DIR = Path(__file__).parent
 STRATEGIES = ("fork-adapt", "fork-flow", "skills", "llm")
@@ -79,8 +79,31 @@ class GenerateRequest:
 
 
 # --------------------------------------------------------------------------- resolution
-def resolve_role(index: BackendIndex, role: str) -> str:
-    """A role as given (``ELFObjectWriter::getRelocType``, or just ``getRelocType``) -> one known role."""
+def target_role_classes(store, target: str) -> set[str]:
+    """The role classes T's own classes stand for: every class T defines or declares, T's name
+    stripped (``LoongArchELFObjectWriter`` -> ``ELFObjectWriter``), renamed where its base
+    class says it implements another role's class (``XtensaObjectWriter`` -> ``ELFObjectWriter``:
+    retrieval/backend_index.role_renames)."""
+    from corpora.backend_tree import strip_target
+    from retrieval.backend_index import role_renames, target_aliases
+
+    aliases = target_aliases(store)
+    classes = store.query("SELECT target, name, parents FROM target_attributes WHERE kind = 'class'")
+    renames = role_renames(classes, aliases)
+    names = {r["name"] for r in store.query("SELECT name FROM target_attributes WHERE target = ? AND "
+                                            "kind IN ('class', 'declaration')", [target])}
+    names |= {r["class_name"] for r in store.query("SELECT DISTINCT class_name FROM functions WHERE target = ? "
+                                                   "AND class_name IS NOT NULL", [target])}
+    own = aliases.get(target, [target])
+    return {renames.get((target, n)) or strip_target(n, own) for n in names}
+
+
+def resolve_role(index: BackendIndex, role: str, target: Optional[str] = None) -> str:
+    """A role as given (``ELFObjectWriter::getRelocType``, or just ``getRelocType``) -> one known role.
+
+    A bare method name that several roles end in is resolved by ``target``'s own code: the one
+    role T implements, else the one whose class T defines or declares (a new target's header
+    comes before its function bodies); otherwise it is ambiguous."""
     roles = index.roles()
     if role in roles:
         return role
@@ -91,7 +114,26 @@ def resolve_role(index: BackendIndex, role: str) -> str:
     if len(tail) == 1:
         return tail[0]
     if len(tail) > 1:
-        raise BackendInputError(f"role {role!r} is ambiguous: {', '.join(tail[:8])}")
+        cands, why = tail, ""
+        if target:
+            own = {r["role"] for r in index.store.query("SELECT DISTINCT role FROM functions WHERE target = ?",
+                                                        [target])}
+            implemented = [r for r in tail if r in own]
+            if len(implemented) == 1:
+                return implemented[0]
+            if implemented:
+                cands, why = implemented, f" ({target} implements {len(implemented)} of them)"
+            else:
+                classes = target_role_classes(index.store, target)
+                declared = [r for r in tail if r.rsplit("::", 1)[0] in classes]
+                if len(declared) == 1:
+                    return declared[0]
+                if declared:
+                    cands, why = declared, f" ({target} has classes for {len(declared)} of them)"
+                else:
+                    why = f" ({target} implements none of them and has no class for any)"
+        raise BackendInputError(f"role {role!r} is ambiguous{why}: {', '.join(cands[:8])}; "
+                                f"name the class too (e.g. {cands[0]})")
     import difflib
 
     close = difflib.get_close_matches(role, sorted(roles), n=3, cutoff=0.6)
@@ -177,7 +219,7 @@ class AdaptCache:
     def adapt(self, row: dict, target: str):
         key = (row["func_id"], target)
         if key not in self.adapted:
-            from corpora.backend_tree import parse_definition
+            from corpora.backends.tree import parse_definition
 
             a = adapt(self.text(row["func_id"]), list(row["identifiers"] or []), self.profile(row["target"]),
                       self.profile(target), row["func_id"])
@@ -194,7 +236,7 @@ def candidates_with_adaptations(store, index: BackendIndex, target: str, role: s
     vote (consensus_scores) and target similarity breaks near-ties (BackendIndex.role_candidates).
     Returns (T's profile, hits, {func_id: Adapted}).
     """
-    from retrieval.backend_adapt import consensus_scores
+    from retrieval.backend.adapt import consensus_scores
 
     cache = cache or AdaptCache(store)
     dst = cache.profile(target)
@@ -215,14 +257,20 @@ def candidates_with_adaptations(store, index: BackendIndex, target: str, role: s
 
 
 def _gate_check(gate, target: str, host: dict, code: str, label: str = "generated"):
-    from mining.backend_gate import Splice
+    from mining.backend.gate import Splice
 
     sp = Splice(label, code, host["start_byte"], host["end_byte"])
     res = gate.check(target, host["path"], [sp])
     f = res.functions.get(label, {"passed": res.passed, "diagnostics": []})
-    return {"passed": bool(res.passed and f["passed"]), "function_passed": f["passed"],
-            "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics, "cached": res.cached,
-            "seconds": res.seconds, "host": f"{target}/{host['path']}"}
+    verdict = res.function_verdict(label) if not res.passed else "pass"
+    out = {"passed": None if verdict == "environment" else verdict == "pass", "verdict": verdict,
+           "function_passed": f["passed"], "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics,
+           "cached": res.cached, "seconds": res.seconds, "host": f"{target}/{host['path']}",
+           "toolchain": gate.tools.name, "stderr": res.stderr}
+    if res.environment:
+        out["skipped"] = res.environment
+        out["host_diagnostics"] = res.host_diagnostics
+    return out
 
 
 def llvm_version(store, target: str) -> str:
@@ -239,16 +287,18 @@ def llvm_version(store, target: str) -> str:
 
 
 def make_gate(store, target: str):
-    """A CompileGate for the corpus T was indexed from, or (None, reason)."""
-    from mining.backend_gate import CompileGate, toolchain_available
+    """A CompileGate for the corpus T was indexed from (its LLVM version's toolchain), or
+    (None, reason)."""
+    from mining.backend.gate import CompileGate
 
-    missing = toolchain_available()
-    if missing:
-        return None, f"compile gate skipped: {missing} not installed (apt-get install llvm-15-dev clang-15)"
     root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
     if not root:
         return None, f"compile gate skipped: {target} has no source tree in the store"
-    return CompileGate(Path(root).parent, store.cache_dir), None
+    gate = CompileGate(Path(root).parent, store.cache_dir)
+    why = gate.unavailable()
+    if why:
+        return None, f"compile gate skipped: {why}"
+    return gate, None
 
 
 def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, gate=None, log=None) -> dict:
@@ -263,7 +313,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     if req.target not in known:
         raise BackendInputError(f"unknown target {req.target!r}; indexed: {', '.join(sorted(known))} "
                                 f"(index its tree with `skills backend index`)")
-    role = resolve_role(index, req.role)
+    role = resolve_role(index, req.role, req.target)
     cache = AdaptCache(store)
     dst, hits, adapted = candidates_with_adaptations(store, index, req.target, role, req.k, req.exclude_targets,
                                                      cache=cache)
@@ -298,12 +348,12 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
                         f"{h.ranks.get('consensus', 0):.0%}, identifiers mappable to {req.target}: "
                         f"{h.ranks.get('mappability', 0):.0%})\n```cpp\n{text.strip()}\n```")
     version = llvm_version(store, req.target)
-    prompt = render(load_template("backend_generate.md"), llvm_version=str(version), target=req.target, role=role,
+    prompt = render(load_template("generate.md"), llvm_version=str(version), target=req.target, role=role,
                     qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
                     attributes=_format_attributes(attrs, dst), examples="".join(examples), draft=draft.strip(),
                     form="defined inside its class body" if in_class else "defined out of line")
     if skill_res is not None:
-        prompt = render(load_template("backend_skills.md"), llvm_version=str(version), target=req.target, role=role,
+        prompt = render(load_template("skills.md"), llvm_version=str(version), target=req.target, role=role,
                         qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
                         source_target=best.target, skeleton=fit(skill_res.skeleton or skill_res.code).strip(),
                         skills=format_skills(store, skill_res), attributes=_format_attributes(attrs, dst),
@@ -332,7 +382,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     elif req.strategy == "skills" and not req.model:
         code = skills_draft
     else:
-        from prompts.llm import LEDGER, complete, extract_code
+        from mining.llm import LEDGER, complete, extract_code
 
         reply = complete(prompt, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
         code = extract_code(reply.text) if reply.text.strip() else ""
@@ -358,13 +408,14 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         else:
             verdict = _gate_check(gate, req.target, host, code)
             n = 0
+            # an environment verdict (the host file fails without the function) is nothing to repair
             while req.model and req.strategy in ("llm", "skills") and n < req.repair \
-                    and not (verdict["passed"] and not lint):
+                    and verdict.get("verdict") != "environment" and not (verdict["passed"] and not lint):
                 n += 1
                 diag = "\n".join(f"- line {d['line']}:{d['column']}: {d['message']}" for d in verdict["diagnostics"]) \
                     or "- (no diagnostics inside the function; see the lint below)"
                 lint_text = ("Lint:\n" + "\n".join(f"- line {w['line']}: {w['message']}" for w in lint)) if lint else ""
-                rp = render(load_template("backend_repair.md"), target=req.target, role=role,
+                rp = render(load_template("repair.md"), target=req.target, role=role,
                             host_path=host["path"], llvm_version=str(version), diagnostics=diag, lint=lint_text,
                             code=code.strip())
                 reply = complete(rp, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
@@ -376,7 +427,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
             result["code"], result["lint"] = code, lint
     result["gate"] = verdict
     if attempts:
-        from prompts.llm import LEDGER
+        from mining.llm import LEDGER
 
         result["attempts"] = attempts
         result["tokens"] = LEDGER.to_dict()
@@ -400,8 +451,8 @@ _FENCED = re.compile(r"```")
 def skills_for(store, target: str, source_func_id: str, cache: AdaptCache):
     """Skill-guided instantiation of ``source_func_id``'s lineage for ``target``
     (fork-and-adapt when no lineage was mined for it)."""
-    from mining.backend_mine import function_site
-    from retrieval.backend_skills import instantiate, lineage_for
+    from mining.backend.mine import function_site
+    from prompts.backend.skills import instantiate, lineage_for
 
     row = store.query("SELECT target, identifiers FROM functions WHERE func_id = ?", [source_func_id])[0]
     lin = lineage_for(store, source_func_id)
@@ -448,7 +499,7 @@ def format_skills(store, res) -> str:
 
 
 def _lint(code: str, dst: TargetProfile) -> list[dict]:
-    from mining.backend_gate import lint_relocations
+    from mining.backend.gate import lint_relocations
 
     return lint_relocations(code, dst.target, dst.relocations)
 
@@ -466,14 +517,18 @@ def render_text(result: dict) -> str:
     lines.append(result["code"].rstrip())
     g = result.get("gate")
     if g:
-        if g.get("passed") is None:
+        if g.get("verdict") == "environment":
+            lines.append(f"gate: NOT CHECKED in {g.get('host')}: {g.get('skipped')}")
+            for d in g.get("host_diagnostics", []):
+                lines.append(f"  host file: line {d['line']}:{d['column']}: {d['message']}")
+        elif g.get("passed") is None:
             lines.append(f"gate: {g.get('skipped')}")
         else:
-            lines.append(f"gate: {'PASS' if g['passed'] else 'FAIL'} in {g.get('host')}")
+            lines.append(f"gate: {'PASS' if g['passed'] else 'FAIL'} in {g.get('host')} ({g.get('toolchain')})")
             for d in g.get("diagnostics", []):
                 lines.append(f"  line {d['line']}:{d['column']}: {d['message']}")
-            for d in g.get("file_diagnostics", [])[:5]:
-                lines.append(f"  file: {d['message']}")
+            for d in g.get("file_diagnostics", []):
+                lines.append(f"  file: line {d['line']}:{d['column']}: {d['message']}")
     for w in result.get("lint", []):
         lines.append(f"lint: line {w['line']}: {w['message']}")
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from corpora.backend_tree import (
+from corpora.backends.tree import (
     _alias_pattern_cached, _declarator_name, cpp_parser, prepare_cpp, subtokens_of_name, walk,
 )
 
@@ -75,7 +75,7 @@ def load_profile(store, target: str) -> TargetProfile:
     prof = TargetProfile(target, aliases, PRIMARY_ALIAS.get(target, target))
     for r in rows:
         k, n = r["kind"], r["name"]
-        if k == "alias":
+        if k in ("alias", "class"):  # class: base classes, for roles only
             continue
         if k == "declaration":
             prof.declared.add(n)

@@ -1,7 +1,7 @@
 """Two-level retrieval over the backend corpus.
 
 Level 1, targets: cosine similarity of the targets' attribute-graph embeddings (a GNN trained
-contrastively on LLVM's own targets, retrieval/backend_index.py).
+contrastively on LLVM's own targets, retrieval/backend/index.py).
 
 Level 2, functions, over the shared-role functions of the other targets:
 * ``bm25``:  BM25 over code tokens of signature + body (target names neutralized);
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from retrieval.backend_index import (
+from retrieval.backend.index import (
     TEXT_COLLECTION, TEXT_MAX_TOKENS, function_doc, function_graph, model_tag, shared_role_functions, target_aliases,
 )
 from retrieval.fusion import rrf
@@ -265,7 +265,7 @@ class BackendIndex:
 
     def declarations(self) -> dict[str, set]:
         if self._decls is None:
-            from retrieval.backend_select import declaration_sets
+            from retrieval.backend.selection import declaration_sets
 
             self._decls = declaration_sets(self.store)
         return self._decls
@@ -277,14 +277,14 @@ class BackendIndex:
         """Implementations of ``role`` from other targets, best first, for generating T's version.
 
         Score = consensus + ``TARGET_TIEBREAK`` x target similarity (level 1). ``consensus`` is
-        the candidate's minimum-Bayes-risk score (retrieval/backend_adapt.consensus_scores:
+        the candidate's minimum-Bayes-risk score (retrieval/backend/adapt.consensus_scores:
         how much of what the other implementations agree on it reproduces, all adapted to T);
         without it, the function-level text+graph typicality (mean cosine to the role's other
         implementations) stands in. ``mappability`` is reported, not ranked on (it did not
         help on validation targets; see docs/backends.md).
 
-        ``selector`` (opt-in, a retrieval/backend_select.LinearSelector) ranks by learned weights
-        over ``backend_select.FEATURES`` instead; it needs ``consensus`` and ``statements`` (the
+        ``selector`` (opt-in, a retrieval/backend/selection.LinearSelector) ranks by learned weights
+        over ``retrieval.backend.selection.FEATURES`` instead; it needs ``consensus`` and ``statements`` (the
         candidates' adapted statements). Not the default: no fit beat the rule on the
         development targets (eval/results/backend_selection_study.json, ``learned_selector``).
         """
@@ -306,7 +306,7 @@ class BackendIndex:
             scored.append((c + TARGET_TIEBREAK * ts, p, c, ts))
         scored.sort(key=lambda x: (-x[0], x[1]))
         if selector is not None:
-            from retrieval.backend_select import agreement_matrix, candidate_features, votes
+            from retrieval.backend.selection import agreement_matrix, candidate_features, votes
 
             _, precision = votes(ids, agreement_matrix({i: statements.get(i, []) for i in ids}))
             rows = candidate_features(ids, {r["func_id"]: r["target"] for r in cands}, consensus, precision, tsim,
