@@ -49,7 +49,7 @@ from skills.records import Lineage, Skill, Step, lineage_identity, sha256
 from mining.operators.cache_hints import HINT_OPERATORS  # noqa: E402  (each cache hint under its own name)
 
 PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load",
-            *(op.name for op in HINT_OPERATORS), "fast_math_to_precise",
+            *(op.name for op in HINT_OPERATORS), "fast_math_to_precise", "half2_to_scalar", "block_swizzle_to_natural",
             "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "async_copy_to_sync",
             "drop_pipeline_sync", "double_to_single_buffer", "register_cache_to_reload", "shuffle_to_shared",
             "scan_shuffle_to_shared", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",

@@ -55,7 +55,10 @@ from mining.operators.block_per_row_to_thread import BlockPerRowToThread  # noqa
 from mining.operators.cache_hints import HINT_OPERATORS  # noqa: E402
 from mining.operators.shrink_work_constant import ShrinkWorkConstant  # noqa: E402
 from mining.operators.swap_thread_axes import SwapThreadAxes  # noqa: E402
-_CLASSES += (DropSpecializedDispatch, BlockPerRowToThread, ShrinkWorkConstant, SwapThreadAxes) + HINT_OPERATORS
+from mining.operators.block_swizzle_to_natural import BlockSwizzleToNatural  # noqa: E402
+from mining.operators.half2_to_scalar import Half2ToScalar  # noqa: E402
+_CLASSES += (DropSpecializedDispatch, BlockPerRowToThread, ShrinkWorkConstant, SwapThreadAxes, BlockSwizzleToNatural,
+             Half2ToScalar) + HINT_OPERATORS
 
 
 def all_operators() -> list[Operator]:
