@@ -72,7 +72,8 @@ def problem_name(problem_dir: Path) -> str:
 def mine_all(store: Path, problems: Iterable[Path], jobs: int = 2, probe: bool = False, log=print) -> list[dict]:
     """Mine each problem into ``store`` (a lineage already there with the same settings is reused)."""
     from mining.gate import BadInput
-    from mining.mine import MineConfig, make_pool, mine_problem
+    from mining.checker import make_pool
+    from mining.mine import MineConfig, mine_problem
 
     from skills.kernel_store import KernelStore
     from skills.store import Store

@@ -202,7 +202,7 @@ def test_optimizer_follows_the_plan():
              Candidate("llm_skill", "", "c", "llm", rank=0, prior=1.5)]
     assert [c.source for c in sorted(cands, key=candidate_key)] == ["b", "a", "c"]
     lib = baseline_order([Retrieved(r, n) for n, r in enumerate(recs, start=1)], src, "library")
-    assert lib[0].skill["carrier"] in ("shared_tile", "transposed_tile", "coalesced_transpose")
+    assert lib[0].skill.carrier in ("shared_tile", "transposed_tile", "coalesced_transpose")
     assert expand_hits({"hits": [{"kind": "skill", "skill_id": "x"}, {"kind": "also", "skills": [{"skill_id": "y"}]}]}) == \
         [{"kind": "skill", "skill_id": "x"}, {"skill_id": "y"}]
 
