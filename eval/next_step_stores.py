@@ -72,7 +72,8 @@ def problem_name(problem_dir: Path) -> str:
 def mine_all(store: Path, problems: Iterable[Path], jobs: int = 2, probe: bool = False, log=print) -> list[dict]:
     """Mine each problem into ``store`` (a lineage already there with the same settings is reused)."""
     from mining.gate import BadInput
-    from mining.mine import MineConfig, make_pool, mine_problem
+    from mining.checker import make_pool
+    from mining.mine import MineConfig, mine_problem
 
     from skills.kernel_store import KernelStore
     from skills.store import Store
@@ -149,6 +150,8 @@ def make_fold(all_store: Path, fold: Path, exclude: set[str], log=print) -> dict
         shutil.rmtree(fold)
     fold.mkdir(parents=True)
     shutil.copyfile(all_store / "store.duckdb", fold / "store.duckdb")
+    if (all_store / "store.duckdb.wal").is_file():  # a store being mined into: its last writes
+        shutil.copyfile(all_store / "store.duckdb.wal", fold / "store.duckdb.wal")
     removed = drop_lineages(fold, exclude)
     st = Store(fold)
     with st.session():
