@@ -1,19 +1,19 @@
 """Gate wall time for the tiled_matmul example: cold and cached, per executor, and (on a GPU)
 the time a KernelBench-style harness spends building the same kernel with load_inline.
 
-    python -m eval.bench_gate [--executor cpu|cuda] [--repeats 3] [--json]
+    python -m eval.bench_gate [--executor cpu|cuda] [--repeats 3] [--json] [--out FILE]
 
 Cold = a fresh store (no cached stage results, no cached binaries); the CPU runtime object,
 built once per machine and toolchain, is reported separately. Cached = the same call again.
 Targets (issue 2): CPU cold <= 5 s, cached <= 50 ms; a cold GPU gate faster than load_inline's
-build alone. Writes eval/results/bench_gate_<executor>.json.
+build alone. The table goes to stdout; the JSON (stamped: eval/stamp.py) to --out, else to an
+untracked temporary file (eval/results/bench_gate_<executor>.json is the committed record).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import json
-import platform
 import shutil
 import statistics
 import sys
@@ -21,9 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from eval.stamp import stamp, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpora" / "kernels" / "tiled_matmul"
-RESULTS = ROOT / "eval" / "results"
 
 
 def _gate_times(executor: str, repeats: int, trust: bool = False) -> dict:
@@ -139,29 +140,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--sandbox-cost", type=int, metavar="ROUNDS", default=0,
                     help="instead: the gate with and without the sandbox, alternated ROUNDS times")
-    ap.add_argument("--out", type=Path, default=None, help="write the JSON here (with --sandbox-cost)")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here (eval/results/... to record it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     if args.sandbox_cost:
-        res = {"executor": args.executor, "problem": "tiled_matmul", "rounds": args.sandbox_cost,
-               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                           "load_1min_before": os.getloadavg()[0]}}
+        res = {**stamp("eval.bench_gate", raw_argv), "executor": args.executor, "problem": "tiled_matmul",
+               "rounds": args.sandbox_cost, "load_1min_before": os.getloadavg()[0]}
         res.update(sandbox_cost(args.executor, args.sandbox_cost))
-        res["machine"]["load_1min_after"] = os.getloadavg()[0]
-        if args.out:
-            args.out.write_text(json.dumps(res, indent=2) + "\n")
+        res["load_1min_after"] = os.getloadavg()[0]
+        write_result(res, args.out, f"bench_gate_sandbox_{args.executor}.json", indent=2)
         print(json.dumps(res, indent=2) if args.json else
               f"sandbox cost, {args.executor}, {args.sandbox_cost} rounds: cold {res['sandboxed']['cold_s']:.2f} s vs "
               f"{res['unsandboxed']['cold_s']:.2f} s unsandboxed (x{res['cold_ratio']:.3f}); cached "
               f"{res['sandboxed']['cached_s'] * 1000:.0f} ms vs {res['unsandboxed']['cached_s'] * 1000:.0f} ms "
-              f"(x{res['cached_ratio']:.3f}); load {res['machine']['load_1min_before']:.1f} -> "
-              f"{res['machine']['load_1min_after']:.1f}")
+              f"(x{res['cached_ratio']:.3f}); load {res['load_1min_before']:.1f} -> {res['load_1min_after']:.1f}")
         return 0
 
-    from mining.gate.executors import gpu_info
-
-    res = {"executor": args.executor, "problem": "tiled_matmul", "repeats": args.repeats,
-           "machine": {"cpu": platform.processor() or platform.machine(), "cores": __import__("os").cpu_count(),
-                       "gpu": (gpu_info() or {}).get("name")}}
+    res = {**stamp("eval.bench_gate", raw_argv), "executor": args.executor, "problem": "tiled_matmul",
+           "repeats": args.repeats}
     res.update(_gate_times(args.executor, args.repeats))
     targets = {}
     if args.executor == "cpu":
@@ -170,13 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         res["load_inline_build_s"] = _load_inline_build_s()
         targets = {"cold_gate_faster_than_load_inline_build": res["cold_s"] < res["load_inline_build_s"]}
     res["targets"] = targets
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"bench_gate_{args.executor}.json").write_text(json.dumps(res, indent=2))
+    write_result(res, args.out, f"bench_gate_{args.executor}.json", indent=2)
     if args.json:
         print(json.dumps(res, indent=2))
     else:
         print(f"gate benchmark: tiled_matmul, {len(res['workloads'])} workloads x {len(res['seeds'])} seeds, "
-              f"executor {args.executor}, machine {res['machine']}")
+              f"executor {args.executor}, machine {res['machine']['cpu']} ({res['machine']['cores']} cores, "
+              f"GPU {res['machine']['gpu'] or 'none'})")
         print(f"{'measure':40} {'seconds':>10}")
         print(f"{'cold gate (median of ' + str(args.repeats) + ')':40} {res['cold_s']:10.3f}")
         print(f"{'cached gate (median)':40} {res['cached_s']:10.4f}")

@@ -36,11 +36,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from eval.stamp import stamp, write_result
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,19 +182,6 @@ def summarize(rows: list[dict], ranks=RANKS) -> dict:
     return res
 
 
-def stamp(argv: list[str]) -> dict:
-    def git(*a: str) -> str:
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-    return {"machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores",
-            "load_at_start": [round(x, 2) for x in os.getloadavg()], "commit": git("rev-parse", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "command": "python -m eval.bench_next_step " + " ".join(argv),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
 def print_table(res: dict) -> None:
     print(f"{'set':<14} {'rank':<11} {'versions':>8} {'answerable':>10} {'R@1':>6} {'R@3':>6} {'R@1 ans':>8} {'R@3 ans':>8}")
     for name, block in (("real", res["real"]), ("house", res["house"])):
@@ -220,7 +207,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (else the table only)")
     a = ap.parse_args(argv)
     os.environ.setdefault("SKILLS_BLAS_THREADS", "1")
-    info = stamp(argv)
+    info = {**stamp("eval.bench_next_step", argv), "load_at_start": [round(x, 2) for x in os.getloadavg()]}
     only = set(a.only.split(",")) if a.only else None
     rows = real_rows(a.root, only=only)
     hrows = [] if a.no_house else house_rows(a.root)
@@ -236,10 +223,7 @@ def main(argv: Optional[list[str]] = None) -> int:
            "by_source": (real.get("value") or {}).get("by_source", {}),
            "rows": rows, "house_rows": hrows}
     print_table(res)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=1))
-        print(f"wrote {a.out}")
+    write_result(res, a.out, "bench_next_step.json")
     return 0
 
 

@@ -40,8 +40,10 @@ excluded from the skills), and adds:
 Runs on the GPU machine with numpy, torch, pydantic, tree-sitter and duckdb only: when the
 hybrid retrieval (MiniLM tokenizer, index) cannot load, skills are ranked by a scan of the
 store and the JSON says so (`retrieval.backend`). Results are written after every problem
-(`--out`), and a rerun with the same --out skips problems already done (`--fresh` to redo), so
-the corpus can be run in pieces under a per-command time limit.
+(`--out`, else an untracked temporary optimize_<executor>.json; eval/results/optimize_h200.json
+is the committed record), and a rerun with the same --out skips problems already done (`--fresh`
+to redo), so the corpus can be run in pieces under a per-command time limit. Every result is
+stamped (eval/stamp.py): commit, command, machine.
 """
 from __future__ import annotations
 
@@ -54,9 +56,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from eval.stamp import STAMP_KEYS, default_path, read_json, stamp, write_json, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpora" / "kernels"
-RESULTS = ROOT / "eval" / "results"
 FIXTURE_SKILLS = ROOT / "tests" / "fixtures" / "kernel_skills" / "proxy_skills.json"
 CPU_DEFAULT_PROBLEMS = ("vector_add", "reduce_sum", "softmax")
 TARGET_FRACTION = 0.5
@@ -110,7 +113,7 @@ def _eager_ms(name: str, problem, workload) -> tuple[Optional[float], str]:
         fn = eager_reference(name)
         tensors = torch_inputs(problem, workload)
         axes = {**workload.axes, **workload.scalars}
-        t = time_cuda(lambda: fn(tensors, axes))["median_ms"]
+        t = time_cuda(lambda t=tensors: fn(t, axes))["median_ms"]
         del tensors
         torch.cuda.empty_cache()
         return t, ""
@@ -295,19 +298,22 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
-def merge(paths: list[Path], out_path: Optional[Path], as_json: bool) -> int:
+def merge(paths: list[Path], out_path: Optional[Path], as_json: bool, origin: dict[str, Any]) -> int:
     """One result file from runs over disjoint problem groups (parallel processes on one GPU)."""
     parts = []
     for p in paths:
         try:
-            parts.append(json.loads(p.read_text()))
+            parts.append(read_json(p))
         except (OSError, ValueError) as exc:
             print(f"bench_optimize: {p}: not a results file ({exc})", file=sys.stderr)
             return 2
     if not parts:
         return 2
-    out = {k: v for k, v in parts[0].items() if k not in ("arms", "incomplete", "wall_s")}
+    # the merge's own stamp, the parts' machine (where the figures were measured)
+    out = {**origin, **{k: v for k, v in parts[0].items() if k not in ("arms", "incomplete", "wall_s", "commit",
+                                                                        "command", "date_utc")}}
     out["merged_from"] = [str(p) for p in paths]
+    out["parts"] = [{k: p.get(k) for k in STAMP_KEYS} for p in parts]
     out["wall_s_per_part"] = [p.get("wall_s") for p in parts]
     if any(p.get("incomplete") for p in parts):
         out["incomplete"] = True
@@ -316,9 +322,7 @@ def merge(paths: list[Path], out_path: Optional[Path], as_json: bool) -> int:
         rows = {r["problem"]: r for p in parts for r in p.get("arms", {}).get(arm, {}).get("problems", [])}
         rows_sorted = [rows[n] for n in sorted(rows)]
         out["arms"][arm] = {"problems": rows_sorted, "aggregate": aggregate(rows_sorted, out.get("executor", "cuda"))}
-    out_path = out_path or (RESULTS / f"optimize_{out.get('executor', 'cuda')}.json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=2))
+    write_result(out, out_path, f"optimize_{out.get('executor', 'cuda')}.json", indent=2)
     print(json.dumps(out, indent=2) if as_json else markdown(out))
     rows = [r for a in out["arms"].values() for r in a["problems"]]
     return 0 if rows and all("error" not in r and r.get("final_correct") for r in rows) else 1
@@ -355,15 +359,18 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="no new problem starts after this (the results so far are saved; rerun to continue)")
     ap.add_argument("--retrieval", default="auto", choices=("auto", "search", "scan"))
     ap.add_argument("--cache", type=Path, default=None, help="gate cache root (default /tmp/ks-optimize-cache)")
-    ap.add_argument("--out", type=Path, default=None, help="results JSON (default eval/results/optimize_<executor>.json)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results JSON (eval/results/... to record it; default: an untracked temporary file)")
     ap.add_argument("--out-dir", type=Path, default=None, help="also write each run's folder (final kernel, lineage, attempts)")
     ap.add_argument("--fresh", action="store_true", help="redo problems already in --out")
     ap.add_argument("--json", action="store_true", help="print the results JSON")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="merge result files of runs over disjoint problem groups into --out, then exit")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_optimize", raw_argv)
     if args.merge:
-        return merge(args.merge, args.out, args.json)
+        return merge(args.merge, args.out, args.json, origin)
 
     cuda = args.executor == "cuda"
     if cuda:
@@ -417,20 +424,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad:
         print(f"bench_optimize: arm(s) {', '.join(bad)} unknown or need --model", file=sys.stderr)
         return 2
-    out_path = args.out or (RESULTS / (f"optimize_{args.executor}.json" if args.corpus == "house"
-                                       else f"optimize_real_{args.executor}.json"))
+    out_path = args.out or default_path(f"optimize_{args.executor}.json" if args.corpus == "house"
+                                        else f"optimize_real_{args.executor}.json")
     prev = {}
     if out_path.is_file() and not args.fresh:
         try:
-            prev = json.loads(out_path.read_text())
-        except ValueError:
+            prev = read_json(out_path)
+        except (OSError, ValueError):
             prev = {}
     device = "cpu executor (g++ fibers): correctness only"
     if cuda:
         import torch
 
         device = torch.cuda.get_device_name(0)
-    out = {"device": device, "executor": args.executor, "corpus": args.corpus, "store": str(store), "store_note": store_note,
+    out = {**origin, "device": device, "executor": args.executor, "corpus": args.corpus, "store": str(store), "store_note": store_note,
            "budget": args.budget, "per_step": args.per_step, "k": args.k, "model": args.model or "",
            "method": ("leave-one-problem-out: each problem starts from naive.cu with the skills mined from the other "
                       "problems; times from the gate's profile stage on the primary large workload (CUDA events, L2 "
@@ -442,6 +449,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         out["method"] = out["method"].replace("leave-one-problem-out", "leave-one-source-out (the real corpus; every "
                                               "problem of the held-out problem's source excluded)").replace(
             "the other problems", "the other sources and the house corpus")
+    if prev.get("arms"):  # rows kept from an earlier run of this file: say which code made them
+        out["resumed_from"] = prev.get("resumed_from") or {k: prev.get(k) for k in STAMP_KEYS}
     from mining.checker import make_pool
 
     pool = make_pool(args.jobs)
@@ -469,8 +478,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 out["arms"][arm] = {"problems": others + rows, "aggregate": aggregate(others + rows, args.executor)}
                 out["retrieval"] = {"backend": rows[-1].get("retrieval_backend", ""), "note": rows[-1].get("retrieval_note", "")}
                 out["wall_s"] = round(time.perf_counter() - t0, 1)
-                out_path.parent.mkdir(parents=True, exist_ok=True)
-                out_path.write_text(json.dumps(out, indent=2))
+                write_json(out_path, out, indent=2)
             others = [r for r in prev.get("arms", {}).get(arm, {}).get("problems", []) if r["problem"] not in names]
             out["arms"][arm] = {"problems": others + rows, "aggregate": aggregate(others + rows, args.executor)}
             if out.get("incomplete"):
@@ -481,8 +489,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for arm, data in prev.get("arms", {}).items():
         out["arms"].setdefault(arm, data)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=2))
+    write_result(out, args.out, out_path.name, indent=2)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

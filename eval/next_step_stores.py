@@ -149,6 +149,8 @@ def make_fold(all_store: Path, fold: Path, exclude: set[str], log=print) -> dict
         shutil.rmtree(fold)
     fold.mkdir(parents=True)
     shutil.copyfile(all_store / "store.duckdb", fold / "store.duckdb")
+    if (all_store / "store.duckdb.wal").is_file():  # a store being mined into: its last writes
+        shutil.copyfile(all_store / "store.duckdb.wal", fold / "store.duckdb.wal")
     removed = drop_lineages(fold, exclude)
     st = Store(fold)
     with st.session():

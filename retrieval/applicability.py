@@ -814,12 +814,28 @@ def _reduce_sites(src: Source) -> list[SiteMatch]:
             out.append(SiteMatch(line, line, f.name, _line_text(src, line),
                                  "shared-memory tree reduction with a barrier per level" if tree else
                                  "serial accumulation loop: partial results could be combined across a warp in registers"))
-        for m in re.finditer(r"atomicAdd\s*\(", code):
-            byte = f.start_byte + len(code[:m.start()].encode())
-            line = src.line_of(byte)
-            out.append(SiteMatch(line, line, f.name, _line_text(src, line),
-                                 "per-element atomic: reduce within the warp/block first"))
+        for call in src.nodes("call_expression", within=fn):
+            if call_name(call) == "atomicAdd" and not single_thread_guarded(call):
+                line = src.line_of(call.start_byte)
+                out.append(SiteMatch(line, line, f.name, _line_text(src, line),
+                                     "per-element atomic: reduce within the warp/block first"))
     return out
+
+
+_ONE_THREAD = re.compile(r"\b(tid|lane\w*|threadIdx\s*\.\s*x|laneId|lane_id|warp_?id|t)\s*==\s*0\b|"
+                         r"\b0\s*==\s*(tid|lane\w*|threadIdx\s*\.\s*x)")
+
+
+def single_thread_guarded(node) -> bool:
+    """Whether a statement runs in one thread of its block or warp only (``if (lane == 0) ...``):
+    an atomic there publishes an already reduced value."""
+    p = enclosing(node, "if_statement", "conditional_expression")
+    while p is not None:
+        cond = p.child_by_field_name("condition")
+        if cond is not None and _ONE_THREAD.search(" ".join(text(cond).split())):
+            return True
+        p = enclosing(p, "if_statement", "conditional_expression")
+    return False
 
 
 def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
@@ -964,6 +980,8 @@ def _atomic_sites(src: Source) -> list[SiteMatch]:
                 first = text(args.named_children[0]) if args is not None and args.named_children else ""
                 if any(re.search(r"\b%s\b" % re.escape(n), first) for n in src.shared_names):
                     continue
+                if single_thread_guarded(call):
+                    continue  # one atomic per block or warp: already aggregated
                 s = _node_site(src, call, f"global `{call_name(call)}` per element/thread: aggregate per block first",
                                f.name)
                 s.code = _line_text(src, s.line)

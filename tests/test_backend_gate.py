@@ -1,6 +1,5 @@
 """The compile gate on the toy targets (real clang-15, LLVM 15 headers, tblgen) and its version matching."""
 import json
-import shutil
 from pathlib import Path
 
 import pytest

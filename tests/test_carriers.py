@@ -17,7 +17,10 @@ VOCABULARY = {
     "warp_shuffle_reduce", "block_reduce_shared", "atomic_per_block", "shared_tile", "shared_padding",
     "transposed_tile", "register_tile", "register_cache", "double_buffer", "multi_stage_pipeline", "async_copy",
     "tensor_core_wmma", "online_softmax", "single_pass_stats", "fused_epilogue", "fused_residual", "warp_scan",
-    "block_scan", "decoupled_lookback", "dynamic_tile_id", "privatized_atomics", "halo_tile", "coalesced_transpose"}
+    "block_scan", "decoupled_lookback", "dynamic_tile_id", "privatized_atomics", "halo_tile", "coalesced_transpose",
+    # cache hints, each under its own name (issue 19)
+    "streaming_load", "l2_only_load", "cache_all_load", "last_use_load", "volatile_load", "streaming_store",
+    "l2_only_store", "write_through_store", "write_back_store"}
 
 
 def _solution(p: Path) -> dict:

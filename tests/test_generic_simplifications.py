@@ -408,3 +408,59 @@ def test_tile_algebra_refusals(change):
 ])
 def test_swap_thread_axes_refusals(code):
     assert get_operator("swap_thread_axes").find_sites(code) == [], code
+
+
+# --------------------------------------------------------------------------- packed half2 math, block swizzles
+def test_half2_math_one_lane_at_a_time_and_back():
+    from mining.operators.half2_to_scalar import forward
+    op = get_operator("half2_to_scalar")
+    code = ("#include <cuda_fp16.h>\n__global__ void k(const __half2* a, const __half2* b, __half2* c, __nv_bfloat162* d) {\n"
+            "  int i = threadIdx.x;\n  c[i] = __hfma2(a[i], b[i], c[i]);\n  d[i] = __hmax2(d[i], d[i + 1]);\n}")
+    reps = [edited(code, op.apply(code, s), s) for s in op.find_sites(code)]
+    assert reps[0] == ("([&]() { auto ks_a = (a[i]); const auto ks_b = (b[i]); const auto ks_c = (c[i]); "
+                       "ks_a.x = __hfma(ks_a.x, ks_b.x, ks_c.x); ks_a.y = __hfma(ks_a.y, ks_b.y, ks_c.y); return ks_a; }())")
+    assert "__hmax(ks_a.y, ks_b.y)" in reps[1]
+    lanes = "__global__ void k(__half2* r, __half2 a, __half2 b) { __half2 t; t.x = __hmul(a.x, b.x); t.y = __hmul(a.y, b.y); r[0] = t; }"
+    mats = forward(lanes)
+    assert len(mats) == 1 and "t = __hmul2(a, b);" in mats[0].source
+    # refused: a wrong arity (not the intrinsic), and a scalar half operation
+    assert op.find_sites("__device__ __half2 __hadd2(__half2 a);\n__global__ void k(__half2* y) { y[0] = __hadd2(y[1]); }") == []
+    assert op.find_sites("#include <cuda_fp16.h>\n__global__ void k(__half* y) { y[0] = __hadd(y[1], y[2]); }") == []
+
+
+SWIZZLED = """
+#include <cuda_runtime.h>
+__global__ void tcopy(const float* x, float* y, int R, int C) {
+    int bcol, brow;
+    if (gridDim.x == gridDim.y) {
+        brow = blockIdx.x;
+        bcol = (blockIdx.x + blockIdx.y) % gridDim.x;
+    } else {
+        int lin = blockIdx.x + gridDim.x * blockIdx.y;
+        brow = lin % gridDim.y;
+        bcol = ((lin / gridDim.y) + brow) % gridDim.x;
+    }
+    int c = bcol * 32 + threadIdx.x, r = brow * 8 + threadIdx.y;
+    if (r < R && c < C) y[(size_t)c * R + r] = x[(size_t)r * C + c];
+}
+void transpose(const float* x, float* y, int R, int C) {
+    dim3 block(32, 8), grid((C + 31) / 32, (R + 7) / 8);
+    tcopy<<<grid, block>>>(x, y, R, C);
+}
+"""
+
+
+def test_block_swizzle_becomes_the_natural_order(tmp_path):
+    from mining.operators.block_swizzle_to_natural import forward
+    op = get_operator("block_swizzle_to_natural")
+    sites = op.find_sites(SWIZZLED)
+    assert len(sites) == 1 and sites[0].carrier == "block_swizzle"
+    new = op.apply(SWIZZLED, sites[0])
+    assert "bcol = blockIdx.x; brow = blockIdx.y;" in new and "%" not in new.split("void transpose")[0]
+    assert cpu_gate("transpose", new, tmp_path).passed
+    mats = forward(new)
+    assert len(mats) == 1 and "% gridDim.x" in mats[0].source
+    assert cpu_gate("transpose", mats[0].source, tmp_path).passed
+    # refused: blocks that talk to each other (an atomic), and a kernel that reads blockIdx again later
+    assert op.find_sites(SWIZZLED.replace("if (r < R", "atomicAdd((int*)y, 0);\n    if (r < R")) == []
+    assert op.find_sites(SWIZZLED.replace("r = brow * 8", "r = blockIdx.y * 8")) == []

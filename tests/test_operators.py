@@ -140,9 +140,13 @@ def test_synthetic_rewrite(name):
 def test_operators_skip_comments_and_unsafe_forms():
     assert get_operator("ldg_to_plain_load").find_sites("// __ldg(x)\n/* __ldg(y) */ int a;") == []
     assert get_operator("drop_unroll_pragma").find_sites("// #pragma unroll\nint a;") == []
-    # a vector cast of a byte buffer is not split (element k of a float4 is not c[k])
+    # a vector cast of a byte buffer is not split into components (element k of a float4 is not c[k]);
+    # the type-directed rewrite moves the same 16 bytes one char at a time instead (issue 19)
     src = "__global__ void k(const char* c, float* y) { float4 v = *reinterpret_cast<const float4*>(c); y[0] = v.x; }"
-    assert get_operator("vector_load_to_scalar").find_sites(src) == []
+    op = get_operator("vector_load_to_scalar")
+    reps = [op.apply(src, s) for s in op.find_sites(src)]
+    assert len(reps) == 1 and "make_float4" not in reps[0]
+    assert "for (int ks_k = 0; ks_k < 16; ++ks_k) reinterpret_cast<char *>(&v)[ks_k] = " in reps[0]
     # a grid-stride loop with `continue` would not compile as an `if`
     loop = "__global__ void k(float* y, int n) { for (int i = threadIdx.x; i < n; i += blockDim.x) { if (i & 1) continue; y[i] = 0; } }"
     assert get_operator("grid_stride_to_single").find_sites(loop) == []

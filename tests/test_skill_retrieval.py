@@ -185,7 +185,9 @@ def test_conflicts_and_requires():
 
     code = (KERNELS / "softmax" / "naive.cu").read_text()
     c = Checker(code)
-    skill = {"carrier": "double_buffer", "operator": "x", "conflicts": ["fast_math"], "requires": ["shared_tile"],
+    # a carrier no detector finds sites for (its site is the most similar window); double buffering has
+    # one now (a loop over staged operands), which a softmax lacks
+    skill = {"carrier": "halo_tile", "operator": "x", "conflicts": ["fast_math"], "requires": ["shared_tile"],
              "before": "for (int k = 0; k < K; ++k)", "evidence": []}
     assert c.check(skill).status == "applicable"
     assert c.check(skill, taken={"fast_math"}).status == "conflict"  # a higher-ranked hit introduces it

@@ -202,6 +202,117 @@ def test_optimizer_follows_the_plan():
              Candidate("llm_skill", "", "c", "llm", rank=0, prior=1.5)]
     assert [c.source for c in sorted(cands, key=candidate_key)] == ["b", "a", "c"]
     lib = baseline_order([Retrieved(r, n) for n, r in enumerate(recs, start=1)], src, "library")
-    assert lib[0].skill["carrier"] in ("shared_tile", "transposed_tile", "coalesced_transpose")
+    assert lib[0].skill.carrier in ("shared_tile", "transposed_tile", "coalesced_transpose")
     assert expand_hits({"hits": [{"kind": "skill", "skill_id": "x"}, {"kind": "also", "skills": [{"skill_id": "y"}]}]}) == \
         [{"kind": "skill", "skill_id": "x"}, {"skill_id": "y"}]
+
+
+# --------------------------------------------------------------------------- site finders the value model reads
+def test_two_pass_statistics_and_reread_rows():
+    from retrieval.applicability import Checker
+
+    ln = Checker((KERNELS / "layernorm" / "naive.cu").read_text())
+    assert [s.line for s in ln.opportunities("single_pass_stats")] == [15]  # the variance pass after the mean
+    assert ln.opportunities("online_softmax") == []
+    sm = Checker((KERNELS / "softmax" / "naive.cu").read_text())
+    assert [s.line for s in sm.opportunities("online_softmax")] == [13]  # the exp-sum after the max pass
+    assert sm.opportunities("single_pass_stats") == []
+    assert {s.line for s in sm.opportunities("register_cache")} == {13, 14}  # the row read again
+    va = Checker((KERNELS / "vector_add" / "naive.cu").read_text())
+    assert not any(va.opportunities(c) for c in ("single_pass_stats", "online_softmax", "register_cache"))
+
+
+TRANSPOSE_VIA_INDICES = """#define TILE 32
+__global__ void transpose_naive(float* out, const float* in, int w, int h) {
+    int x = blockIdx.x * TILE + threadIdx.x;
+    int y = blockIdx.y * TILE + threadIdx.y;
+    int index_in = x + w * y;
+    int index_out = y + h * x;
+    out[index_out] = in[index_in];
+}
+"""
+COPY_VIA_INDICES = TRANSPOSE_VIA_INDICES.replace("int index_out = y + h * x;", "int index_out = x + w * y;")
+WARP_PER_ROW = """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * blockDim.y + threadIdx.y;
+    float s = 0.f;
+    for (int i = 0; i < N / 32; ++i) {
+        int col = i * 32 + lane;
+        s += A[row * N + col] * x[col];
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+    if (lane == 0) atomicAdd(&y[row], s);
+}
+"""
+THREAD_PER_ROW = """__global__ void gemv(const float* A, const float* x, float* y, int M, int N) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.f;
+    for (int i = 0; i < N; ++i) s += A[row * N + i] * x[i];
+    y[row] = s;
+}
+"""
+
+
+def test_transposing_copy_through_index_variables():
+    from retrieval.applicability import Checker
+    from retrieval.value import kernel_shape
+
+    t = Checker(TRANSPOSE_VIA_INDICES)
+    assert [s.line for s in t.opportunities("coalesced_transpose")] == [7]
+    assert kernel_shape(t).regimes == ["transpose"]
+    c = Checker(COPY_VIA_INDICES)
+    assert c.opportunities("coalesced_transpose") == [] and kernel_shape(c).regimes == ["memory"]
+
+
+def test_lane_partitioned_loop_is_spread_and_a_row_per_thread_is_serial():
+    from retrieval.applicability import Checker
+    from retrieval.value import kernel_shape
+
+    w = Checker(WARP_PER_ROW)
+    shape = kernel_shape(w)
+    assert "serial" not in shape.regimes and "atomic" not in shape.regimes  # one guarded atomic per row
+    vl = w.opportunities("vector_load")
+    assert vl and "neighbouring lanes" in vl[0].reason
+    assert w.opportunities("warp_shuffle_reduce") == []
+    t = Checker(THREAD_PER_ROW)
+    assert kernel_shape(t).regimes == ["serial"]
+    assert [s.line for s in t.opportunities("warp_shuffle_reduce")] == [4]
+
+
+def test_untrusted_constants_are_not_evaluated_when_large():
+    from corpora.code.source import Source
+    from retrieval.applicability import int_const
+
+    s = Source("#define A 32\n#define B (A * 4)\ntemplate <const int TM = 8> __global__ void k() {}\n")
+    assert int_const(s, "B") == 128 and int_const(s, "TM") == 8
+    assert int_const(s, "9 ** 99") is None and int_const(s, "1 << 4000") is None and int_const(s, "N") is None
+
+
+def test_next_step_matching_reads_carriers_only():
+    from eval.bench_next_step import entry_carriers, first_match, recall
+
+    ans = {"hits": [{"kind": "skill", "carrier": "vector_store"},
+                    {"kind": "also", "skills": [{"carrier": "restrict"}, {"carrier": "ldg"}]},
+                    {"kind": "skill", "carrier": "shared_vector_load"}]}
+    assert entry_carriers(ans, 3) == [{"vector_store"}, {"restrict", "ldg"}, {"vector_shared_load"}]
+    assert first_match(ans, {"ldg"}) == 2 and first_match(ans, {"vector_shared_load"}) == 3
+    assert first_match(ans, {"shared_tile"}) is None and first_match(ans, {"vector_shared_load"}, k=2) is None
+    rows = [{"answerable": True, "value": {"position": 1}}, {"answerable": True, "value": {"position": 3}},
+            {"answerable": False, "value": {"position": None}}, {"answerable": True, "value": {"position": None}}]
+    r = recall(rows, "value")
+    assert r["recall@1"] == 0.25 and r["recall@3"] == 0.5 and r["answerable"] == 3 and r["recall@3_answerable"] == 0.667
+
+
+def test_static_stage_and_profile_refine_the_regime():
+    from retrieval.applicability import Checker
+    from retrieval.value import kernel_shape, prior_effect
+
+    shape = kernel_shape(Checker((KERNELS / "vector_add" / "naive.cu").read_text()))
+    assert shape.boundness == "memory" and shape.source == "static"
+    static = {"archs": {"sm_90": {"kernels": {"k": {"sass": {"FFMA": 64, "LDG.E.128": 4, "STG.E": 1}}}}}}
+    shape.refine_with_static(static)
+    assert shape.source == "static+sass" and shape.boundness == "compute" and "16.0 FMA per global load" in shape.notes[0]
+    shape.refine_with_profile(time_ms=0.2, bytes_moved=800e6, peak_gbs=4300)  # 4 TB/s of 4.3: at the roofline
+    assert shape.regimes[0] == "roofline" and shape.source == "static+profile"
+    assert prior_effect("vector_load", shape.regimes)["time_ratio"] < 1.1  # width cannot help at the roofline
+    assert prior_effect("online_softmax", shape.regimes)["time_ratio"] == 1.3  # fewer bytes still can

@@ -1,7 +1,6 @@
 """`skills wrap`: a KernelBench-style problem + a torch-bound .cu -> a problem folder that passes
 the CPU gate; a bare kernel file -> a folder with what is missing; bad input -> one line, nothing written."""
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

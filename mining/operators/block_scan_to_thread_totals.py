@@ -168,7 +168,7 @@ class BlockScanToThreadTotals(Operator):
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
 
-    def warp_scan_sites(self, src: Source, idx: FunctionIndex, loop: Node, incl: str, lane: str) -> bool:
+    def _warp_scan(self, src: Source, idx: FunctionIndex, loop: Node, incl: str, lane: str) -> bool:
         init = _code(src, loop.child_by_field_name("initializer") or loop)
         cond = _code(src, loop.child_by_field_name("condition") or loop)
         upd = _code(src, loop.child_by_field_name("update") or loop)

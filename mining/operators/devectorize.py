@@ -41,7 +41,7 @@ from tree_sitter import Node
 from corpora.code.source import Source
 from mining.carriers_meaning import (WideAccess, element_type, is_wide_type, norm_type, strip_parens, type_bytes,
                                      view_macros, wide_accesses)
-from mining.operators.base import Edit
+from mining.operators.base import Edit, Pair, Rewrite
 from mining.operators.rewrite_util import structural
 from corpora.code.parse import text
 
@@ -305,3 +305,9 @@ def forward(source: str, ctx=None) -> list:
 
 
 __all__ = ["Plan", "devectorize_edits", "forward", "plans", "view_macros"]
+
+
+# The forward half of the type-directed narrowing that vector_load_to_scalar and
+# vector_store_to_scalar apply through `devectorize_edits`: a pair with no backward half of its own
+# (its operators are those two, whose `inverted_by` name this rewrite).
+PAIR = Pair(None, (Rewrite("vectorize_copy_loop", "vector_load", forward, prior=1.5, serves=("vector_store",)),))

@@ -19,7 +19,7 @@ docs/architecture.md, "Operators".
 """
 from __future__ import annotations
 
-from mining.operators import (async_copy_to_sync, block_per_row_to_thread, cache_hints, drop_specialized_dispatch,
+from mining.operators import (async_copy_to_sync, devectorize, block_swizzle_to_natural, half2_to_scalar, block_per_row_to_thread, cache_hints, drop_specialized_dispatch,
                               shrink_work_constant, swap_thread_axes, block_reduce_to_serial, block_reduce_to_warp_atomics,
                               block_scan_to_thread_totals, block_stride_to_chunks, chan_stats_to_two_pass,
                               double_to_single_buffer, drop_pipeline_sync, fast_math, grid_clamp, grid_stride,
@@ -35,9 +35,9 @@ PAIRS: tuple[Pair, ...] = (
     # local, declarative carriers
     unroll.PAIR, launch_bounds.PAIR, restrict.PAIR, ldg.PAIR,
     *cache_hints.PAIRS,  # each cache hint under its own name (issue 19)
-    fast_math.PAIR, shared_padding.PAIR,
+    fast_math.PAIR, half2_to_scalar.PAIR, block_swizzle_to_natural.PAIR, shared_padding.PAIR,
     # access width and data movement
-    vector_store.PAIR, vector_load.PAIR, async_copy_to_sync.PAIR, drop_pipeline_sync.PAIR,
+    vector_store.PAIR, vector_load.PAIR, devectorize.PAIR, async_copy_to_sync.PAIR, drop_pipeline_sync.PAIR,
     double_to_single_buffer.PAIR, register_cache_to_reload.PAIR,
     # communication, then structure
     shuffle_to_shared.PAIR, scan_shuffle_to_shared.PAIR, block_reduce_to_warp_atomics.PAIR,

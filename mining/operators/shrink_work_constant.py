@@ -12,8 +12,9 @@ object-like macro, a `constexpr` / `const` integer, or a non-type template param
 literal template argument at a call or launch in this file - and that name (followed through
 template arguments into the templates it instantiates, types included) sizes per-thread work in
 device code: the extent of a thread-local array or of an array member of a struct, the bound of a
-loop, or a factor of the global thread index. Names that size block-level resources are not
-sites: a `__shared__` extent, a launch's block size, `__launch_bounds__`, a shuffle's width (the
+loop, or a factor of the global thread index. Names that stride global data directly
+(`K[j * HEAD_DIM + d]`: a dimension of the problem) and names that size block-level resources are
+not sites: a `__shared__` extent, a launch's block size, `__launch_bounds__`, a shuffle's width (the
 block shape does not change the work of one thread, it changes how many threads share it).
 
 Why 1 and not half: 1 is the unvectorized, uncoarsened form every such kernel reduces to; a
@@ -152,12 +153,63 @@ def _per_thread(src: Source, scope: Node, name: str, templates, depth: int = 0, 
     return False
 
 
+def _chain_siblings(call: Node, tname: str) -> list[list[Node]]:
+    """Template arguments of calls of the same template in the other branches of the if-else chain
+    the call is a branch of (a dispatch on the problem's size)."""
+    stmt = call.parent
+    if stmt is None or stmt.type != "expression_statement":
+        return []
+    top = stmt.parent
+    while top is not None and top.type in ("if_statement", "else_clause", "compound_statement") and \
+            top.parent is not None and top.parent.type in ("if_statement", "else_clause"):
+        top = top.parent
+    if top is None or top.type != "if_statement":
+        return []
+    out = []
+    for c in walk(top):
+        if c.type == "call_expression" and not (c.start_byte == call.start_byte and c.end_byte == call.end_byte):
+            fn = c.child_by_field_name("function")
+            while fn is not None and fn.type == "qualified_identifier":
+                fn = fn.child_by_field_name("name")
+            if fn is not None and fn.type == "template_function" and text(fn.child_by_field_name("name")) == tname:
+                targs = fn.child_by_field_name("arguments")
+                out.append([x for x in (targs.named_children if targs is not None else []) if x.type != "comment"])
+    return out
+
+
+def _data_shape(src: Source, name: str) -> bool:
+    """`name` strides global data directly (`K[j * HEAD_DIM + d]`, `Q + row * HEAD_DIM`): it is a
+    dimension of the problem's arrays, not a choice of how much work a thread takes."""
+    for f in src.funcs:
+        fn = src.func_node(f)
+        if fn is None or not re.search(rb"\b(__global__|__device__)\b", src.code[f.start_byte:f.end_byte][:400]):
+            continue
+        ptrs = {p.name for p in f.params if p.is_pointer}
+        for n in walk(fn):
+            if n.type == "subscript_expression":
+                base = n.child_by_field_name("argument")
+                idx = n.child_by_field_name("indices")
+                if base is not None and base.type == "identifier" and text(base) in ptrs and idx is not None and \
+                        _mentions(idx, name):
+                    return True
+            elif n.type == "binary_expression" and text(n.child_by_field_name("operator") or n.children[1]) == "+":
+                a, b = n.child_by_field_name("left"), n.child_by_field_name("right")
+                for x, y in ((a, b), (b, a)):
+                    if x is not None and y is not None and x.type == "identifier" and text(x) in ptrs and \
+                            _mentions(y, name):
+                        return True
+    return False
+
+
 def _blocky(scope_text: str, name: str) -> bool:
     x = re.escape(name)
     return bool(re.search(_BLOCK_USE.pattern.replace("{X}", x), scope_text))
 
 
-def work_constants(src: Source, wanted=lambda v: v >= 2) -> list[WorkConstant]:
+MAX_WORK = 64  # a thread's pack / tile / coarsening factor; larger constants size the problem or the grid
+
+
+def work_constants(src: Source, wanted=lambda v: 2 <= v <= MAX_WORK) -> list[WorkConstant]:
     """Every per-thread work constant whose value `wanted` accepts (>= 2: what can shrink)."""
     templates = _templates(src)
     root = src.tree.root_node
@@ -165,7 +217,8 @@ def work_constants(src: Source, wanted=lambda v: v >= 2) -> list[WorkConstant]:
     # object-like macros and constexpr / const integers
     for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+\(?\s*(\d+)\s*\)?[ \t]*$", src.code):
         name, value = m.group(1).decode(), int(m.group(2))
-        if wanted(value) and not re.search(r"warp|WARP", name) and _per_thread(src, root, name, templates):
+        if wanted(value) and not re.search(r"warp|WARP", name) and _per_thread(src, root, name, templates) and \
+                not _data_shape(src, name):
             out.append(WorkConstant(name, value, m.start(2), m.end(2), "macro"))
     for d in src.nodes("declaration"):
         if not re.search(rb"\b(constexpr|const)\b", src.code[d.start_byte:d.end_byte]):
@@ -181,7 +234,8 @@ def work_constants(src: Source, wanted=lambda v: v >= 2) -> list[WorkConstant]:
             except ValueError:
                 continue
             scope = d.parent if d.parent is not None and d.parent.type == "compound_statement" else root
-            if wanted(value) and not re.search(r"warp|WARP", text(nm)) and _per_thread(src, scope, text(nm), templates):
+            if wanted(value) and not re.search(r"warp|WARP", text(nm)) and _per_thread(src, scope, text(nm), templates) \
+                    and not _data_shape(src, text(nm)):
                 out.append(WorkConstant(text(nm), value, val.start_byte, val.end_byte, "constexpr"))
     # literal template arguments at calls and launches
     for call in src.nodes("call_expression"):
@@ -197,9 +251,12 @@ def work_constants(src: Source, wanted=lambda v: v >= 2) -> list[WorkConstant]:
         while case is not None and case.type not in ("case_statement", "function_definition"):
             case = case.parent
         label = case.child_by_field_name("value") if case is not None and case.type == "case_statement" else None
+        picked = _chain_siblings(call, tname)
         for i, a in enumerate(args):
             if a.type != "number_literal" or (label is not None and text(label).strip() == text(a).strip()):
                 continue  # a size the dispatch picks from the problem (`case 8: f<8>()`), not a tunable
+            if any(i < len(o) and text(o[i]) != text(a) for o in picked):
+                continue  # `if (N <= 128) f<1>(); else if (N <= 256) f<2>(); ...`: picked by the problem
             try:
                 value = int(text(a).rstrip("uUlL"), 0)
             except ValueError:

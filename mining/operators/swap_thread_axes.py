@@ -75,7 +75,7 @@ class SwapThreadAxes(Operator):
             if e is not None:
                 yield e
 
-    def _rewrite(self, src: Source, f, device_reading_tid: set[str]) -> Optional[Edit]:
+    def _rewrite(self, src: Source, f, device_reading_tid: set[str], transposing: bool = True) -> Optional[Edit]:
         fn = src.func_node(f)
         body = fn.child_by_field_name("body") if fn is not None else None
         if body is None:
@@ -86,6 +86,13 @@ class SwapThreadAxes(Operator):
             return None
         calls = {_callee(c) for c in walk(body) if c.type == "call_expression"}
         if calls & device_reading_tid:
+            return None
+        # a transposing kernel whose stores are coalesced: some global store moves one element per
+        # lane of threadIdx.x while some global load moves one element per step of threadIdx.y
+        # (the coalescing the human bought, here undone); a kernel whose accesses all follow x is
+        # coalesced by nature and not a site
+        stores_x, loads_y = unit_strides(src, f)
+        if transposing and (not stores_x or not loads_y):
             return None
         subs = []
         for n in walk(body):
@@ -135,9 +142,14 @@ def forward(source: str, ctx=None) -> list:
     """The inverse is the same relabeling: offered where it makes the innermost index of a
     kernel's global stores move with threadIdx.x (a coalesced store) where it did not."""
     op = SwapThreadAxes()
+    src = structural(Source(source))
+    reading = {f.name for f in src.funcs if not f.is_kernel and re.search(rb"\bthreadIdx\b", src.func_code(f))}
     out = []
-    for site in op.find_sites(source):
-        new = op.apply(source, site)
+    for f in src.funcs:
+        e = op._rewrite(src, f, reading, transposing=False) if f.is_kernel else None
+        if e is None:
+            continue
+        new = (src.raw[:e.start] + e.replacement.encode() + src.raw[e.end:]).decode("utf-8")
         if _x_contiguous_stores(new) > _x_contiguous_stores(source):
             out.append(Materialization(source=new, rewrite="coalesce_by_axis_swap", carrier="coalesced_access",
                                        description="swap the thread axes so consecutive threads store to "
@@ -146,48 +158,57 @@ def forward(source: str, ctx=None) -> list:
 
 
 def _x_contiguous_stores(source: str) -> int:
-    """Global stores whose index moves by one element per lane: d(index)/d(threadIdx.x) == 1, the
-    index read as integer algebra with the kernel's straight-line locals inlined."""
+    src = structural(Source(source))
+    return sum(unit_strides(src, f)[0] for f in src.funcs if f.is_kernel)
+
+
+def unit_strides(src: Source, f) -> tuple[int, int]:
+    """(global stores whose index moves one element per lane of threadIdx.x, global loads whose
+    index moves one element per step of threadIdx.y): d(index)/d(threadIdx) == 1, the index read
+    as integer algebra with the kernel's straight-line locals inlined."""
     import sympy
 
-    src = structural(Source(source))
-    n = 0
-    for f in src.funcs:
-        if not f.is_kernel:
+    fn = src.func_node(f)
+    body = fn.child_by_field_name("body") if fn is not None else None
+    if body is None:
+        return 0, 0
+    ptrs = {p.name for p in f.params if p.is_pointer}
+    stores, loads = 0, 0
+    for sub in walk(body):
+        if sub.type != "subscript_expression":
             continue
-        fn = src.func_node(f)
-        body = fn.child_by_field_name("body") if fn is not None else None
-        if body is None:
+        base = sub.child_by_field_name("argument")
+        if base is None or base.type != "identifier" or text(base) not in ptrs:
             continue
-        for asg in walk(body):
-            if asg.type != "assignment_expression" or text(asg.children[1]) != "=":
-                continue
-            left = asg.child_by_field_name("left")
-            if left is None or left.type != "subscript_expression":
-                continue
-            idx = left.child_by_field_name("indices")
-            inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
-            if len(inner) != 1:
-                continue
-            top = asg
-            while top.parent is not None and not (top.parent.start_byte == body.start_byte and
-                                                  top.parent.end_byte == body.end_byte):
-                top = top.parent
-            loops = []
-            p = asg.parent
-            while p is not None and p.start_byte >= body.start_byte and p is not body:
-                if p.type == "for_statement":
-                    loops.append(p)
-                p = p.parent
-            try:
-                sym = IndexAlgebra(src, body, top, loops, set())
-                e = sym.expr(inner[0], top.start_byte)
-            except (NotAlgebra, ValueError):
-                continue
-            tx = sym.symbols.get("ks_f_threadIdx_x")
-            if tx is not None and sympy.expand(sympy.diff(e, tx)) == 1:
-                n += 1
-    return n
+        p = sub.parent
+        is_store = p is not None and p.type == "assignment_expression" and \
+            p.child_by_field_name("left").start_byte == sub.start_byte
+        idx = sub.child_by_field_name("indices")
+        inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
+        if len(inner) != 1:
+            continue
+        top = sub
+        while top.parent is not None and not (top.parent.start_byte == body.start_byte and
+                                              top.parent.end_byte == body.end_byte):
+            top = top.parent
+        loops, q = [], sub.parent
+        while q is not None and q.start_byte >= body.start_byte and q is not body:
+            if q.type == "for_statement":
+                loops.append(q)
+            q = q.parent
+        try:
+            sym = IndexAlgebra(src, body, top, loops, set())
+            e = sym.expr(inner[0], top.start_byte)
+        except (NotAlgebra, ValueError):
+            continue
+        axis = "x" if is_store else "y"
+        t = sym.symbols.get(f"ks_f_threadIdx_{axis}")
+        if t is not None and sympy.expand(sympy.diff(e, t)) == 1:
+            if is_store:
+                stores += 1
+            else:
+                loads += 1
+    return stores, loads
 
 
 PAIR = Pair(SwapThreadAxes, (Rewrite("coalesce_by_axis_swap", "coalesced_access", forward, prior=2.0),))

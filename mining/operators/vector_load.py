@@ -40,7 +40,6 @@ from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, blo
                                     raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
                                     unit_update, written_names)
 from mining.operators.devectorize import devectorize_edits
-from mining.operators.devectorize import forward as devectorize_forward
 from mining.operators.vector_access import VECTORS, element, scalar_base_ok
 from corpora.code.parse import walk
 
@@ -357,6 +356,6 @@ def _idempotent_only(src: Source, body: Node) -> bool:
 
 
 PAIR = Pair(VectorLoadToScalar, (Rewrite("vectorize_elementwise", "vector_load", vectorize_elementwise, prior=2.0),
-                                Rewrite("vectorize_loop", "vector_load", vectorize_loop, prior=1.8),
-                                # a scalar copy loop of 8/16 bytes becomes one wide copy (devectorize.py's inverse)
-                                Rewrite("vectorize_copy_loop", "vector_load", devectorize_forward, prior=1.5)))
+                                Rewrite("vectorize_loop", "vector_load", vectorize_loop, prior=1.8)),
+            # the type-directed narrowing's inverse lives beside it (devectorize.py's forward-only pair)
+            inverted_by=("vectorize_elementwise", "vectorize_loop", "vectorize_copy_loop"))
