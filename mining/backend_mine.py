@@ -290,7 +290,7 @@ class BackendGateChecker:
         return True
 
     def _run(self, batch: list[tuple[str, Optional[Candidate]]]) -> None:
-        from mining.backend_gate import GateInputError, Splice
+        from mining.backend_gate import GateInputError
 
         sources = [s for s, _ in batch]
         if self._out_of_time(sources):

@@ -1172,8 +1172,11 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
                 continue
             if "ks_v" in code(src, loop):
                 continue
-            top = (lambda st, body=body: st.parent is not None and
-                   (st.parent.start_byte == body.start_byte if body.type == "compound_statement" else st.start_byte == body.start_byte))
+
+            def top(st, body=body):
+                return st.parent is not None and (st.parent.start_byte == body.start_byte if body.type == "compound_statement"
+                                                  else st.start_byte == body.start_byte)
+
             res = _vector_plan(src, k, body, var, lambda idx, var=var: "" if idx == var else None, top)
             if res is None:
                 continue
@@ -1282,8 +1285,10 @@ def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
                     return None
                 return base
 
-            top = (lambda st, body=body: st.parent is not None and
-                   (st.parent.start_byte == body.start_byte if body.type == "compound_statement" else st.start_byte == body.start_byte))
+            def top(st, body=body):
+                return st.parent is not None and (st.parent.start_byte == body.start_byte if body.type == "compound_statement"
+                                                  else st.start_byte == body.start_byte)
+
             res = _vector_plan(src, k, body, var, index_ok, top)
             if res is None:
                 continue
@@ -1999,7 +2004,7 @@ def stage_matmul_tiles(source: str, ctx: Context) -> list[Materialization]:
         ta, tb = ptrs[sub_base(a)].base_type, ptrs[sub_base(b)].base_type
         inner = rewrite_range(src, body.start_byte, body.end_byte,
                               [TextEdit(a.start_byte, a.end_byte, "ks_As[threadIdx.y][ks_kk]"),
-                               TextEdit(b.start_byte, b.end_byte, f"ks_Bs[ks_kk][threadIdx.x]")])
+                               TextEdit(b.start_byte, b.end_byte, "ks_Bs[ks_kk][threadIdx.x]")])
         kdecl = f"const int {kv} = ks_k0 + ks_kk; " if mentions(inner, kv) else ""
         ind = indent_at(src, ret.start_byte)
         i2 = ind + "    "
@@ -2030,7 +2035,6 @@ def stage_matmul_tiles(source: str, ctx: Context) -> list[Materialization]:
 def _grid_dim3_edits(src: Source, launch: Launch, factor: int) -> Optional[list[TextEdit]]:
     """Edits dividing a launch's dim3 grid (x and y) by `factor` (rounded up), or None."""
     g = code(src, launch.grid)
-    args_text, base = None, None
     m = re.fullmatch(r"dim3\s*\((.*)\)", g)
     if m:
         node = launch.grid

@@ -39,7 +39,7 @@ from mining.operators import all_operators
 from mining.probe import (force_guard, site_guards, hypotheses, induce, induce_step_bound, outcomes_from_gate,
                           probe_problem_dir,
                           probe_workloads)
-from mining.walk import Candidate, Verdict, WalkEvent, WalkResult, backward_walk
+from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
 from skills.records import Lineage, Skill, Step, lineage_identity, sha256
 
 # The CPU strategy's fixed priority: local, declarative carriers first (a pragma, a qualifier,

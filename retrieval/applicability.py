@@ -18,8 +18,8 @@ skill out.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
 
 from mining.carriers import DETECTORS, Source, call_name, declarator_name, enclosing, grid_stride_loops
 from mining.parse import text, walk

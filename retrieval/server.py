@@ -99,7 +99,7 @@ class _State:
 
     def searcher_now(self):
         """The searcher for the live snapshot (reloaded when it changed). Raises QueryError."""
-        from retrieval.skill_search import QueryError, Searcher, SkillIndex
+        from retrieval.skill_search import Searcher, SkillIndex
 
         tok = self._current_token()
         with self.lock:

@@ -1,11 +1,8 @@
 """The clang-15 compile gate on the toy targets (real clang, real LLVM 15 headers, real tblgen)."""
-import json
-import shutil
-from pathlib import Path
 
 import pytest
 
-from _backend_support import TOY, TOY_TARGETS, copy_toy, gate_skip_reason
+from _backend_support import TOY, copy_toy, gate_skip_reason
 from corpora.backend_tree import load_target
 from mining.backend_gate import (
     CompileGate, GateInputError, Splice, config_h_from_template, lint_relocations, tablegen_calls,

@@ -1,7 +1,6 @@
 """Retrieval, fork-and-adapt, prompts, the LLM path (mocked) and the CLI, on the toy targets."""
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
