@@ -808,7 +808,6 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
 def _reduce_sites(src: Source) -> list[SiteMatch]:
     out = []
     for f, fn, _ in device_funcs(src):
-        code = src.func_code(f).decode("utf-8", "replace")
         for line, why in serial_loops(src, functions={f.name}):
             tree = "tree" in why
             out.append(SiteMatch(line, line, f.name, _line_text(src, line),

@@ -1,6 +1,6 @@
 """The project's store: one duckdb file plus a chromadb folder under one root.
 
-    <root>/store.duckdb     tables (schema below, grouped in sections)
+    <root>/store.duckdb     tables (made by the migrations of skills/migrations.py)
     <root>/chroma/          vector collections (retrieval/vector_index.py)
     <root>/models/          trained encoders (checkpoints; their metadata is in `models`)
     <root>/cache/           content-addressed caches (gates, tblgen outputs)

@@ -45,7 +45,8 @@ def test_corpus_recall(capsys):
     with capsys.disabled():
         print("\ncarrier recall per expert:\n  " + "\n  ".join(rows) + f"\n  overall {hit}/{total}")
     assert total > 100
-    assert hit / total >= 0.8
+    # measured 133/133 = 1.000 (2026-12-03); just under it: at most one listed carrier lost
+    assert hit / total >= 0.99
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
@@ -53,7 +54,8 @@ def test_expert_recall_per_problem(problem):
     sol = _solution(problem)
     want = set(sol["carriers"])
     got = carrier_names((problem / "kernel.cu").read_text(), sol.get("flags", []))
-    assert len(want & got) / len(want) >= 0.7, sorted(want - got)
+    # measured 1.000 on every expert (4-13 carriers each); just under it: one loss on an expert listing 10+
+    assert len(want & got) / len(want) >= 0.9, sorted(want - got)
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)

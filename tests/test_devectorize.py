@@ -174,7 +174,8 @@ def test_devectorized_kernel_passes_the_gate_and_its_16_byte_accesses_are_gone(t
             for op, c in k.get("sass", {}).items():
                 sass[op] = sass.get(op, 0) + c
         static[label] = sass
-    wide = lambda s: sum(c for op, c in s.items() if re.match(r"(LDG|STG)\.E\.128", op))
+    def wide(s):
+        return sum(c for op, c in s.items() if re.match(r"(LDG|STG)\.E\.128", op))
     assert wide(static["expert"]) == 3 and wide(static["end"]) == 0
 
 

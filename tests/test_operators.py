@@ -63,15 +63,6 @@ def test_sites_and_rewrite(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_site_is_byte_local(name):
-    op = get_operator(name)
-    for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
-        source = _read(problem)
-        for site in op.find_sites(source):
-            _assert_outside_identical(source, op.apply(source, site), site)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
 def test_fixpoint_removes_the_carrier(name):
     problem = CASES[name][0]
     op = get_operator(name)

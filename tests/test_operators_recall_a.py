@@ -12,7 +12,6 @@ import pytest
 from mining.carriers import detect_carriers
 from mining.mine import operator_order
 from mining.operators import all_operators, get_operator
-from corpora.code.parse import parse_cuda, syntax_issues
 
 from _operator_support import (
     KERNELS, assert_outside_identical as _assert_outside_identical,
@@ -115,17 +114,6 @@ def test_sites_and_rewrite(name):
         done, _ = _fix(name, source)
         for text in expected:
             assert text in done, text
-
-
-@pytest.mark.parametrize("name", MINE)
-def test_every_corpus_site_is_byte_local_and_parses(name):
-    op = get_operator(name)
-    for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
-        for source in (_read(problem), _chain(_read(problem), ["drop_unroll_pragma"])):
-            for site in op.find_sites(source):
-                new = op.apply(source, site)
-                _assert_outside_identical(source, new, site)
-                assert len(syntax_issues(parse_cuda(new))) <= len(syntax_issues(parse_cuda(source))), (problem, site)
 
 
 def test_no_sites_in_naive_kernels():

@@ -226,18 +226,6 @@ def test_no_sites_in_naive_kernels():
                 assert op.find_sites(_read(p.name, "naive.cu")) == [], (name, p.name)
 
 
-@pytest.mark.parametrize("name", MINE + ["shared_tile_to_global"])
-def test_every_corpus_site_is_byte_local_and_parses(name):
-    from corpora.code.parse import parse_cuda, syntax_issues
-    op = get_operator(name)
-    for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
-        source = _read(problem)
-        for site in op.find_sites(source):
-            new = op.apply(source, site)
-            _assert_outside_identical(source, new, site)
-            assert len(syntax_issues(parse_cuda(new))) <= len(syntax_issues(parse_cuda(source))), (problem, site)
-
-
 # ----------------------------------------------------------------------------- register budget
 
 def test_unroll_budget_reads_pragmas_trip_counts_and_block_sizes():

@@ -11,7 +11,8 @@ from mining.operators.base import Edit, Operator, Pair, Rewrite, splice
 
 _REGISTRY_NAMES = ("PAIRS", "all_operators", "all_rewrites", "get_operator", "get_rewrite")
 
-__all__ = ["Edit", "Operator", "Pair", "Rewrite", "splice", *_REGISTRY_NAMES]
+__all__ = ["Edit", "Operator", "Pair", "Rewrite", "splice", "PAIRS", "all_operators", "all_rewrites", "get_operator",
+           "get_rewrite"]
 
 
 def __getattr__(name: str):

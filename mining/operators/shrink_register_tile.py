@@ -170,7 +170,10 @@ class ShrinkRegisterTile(RegisterTileOperator):
             subs.append((inner.end_byte, d.end_byte, ""))  # acc[TM][TN] -> acc[TN]
         else:
             subs.append((row_size.start_byte, row_size.end_byte, str(h)))
-        scale = (lambda k: pvar if k == 1 else f"{pvar} * {k}")
+
+        def scale(k: int) -> str:
+            return pvar if k == 1 else f"{pvar} * {k}"
+
         for loop, iv, _ in loops.values():
             init = loop.child_by_field_name("initializer")
             cond = loop.child_by_field_name("condition")

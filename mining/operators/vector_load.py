@@ -158,6 +158,17 @@ def _align_check(ptrs: list[str]) -> str:
     return "((" + " | ".join(f"(size_t)({p})" for p in ptrs) + ") & 15) == 0"
 
 
+def _top_of(body):
+    """Whether a statement sits directly in `body` (its block, or `body` itself when it is one statement)."""
+    def top(st):
+        if st.parent is None:
+            return False
+        if body.type == "compound_statement":
+            return st.parent.start_byte == body.start_byte
+        return st.start_byte == body.start_byte
+    return top
+
+
 def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
     """A 1-D grid-stride loop whose body reads/writes `p[i]` -> 16-byte accesses of four elements
     per iteration plus a scalar tail. A one-element-per-thread kernel is turned into the
@@ -184,8 +195,7 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
                 continue
             if "ks_v" in code(src, loop):
                 continue
-            top = (lambda st, body=body: st.parent is not None and
-                   (st.parent.start_byte == body.start_byte if body.type == "compound_statement" else st.start_byte == body.start_byte))
+            top = _top_of(body)
             res = _vector_plan(src, k, body, var, lambda idx, var=var: "" if idx == var else None, top)
             if res is None:
                 continue
@@ -287,8 +297,7 @@ def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
                     return None
                 return base
 
-            top = (lambda st, body=body: st.parent is not None and
-                   (st.parent.start_byte == body.start_byte if body.type == "compound_statement" else st.start_byte == body.start_byte))
+            top = _top_of(body)
             res = _vector_plan(src, k, body, var, index_ok, top)
             if res is None:
                 continue
