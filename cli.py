@@ -168,7 +168,9 @@ def mine(
 
     from corpora.problem import ProblemError, load_problem
     from mining.gate import BadInput
-    from mining.mine import LineageNotSaved, MineConfig, make_pool, mine_problem, stop_pool
+    from mining.checker import make_pool, stop_pool
+    from mining.mine import MineConfig, mine_problem
+    from skills.kernel_store import LineageNotSaved, MinedLineages
     from skills.store import StoreError
 
     try:
@@ -215,7 +217,7 @@ def mine(
                     say(f"mining {d.name} ({len(rows) + 1}/{len(problems)})")
                 current = d.name
                 try:
-                    out = mine_problem(d, cfg, on_event=on_event, pool=pool)
+                    out = mine_problem(d, cfg, on_event=on_event, pool=pool, lineages=MinedLineages(cfg.store))
                 except (BadInput, LineageNotSaved, StoreError) as exc:
                     if isinstance(exc, BadInput):
                         bad += 1
@@ -257,7 +259,8 @@ def mine(
         # enough); an index left behind by an interrupted run is rebuilt even when every lineage was cached
         try:
             from retrieval.skill_index import IndexError_, index_is_current, index_skills
-            from skills.store import Store, resolve_root
+            from corpora.store_root import resolve_root
+            from skills.store import Store
 
             st = Store(resolve_root(store))
             if changed or not index_is_current(st):
@@ -379,7 +382,7 @@ def corpora_fetch(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Fetch LLVM's lib/Target (Debian source package, a checkout, or git), or a kernel collection into <store>/sources."""
-    from corpora.llvm import FetchError, fetch_llvm
+    from corpora.backends.llvm import FetchError, fetch_llvm
 
     if name != "llvm":
         _fetch_kernel_source(name, from_path, commit, force, store, as_json)
@@ -425,8 +428,8 @@ def backend_index(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Ingest LLVM-style targets (functions, TableGen records, fixups, relocations) and build the indexes."""
-    from corpora.backend_tree import BackendInputError
-    from retrieval.backend_index import index_backends
+    from corpora.backends.tree import BackendInputError
+    from retrieval.backend.index import index_backends
 
     stamped = _stamped(lambda m: typer.echo(m, err=True))
 
@@ -467,8 +470,9 @@ def backend_search(
     as_json: bool = typer.Option(False, "--json", help="Print the hits as JSON."),
 ) -> None:
     """Find implementations in other targets similar to a given function."""
-    from corpora.backend_tree import cpp_parser, prepare_cpp, walk
-    from retrieval.backend_search import MODES, BackendIndex, SearchError
+    from corpora.backends.tree import prepare_cpp
+    from corpora.code.parse import cpp_parser, walk
+    from retrieval.backend.search import MODES, BackendIndex, SearchError
 
     if mode not in MODES:
         fail(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
@@ -504,15 +508,15 @@ def backend_generate(
                                            "skills (skeleton + mined skills; with --model, the LLM gets them) | llm."),
     prompt_only: bool = typer.Option(False, "--prompt-only", help="Print the few-shot prompt, generate nothing."),
     repair: int = typer.Option(0, "--repair", min=0, help="With an LLM: feed compile errors back up to N times."),
-    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the clang-15 compile gate."),
+    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the compile gate (clang of the corpus's LLVM version)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Generate T's implementation of a role from the most similar targets' implementations."""
-    from corpora.backend_tree import BackendInputError
-    from mining.backend_gate import GateInputError, GateUnavailable
-    from prompts.backend import GenerateRequest, generate, render_text
-    from retrieval.backend_search import SearchError
+    from corpora.backends.tree import BackendInputError
+    from mining.backend.gate import GateInputError, GateUnavailable
+    from prompts.backend.generate import GenerateRequest, generate, render_text
+    from retrieval.backend.search import SearchError
 
     strat = strategy or ("llm" if model else "fork-adapt")
     req = GenerateRequest(target=target, role=function, k=k, strategy=strat, model=model, prompt_only=prompt_only,
@@ -520,11 +524,16 @@ def backend_generate(
     try:
         result = generate(_store(store), req)
     except (BackendInputError, SearchError, GateInputError) as exc:
+        details = getattr(exc, "details", "")
+        if details:  # a tool's full diagnostics (TableGen on a tree it cannot read) after the one-line error
+            typer.echo(f"error: {exc}", err=True)
+            typer.echo(details.rstrip(), err=True)
+            raise typer.Exit(2)
         fail(str(exc))
     except GateUnavailable as exc:
         fail(str(exc), 2)
     except Exception as exc:  # an LLM endpoint failing is not bad input
-        from prompts.llm import LLMError
+        from mining.llm import LLMError
 
         if isinstance(exc, LLMError):
             fail(str(exc), 1)
@@ -553,9 +562,10 @@ def backend_mine(
     as_json: bool = typer.Option(False, "--json", help="Print the outcomes as JSON."),
 ) -> None:
     """Walk backend functions backward under the compile gate into skeletons and skills (stored as lineages)."""
-    from corpora.backend_tree import BackendInputError
-    from mining.backend_gate import GateUnavailable
-    from mining.backend_mine import BackendMineConfig, mine_backends, select_functions
+    from corpora.backends.tree import BackendInputError
+    from mining.backend.gate import GateUnavailable
+    from mining.backend.mine import BackendMineConfig, mine_backends, select_functions
+    from skills.kernel_store import KernelStore
 
     split = lambda v: [x for x in (v or "").split(",") if x]  # noqa: E731
     st = _store(store)
@@ -567,7 +577,8 @@ def backend_mine(
         fids = fids[:limit]
     cfg = BackendMineConfig(max_steps=max_steps, time_limit_s=time_limit, use_cache=not force)
     try:
-        outs = mine_backends(st, fids, cfg, log=(lambda m: None) if as_json else (lambda m: typer.echo(m, err=True)))
+        outs = mine_backends(st, fids, cfg, log=(lambda m: None) if as_json else (lambda m: typer.echo(m, err=True)),
+                             lineages=KernelStore(st))
     except (BackendInputError, GateUnavailable) as exc:
         fail(str(exc))
     rows = [{"problem": o.problem, "func_id": o.func_id, "lineage": o.lineage.lineage_id if o.lineage else None,
@@ -669,7 +680,8 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML report: lineages, step diffs, effect charts, skill cards, a skills index."""
     from skills.report import HOW_TO_BUILD, ReportError, write_report
-    from skills.store import StoreError, resolve_root
+    from corpora.store_root import resolve_root
+    from skills.store import StoreError
 
     root = resolve_root(store)
     out = out or root / "report.html"  # beside the data it shows, not an untracked file where the command ran
@@ -754,10 +766,14 @@ def query_cmd(
     no_server: bool = typer.Option(False, "--no-server", help="Answer in this process even if `skills serve` runs."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON (docs/query.md)."),
+    rank: str = typer.Option("value", "--rank", help="value (what each skill is expected to buy here) | similarity"),
+    plan: bool = typer.Option(False, "--plan", help="Add a short plan: the applicable steps in an order that can be applied."),
+    op_type: Optional[str] = typer.Option(None, "--op-type", help="The kernel's op type (gemm, norm, ...) for measured effects; "
+                                                                  "guessed from the code when absent."),
 ) -> None:
     """Which skills apply to this kernel, where, and why (uses a running `skills serve` when there is one)."""
     _blas_one_thread()
-    from skills.store import resolve_root
+    from corpora.store_root import resolve_root
 
     def bad(kind: str, message: str, extra: Optional[dict] = None) -> None:
         if as_json:
@@ -778,14 +794,15 @@ def query_cmd(
     from retrieval.query_client import ask_server, build_request
 
     root = resolve_root(store)
-    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode)
+    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode, rank, plan, op_type)
     ans = None if no_server else ask_server(root, req)  # None: no live server, or it failed: answer here
     if ans is None:
         from retrieval.skill_search import QueryError, Searcher, SkillIndex, stale_warning
 
         try:
             idx = SkillIndex.open(root)
-            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode)
+            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode,
+                                      rank=rank, plan=plan, op_type=op_type)
             w = stale_warning(idx)
             ans["warnings"] = [w] if w else []
             ans["served_by"] = {"kind": "cli"}
@@ -815,7 +832,7 @@ def serve_cmd(
 ) -> None:
     """Keep the skill index and encoders warm for fast queries (HTTP on loopback, or MCP over stdio; docs/query.md)."""
     _blas_one_thread()
-    from skills.store import resolve_root
+    from corpora.store_root import resolve_root
 
     root = resolve_root(store)
     if mcp:
@@ -866,7 +883,7 @@ def optimize_cmd(
 ) -> None:
     """Optimize a kernel with retrieved skills: every step is kept only if the gate accepts it."""
     from mining.gate import BadInput
-    from mining.optimize import OptimizeConfig, optimize
+    from prompts.optimize import OptimizeConfig, optimize
 
     try:
         seed_list = tuple(int(s) for s in seeds.split(","))
@@ -926,7 +943,7 @@ def llm_check_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """One call: does the endpoint answer, its context window, latency, and does it follow the answer format."""
-    from prompts.llm_check import check, exit_code, render
+    from mining.llm_check import check, exit_code, render
 
     report = check(model, max_tokens=max_tokens, timeout=timeout, **({"api_base": api_base} if api_base else {}))
     code = exit_code(report)

@@ -36,6 +36,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from corpora.store_root import resolve_root
+
 REGISTRY = Path(__file__).parent / "sources.toml"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -80,12 +82,6 @@ def registry(path: Path = REGISTRY) -> dict[str, dict[str, Any]]:
                 raise SourceError(f"{path}: [{name}] needs {key!r}")
         out[name] = {**entry, "kind": kind}
     return out
-
-
-def resolve_root(store_root: Optional[os.PathLike | str] = None) -> Path:
-    """The store root as skills.store resolves it (--store, SKILLS_STORE, ./.skills); corpora
-    sits upstream of skills/, so the rule is restated here rather than imported."""
-    return Path(store_root or os.environ.get("SKILLS_STORE") or ".skills")
 
 
 def sources_root(store_root: Optional[os.PathLike | str] = None) -> Path:

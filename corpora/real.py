@@ -27,8 +27,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
 
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Node
 
+from corpora.code.parse import cuda_parser
 from corpora.kernel_sources import SourceMissing
 
 REAL_ROOT = Path(__file__).parent / "real"
@@ -244,13 +245,6 @@ def list_experts(root: Path = REAL_ROOT) -> list[RealExpert]:
 # --------------------------------------------------------------------------- extraction
 
 
-@lru_cache(maxsize=1)
-def _parser() -> Parser:
-    import tree_sitter_cuda
-
-    return Parser(Language(tree_sitter_cuda.language()))
-
-
 _IDENT = re.compile(rb"[A-Za-z_]\w*")
 _COMMENT_OR_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
 # Host-framework parts that never reach a standalone kernel file.
@@ -377,7 +371,7 @@ def _items(raw: bytes) -> list[_Item]:
     code = _code_of(raw)
     # tree-sitter-cuda does not know `__align__(n)`; blank it (same length) for parsing only
     parse_text = re.sub(rb"\b__align__\s*\([^()]*\)", lambda m: b" " * len(m.group(0)), code)
-    tree = _parser().parse(parse_text)
+    tree = cuda_parser().parse(parse_text)
     items: list[_Item] = []
 
     flags: set[bytes] = set()  # value-less macros defined so far (`#define ENABLE_X`)

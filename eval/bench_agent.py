@@ -197,7 +197,7 @@ def primary_ms(res: dict[str, Any]) -> Optional[float]:
 
 def run_optimize(problem_dir: Path, executor: str, store: Optional[Path], budget: int) -> dict[str, Any]:
     from mining.gate import BadInput
-    from mining.optimize import OptimizeConfig, optimize
+    from prompts.optimize import OptimizeConfig, optimize
 
     if store is None or not (store / "store.duckdb").is_file():
         return {"skipped": "no store with skills (--store)"}

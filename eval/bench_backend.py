@@ -23,13 +23,14 @@ relocation lint. ``--model`` adds the LLM path (litellm) for up to ``--llm-limit
 Targets (exit 1 when any evaluated target misses one): fused Recall@1 >= 0.85; fork-and-adapt
 aligned statement accuracy >= 2x fork-flow's. Exit 2 on bad input.
 
-Ceilings of the one-donor fork-and-adapt design (``generation.fork_adapt.ceilings``, see
-``donor_ceilings``): the best of the top-5 ranked donors chosen with hindsight, the chosen
-donor with an ideal identifier mapping, and both; each also divided by fork-flow's accuracy.
+Ceilings of the one-donor fork-and-adapt design (``generation.fork_adapt.ceilings``): the best
+of the top-5 ranked donors chosen with hindsight, the chosen donor with an ideal identifier
+mapping, and both; each also divided by fork-flow's accuracy (eval/backend_studies.py).
 
 ``--selection-study`` and ``--selector-study`` replace the benchmark by studies of how to pick
-the donor, on development targets only: hand-made signals, and learned linear selectors
-(retrieval/backend_select.py) cross-validated leave-one-target-out against the rule.
+the donor (eval/backend_studies.py), on development targets only: hand-made signals, and
+learned linear selectors (retrieval/backend/selection.py) cross-validated leave-one-target-out
+against the rule.
 
 Output: the summary table (or ``--json``: the summary) on stdout; the result JSON, stamped
 (eval/stamp.py), to ``--out`` or else an untracked temporary file, with every function's scores
@@ -49,17 +50,20 @@ from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Optional
 
+from eval.backend_studies import (
+    ORACLE_K, ceilings_summary, donor_ceilings, mask_target_names, selection_study, selector_data, selector_held_out,
+    selector_study,
+)
 from eval.stamp import default_path, machine as stamp_machine, read_json, stamp, write_json, write_result
 
 RECALL1_TARGET = 0.85
 STATEMENT_RATIO_TARGET = 2.0
 FORK_FLOW_SOURCE = "Mips"
 DEFAULT_TARGETS = ("RISCV", "XCore")
-ORACLE_K = 5  # donors the donor oracle may pick from: the top of fork-and-adapt's own ranking
 
 
 # --------------------------------------------------------------------------- metrics
-from retrieval.backend_adapt import statement_accuracy  # noqa: E402  (the library's definition)
+from retrieval.backend.adapt import statement_accuracy  # noqa: E402  (the library's definition)
 
 
 def token_edit_similarity(a: str, b: str) -> float:
@@ -119,11 +123,11 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         llm_limit: int, jobs: int, use_gate: bool, log, fork_flow_source: str = FORK_FLOW_SOURCE,
         func_epochs: int = 8, target_epochs: int = 60, skills: bool = False, mine_time_limit: float = 240.0,
         mine_budget_s: Optional[float] = None) -> dict:
-    from corpora.backend_tree import BackendInputError, parse_definition
-    from prompts.backend import AdaptCache, candidates_with_adaptations
-    from retrieval.backend_adapt import fit_definition, fork_flow
-    from retrieval.backend_index import build_indexes, ingest_targets
-    from retrieval.backend_search import DEPTH, BackendIndex
+    from corpora.backends.tree import BackendInputError, parse_definition
+    from prompts.backend.generate import AdaptCache, candidates_with_adaptations
+    from retrieval.backend.adapt import fit_definition, fork_flow
+    from retrieval.backend.index import build_indexes, ingest_targets
+    from retrieval.backend.search import DEPTH, BackendIndex
     from skills.store import Store
 
     timings: dict[str, float] = {}
@@ -143,7 +147,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     gate = None
     gate_note = None
     if use_gate:
-        from mining.backend_gate import CompileGate, toolchain_available
+        from mining.backend.gate import CompileGate, toolchain_available
 
         missing_tools = toolchain_available()
         if missing_tools:
@@ -213,7 +217,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             else:
                 entry["fork_flow"] = {"source": None, "code": None}
             if skills:
-                from prompts.backend import skills_for
+                from prompts.backend.generate import skills_for
 
                 sres = skills_for(store, T, best.func_id, cache)
                 entry["skills"] = {"source": best.func_id, "lineage": sres.lineage_id, "fallback": sres.fallback,
@@ -229,7 +233,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                         lint=[], statements_differ=True)
                     continue
                 al, bag = statement_accuracy(parsed[0], ref_stmts)
-                from mining.backend_gate import lint_relocations
+                from mining.backend.gate import lint_relocations
 
                 if strat == "skills":
                     fa_parsed = parse_definition(entry["fork_adapt"]["code"])
@@ -252,7 +256,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         # ---- compile gate, one clang run per (host file, strategy)
         gate_summary = None
         if gate is not None:
-            from mining.backend_gate import Splice
+            from mining.backend.gate import Splice
 
             by_file: dict[str, list[dict]] = defaultdict(list)
             for e in per_fn:
@@ -283,8 +287,8 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         # ---- LLM (optional)
         llm = None
         if model:
-            from prompts.backend import GenerateRequest, generate
-            from prompts.llm import LEDGER
+            from prompts.backend.generate import GenerateRequest, generate
+            from mining.llm import LEDGER
 
             done = []
             for e in per_fn[:llm_limit]:
@@ -320,7 +324,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         gen = {st: agg(st) for st in strats}
         gen["fork_adapt"]["diagnostics"] = fork_adapt_diagnostics(per_fn)
         fa, ff = gen["fork_adapt"]["statement_accuracy_aligned"], gen["fork_flow"]["statement_accuracy_aligned"]
-        gen["fork_adapt"]["ceilings"] = ceilings_summary(per_fn, ff)
+        gen["fork_adapt"]["ceilings"] = ceilings_summary(per_fn, ff, STATEMENT_RATIO_TARGET)
         ratio = (fa / ff) if ff > 0 else float("inf")
         checks = {"fused_recall@1": {"value": retrieval["fused"]["recall@1"], "target": RECALL1_TARGET,
                                      "met": retrieval["fused"]["recall@1"] >= RECALL1_TARGET},
@@ -369,90 +373,6 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     return out
 
 
-def mask_target_names(statements, prof, extra=frozenset()) -> list[str]:
-    """Statements with the target's own names (attributes, header declarations, names carrying
-    its name) and the tokens in ``extra`` replaced by one placeholder: what statement accuracy
-    would be if every identifier mapped perfectly."""
-    import re
-
-    names = set(prof.kind_of) | set(prof.declared) | set(extra)
-    alias = re.compile("|".join(re.escape(a) for a in prof.aliases)) if prof.aliases else None
-    return [" ".join("@" if t in names or (alias is not None and alias.search(t)) else t for t in s.split(" "))
-            for s in statements]
-
-
-CEILING_DEFINITIONS = {
-    "oracle_donor": f"per function, the best aligned statement accuracy among the top-{ORACLE_K} donors of "
-                    "fork-and-adapt's ranking, each adapted and fitted exactly as fork-and-adapt does (the donor "
-                    "chosen with hindsight); mean over the evaluated functions",
-    "oracle_mapping": "fork-and-adapt's chosen donor with an ideal identifier mapping, measured as aligned statement "
-                      "accuracy modulo target-specific identifiers: every token naming something target-specific "
-                      "(T's attributes, header declarations, TableGen namespaces, names carrying T's name; the "
-                      "identifiers the indexer marks target-specific in T's real function; every name part the "
-                      "adaptation wrote for one of the donor's target-specific identifiers, mapped or not) becomes "
-                      "one placeholder on both sides; the donor both with and without case arms pruned for "
-                      "unmapped labels (an ideal mapping would keep them); per function the maximum of these and "
-                      "the unmasked accuracy. An upper bound of any remapping of the donor's target-specific "
-                      "identifiers onto T's names",
-    "oracle_donor_and_mapping": f"both: per function the best oracle_mapping score among the top-{ORACLE_K} donors",
-}
-
-
-def donor_ceilings(index, cache, hits, adapted: dict, real: dict, fa_code: Optional[str], dst) -> dict:
-    """One function's ceilings of the one-donor design (CEILING_DEFINITIONS): for each of the top
-    donors, its accuracy as fork-and-adapt would produce it and with an ideal identifier mapping."""
-    from corpora.backend_tree import parse_definition
-    from retrieval.backend_adapt import MATCH_KINDS, adapt, fit_definition
-
-    ref = list(real["statements"] or [])
-    ref_names = {p for i in real["identifiers"] or [] for p in i.split("::") if p != "llvm"}
-    acc, ideal = [], []
-    for n, h in enumerate(hits):
-        a = adapted[h.func_id]
-        # the top donor's code is fork-and-adapt's own output, so oracle_donor >= fork_adapt exactly
-        code = fa_code if n == 0 else fit_definition(a.text, real["qualified_name"], bool(real["in_class"]))
-        parsed = parse_definition(code) if code else None
-        stmts = parsed[0] if parsed else []
-        al = statement_accuracy(stmts, ref)[0] if parsed else 0.0
-        names = ref_names | dst.namespaces | {p for m in a.mappings if m.how != "generic"
-                                              for p in m.target.split("::") if p != "llvm"}
-        best = al
-        variants = [stmts] if parsed else []
-        if any(m.how == "unmapped" and m.kind in MATCH_KINDS for m in a.mappings):  # adapt pruned some arms
-            row = index.rows[index.pos[h.func_id]]
-            unpruned = adapt(cache.text(h.func_id), list(row["identifiers"] or []), cache.profile(row["target"]),
-                             dst, h.func_id, prune=False).text
-            p2 = parse_definition(fit_definition(unpruned, real["qualified_name"], bool(real["in_class"])))
-            if p2:
-                variants.append(p2[0])
-        masked_ref = mask_target_names(ref, dst, names)
-        for v in variants:
-            best = max(best, statement_accuracy(mask_target_names(v, dst, names), masked_ref)[0])
-        acc.append(al)
-        ideal.append(best)
-    top = max(range(len(acc)), key=lambda i: (acc[i], -i))
-    return {"donor": round(acc[top], 4), "donor_source": hits[top].func_id, "donor_rank": top + 1,
-            "mapping": round(ideal[0], 4), "donor_and_mapping": round(max(ideal), 4)}
-
-
-def ceilings_summary(per_fn: list[dict], fork_flow_aligned: float) -> dict:
-    """Mean of each ceiling over the evaluated functions, and its ratio to fork-flow's accuracy:
-    does any one-donor fork-and-adapt reach the 2x target at all?"""
-    n = len(per_fn)
-    out: dict = {"k": ORACLE_K, "fork_flow_aligned": fork_flow_aligned,
-                 "needed_for_target": round(STATEMENT_RATIO_TARGET * fork_flow_aligned, 4)}
-    for name, key in (("oracle_donor", "donor"), ("oracle_mapping", "mapping"),
-                      ("oracle_donor_and_mapping", "donor_and_mapping")):
-        v = round(sum(e["fork_adapt"]["oracle"][key] for e in per_fn) / n, 4)
-        ratio = v / fork_flow_aligned if fork_flow_aligned > 0 else None
-        out[name] = {"statement_accuracy_aligned": v,
-                     "ratio_to_fork_flow": round(ratio, 3) if ratio is not None else None,
-                     "reaches_target": ratio is None or ratio >= STATEMENT_RATIO_TARGET}
-    out["oracle_donor"]["functions_improved"] = sum(1 for e in per_fn if e["fork_adapt"]["oracle"]["donor_rank"] > 1)
-    out["definitions"] = CEILING_DEFINITIONS
-    return out
-
-
 def fork_adapt_diagnostics(per_fn: list[dict]) -> dict:
     """Why fork-and-adapt scores what it does on one target: where it loses to fork-flow, what
     fork-flow cannot do at all (no implementation in its fixed source), the headroom of perfect
@@ -492,11 +412,12 @@ def mine_for_skills(store, index, targets: list[str], roles: dict, log, time_lim
                     deadline: Optional[float]) -> dict:
     """Walk the implementations skill-guided generation starts from (the fork fork-and-adapt
     picks for each evaluated function), where skills can change the result: a step names
-    something T lacks, or a skill ranges over S's attributes (retrieval.backend_skills.may_differ).
+    something T lacks, or a skill ranges over S's attributes (prompts.backend.skills.may_differ).
     Stored lineages are reused."""
-    from mining.backend_mine import BackendMineConfig, function_site, mine_backends
-    from prompts.backend import AdaptCache, candidates_with_adaptations
-    from retrieval.backend_skills import may_differ
+    from mining.backend.mine import BackendMineConfig, function_site, mine_backends
+    from prompts.backend.generate import AdaptCache, candidates_with_adaptations
+    from prompts.backend.skills import may_differ
+    from skills.kernel_store import KernelStore
 
     t0 = time.monotonic()
     needed: dict[str, str] = {}
@@ -522,7 +443,7 @@ def mine_for_skills(store, index, targets: list[str], roles: dict, log, time_lim
     order = sorted(needed, key=lambda f: (first[size[f][:2]], size[f][:2], size[f][2]))
     t1 = time.monotonic()
     outs = mine_backends(store, order, BackendMineConfig(time_limit_s=time_limit), log=lambda m: log("mine " + m),
-                         deadline=deadline)
+                         deadline=deadline, lineages=KernelStore(store))
     by_skip = Counter(o.skipped.split(":")[0].split(" (")[0] for o in outs if o.skipped)
     return {"functions_picked": picks, "sources_to_walk": len(needed),
             "reasons": dict(Counter(w.split(":")[0] for w in needed.values())),
@@ -536,7 +457,7 @@ def mine_for_skills(store, index, targets: list[str], roles: dict, log, time_lim
 def lineage_statistics(store, func_ids: list[str]) -> dict:
     """Steps and skills per lineage and per role; the share of statements that name a
     target-specific identifier; how much of each function the skeleton keeps."""
-    from retrieval.backend_skills import lineage_for
+    from prompts.backend.skills import lineage_for
 
     lins = [lin for lin in (lineage_for(store, f) for f in func_ids) if lin is not None]
     if not lins:
@@ -574,295 +495,6 @@ def skill_store_statistics(store) -> dict:
             "from_two_or_more_targets": sum(1 for s in sk if len(s.scope.get("archs", [])) >= 2),
             "for_each_attribute_kind": sum(1 for s in sk if s.provenance.get("slot_kinds")),
             "by_carrier": dict(Counter(s.carrier for s in sk))}
-
-
-def selection_study(store, index, targets: list[str], fork_flow_source: str = FORK_FLOW_SOURCE, log=None) -> dict:
-    """How well each signal picks the implementation to fork, on *validation* targets (never the
-    reported ones): mean aligned statement accuracy of the fork each strategy picks."""
-    import numpy as np
-
-    from prompts.backend import AdaptCache
-    from retrieval.backend_adapt import consensus_scores
-    from retrieval.backend_select import declaration_sets
-
-    cache = AdaptCache(store)
-    roles = index.roles()
-    tm, th = index.text
-    gm, gh = index.graph
-    picks: dict[str, list[float]] = defaultdict(list)
-    decls = declaration_sets(store)
-    per_target: dict[str, dict] = {}
-    for T in targets:
-        start = defaultdict(int, {k: len(v) for k, v in picks.items()})
-        tsim = index.target_similarity(T)
-        decl = {S: len(decls[T] & d) / max(len(decls[T] | d), 1) for S, d in decls.items() if S != T} if T in decls else {}
-        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
-        for r in rows:
-            ref = list(store.scalar("SELECT statements FROM functions WHERE func_id = ?", [r["func_id"]]) or [])
-            cands = index.role_rows(r["role"], [T])
-            stm, acc, mapp = {}, {}, {}
-            for c in cands:
-                a, st = cache.adapt(c, T)
-                stm[c["func_id"]], mapp[c["func_id"]] = st, a.mappability
-                acc[c["func_id"]] = statement_accuracy(st, ref)[0]
-            ids = list(acc)
-            cons = consensus_scores(stm)
-            ps = {i: index.pos[i] for i in ids}
-            typ = {}
-            for i in ids:
-                others = [ps[j] for j in ids if j != i]
-                typ[i] = (float(np.mean(tm[others] @ tm[ps[i]])) + float(np.mean(gm[others] @ gm[ps[i]]))) if others else 0.0
-            tgt = {i: tsim.get(index.rows[ps[i]]["target"], 0.0) for i in ids}
-
-            def best(key):
-                return acc[max(ids, key=lambda i: (key(i), -ids.index(i)))]
-
-            lens = {i: len(stm[i]) for i in ids}
-            f1 = {}
-            for i in ids:  # the same vote with a symmetric utility (F1 of matched statements)
-                others = [j for j in ids if j != i]
-                f1[i] = (sum(2 * statement_accuracy(stm[i], stm[j])[0] * lens[j] / max(lens[i] + lens[j], 1)
-                             for j in others) / len(others)) if others else 0.0
-            dsim = {i: decl.get(index.rows[ps[i]]["target"], 0.0) for i in ids}
-            picks["consensus + 0.05 x target similarity (used)"].append(best(lambda i: cons[i] + 0.05 * tgt[i]))
-            picks["consensus only"].append(best(lambda i: cons[i]))
-            picks["consensus + 0.3 x target similarity"].append(best(lambda i: cons[i] + 0.3 * tgt[i]))
-            picks["consensus, F1 utility"].append(best(lambda i: f1[i]))
-            picks["consensus + 0.05 x target sim. + 0.3 x header-declaration overlap"].append(
-                best(lambda i: cons[i] + 0.05 * tgt[i] + 0.3 * dsim[i]))
-            picks["header-declaration overlap only"].append(best(lambda i: dsim[i]))
-            picks["target similarity only"].append(best(lambda i: tgt[i]))
-            picks["text+graph typicality"].append(best(lambda i: typ[i]))
-            picks["identifier mappability"].append(best(lambda i: (mapp[i], typ[i])))
-            ff = [i for i in ids if index.rows[ps[i]]["target"] == fork_flow_source]
-            picks[f"{fork_flow_source} (fork-flow's source, adapted)"].append(acc[ff[0]] if ff else 0.0)
-            picks["mean over candidates"].append(sum(acc.values()) / len(acc))
-            picks["best with hindsight"].append(max(acc.values()))
-        per_target[T] = {k: round(sum(v[start[k]:]) / max(len(v) - start[k], 1), 4) for k, v in picks.items()}
-        if log:
-            log(f"selection study: {T} done ({len(rows)} functions)")
-    return {"targets": targets, "n_functions": len(picks["best with hindsight"]), "per_target": per_target,
-            "mean_aligned_statement_accuracy": {k: round(sum(v) / len(v), 4) for k, v in picks.items()}}
-
-
-# --------------------------------------------------------------------------- learned donor selection
-def selector_data(store, index, targets: list[str], log=None) -> list[dict]:
-    """Per function of each development target: every candidate donor's generation-time features
-    (retrieval/backend_select.FEATURES) and its label, the aligned statement accuracy of its
-    adaptation against T's real implementation. The labels read T's real code: fit only on
-    development targets; the reported targets may only score a selector already frozen."""
-    from prompts.backend import AdaptCache
-    from retrieval.backend_select import agreement_matrix, candidate_features, declaration_sets as decl_sets, votes
-
-    cache = AdaptCache(store)
-    roles = index.roles()
-    decls = decl_sets(store)
-    groups = []
-    for T in targets:
-        tsim = index.target_similarity(T)
-        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
-        for r in rows:
-            ref = list(store.scalar("SELECT statements FROM functions WHERE func_id = ?", [r["func_id"]]) or [])
-            cands = index.role_rows(r["role"], [T])
-            stm, mapp = {}, {}
-            for c in cands:
-                a, st = cache.adapt(c, T)
-                stm[c["func_id"]], mapp[c["func_id"]] = st, a.mappability
-            ids = [c["func_id"] for c in cands]
-            donor = {c["func_id"]: c["target"] for c in cands}
-            A = agreement_matrix(stm)
-            rec, prec = votes(ids, A)
-            X = candidate_features(ids, donor, rec, prec, tsim, decls, T, index.typicality(ids), mapp,
-                                   {i: len(stm[i]) for i in ids})
-            groups.append({"target": T, "func_id": r["func_id"], "ids": ids, "donors": [donor[i] for i in ids],
-                           "X": [[round(x, 6) for x in row] for row in X],
-                           "y": [round(statement_accuracy(stm[i], ref)[0], 6) for i in ids],
-                           "agreement": [[round(x, 4) for x in row] for row in A]})
-        if log:
-            log(f"selector data: {T} done ({len(rows)} functions)")
-    return groups
-
-
-def paired_difference(diff) -> dict:
-    """Per-function differences of two selectors' accuracies: mean, 95% bootstrap interval over
-    functions (seeded), and how many functions each side wins."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    boots = [diff[rng.integers(0, len(diff), len(diff))].mean() for _ in range(2000)]
-    return {"mean": round(float(diff.mean()), 4),
-            "ci95_bootstrap_functions": [round(float(np.percentile(boots, 2.5)), 4),
-                                         round(float(np.percentile(boots, 97.5)), 4)],
-            "functions_better": int((diff > 1e-9).sum()), "functions_worse": int((diff < -1e-9).sum())}
-
-
-def selector_held_out(groups: list[dict], weights: dict) -> dict:
-    """The frozen selector (``selector_study``'s ``chosen``) against the rule on the held-out
-    targets' groups: reported once, after the decision, which rests on development targets only."""
-    import numpy as np
-
-    from retrieval.backend_select import FEATURES, LinearSelector, top1_accuracy
-
-    sel = LinearSelector([float(weights.get(f, 0.0)) for f in FEATURES])
-    out = {}
-    for T in dict.fromkeys(g["target"] for g in groups):
-        gs = [dict(g, X=np.array(g["X"], dtype=float), y=np.array(g["y"], dtype=float))
-              for g in groups if g["target"] == T and g["ids"]]
-        learned, rule = np.array(top1_accuracy(sel, gs)), np.array(top1_accuracy(LinearSelector.rule(), gs))
-        out[T] = {"n_functions": len(gs), "rule": round(float(rule.mean()), 4),
-                  "learned": round(float(learned.mean()), 4),
-                  "best with hindsight": round(float(np.mean([g["y"].max() for g in gs])), 4),
-                  "learned_minus_rule": paired_difference(learned - rule)}
-    return out
-
-
-def mbr_variants() -> dict:
-    """Score functions over a group's agreement matrix A (A[i][j]: share of j's statements i
-    reproduces): the plain vote weights every other candidate equally; these reweight the voters
-    or aggregate differently."""
-    import numpy as np
-
-    def weighted(g, w):
-        A = np.asarray(g["agreement"], dtype=float)
-        n = len(A)
-        if n < 2:
-            return np.zeros(n)
-        W = np.where(np.eye(n, dtype=bool), 0.0, np.asarray(w, dtype=float)[None, :])
-        return (A * W).sum(1) / np.maximum(W.sum(1), 1e-12)
-
-    def by_feature(name, beta):
-        from retrieval.backend_select import FEATURES
-
-        k = FEATURES.index(name)
-        return lambda g: weighted(g, np.exp(beta * (g["X"][:, k] - g["X"][:, k].mean())))
-
-    def reliability(gamma):
-        def f(g):
-            w = np.ones(len(g["y"]))
-            for _ in range(3):  # voters that agree with the others count more
-                w = np.maximum(weighted(g, w), 1e-6) ** gamma
-            return weighted(g, w)
-        return f
-
-    def topk(k):
-        def f(g):
-            A = np.asarray(g["agreement"], dtype=float)
-            n = len(A)
-            if n < 2:
-                return np.zeros(n)
-            M = np.where(np.eye(n, dtype=bool), -1.0, A)
-            return -np.sort(-M, axis=1)[:, :min(k, n - 1)].mean(1)
-        return f
-
-    def median(g):
-        A = np.asarray(g["agreement"], dtype=float)
-        n = len(A)
-        return np.array([np.median(np.delete(A[i], i)) if n > 1 else 0.0 for i in range(n)])
-
-    out = {f"votes weighted by voter target similarity (beta={b})": by_feature("target_similarity", b)
-           for b in (1, 3, 10)}
-    out.update({f"votes weighted by voter declaration overlap (beta={b})": by_feature("declaration_overlap", b)
-                for b in (3, 10)})
-    out.update({f"votes weighted by voter reliability (gamma={c})": reliability(c) for c in (1, 2)})
-    out.update({f"mean of the {k} strongest agreements": topk(k) for k in (3, 5)})
-    out["median agreement"] = median
-    return out
-
-
-SELECTOR_CONFIGS = ([("pointwise", {"l2": l}) for l in (0.1, 1.0, 10.0, 100.0)]
-                    + [("pairwise", {"l2": l}) for l in (0.1, 1.0, 10.0, 100.0)]
-                    + [("listwise", {"l2": l, "temperature": t}) for t in (0.05, 0.2) for l in (1.0, 30.0)])
-
-
-def selector_study(groups: list[dict], configs=SELECTOR_CONFIGS) -> dict:
-    """Leave-one-development-target-out cross-validation of the selector fits against the
-    hand-made rule, single features, the candidates' mean and the hindsight best. ``nested``
-    also chooses the fit inside each outer fold (inner leave-one-target-out), so its mean is an
-    honest estimate of the chosen selector; ``chosen`` is the fit plain CV prefers, refitted on
-    every development target (the weights one would adopt)."""
-    import numpy as np
-
-    from retrieval.backend_select import (
-        FEATURES, RULE_TIEBREAK, LinearSelector, fit_listwise, fit_pairwise, fit_pointwise, top1_accuracy,
-    )
-
-    gs = [dict(g, X=np.array(g["X"], dtype=float), y=np.array(g["y"], dtype=float)) for g in groups if g["ids"]]
-    targets = list(dict.fromkeys(g["target"] for g in gs))
-    fitters = {"pointwise": fit_pointwise, "pairwise": fit_pairwise, "listwise": fit_listwise}
-
-    def fit(cfg, train):
-        kind, kw = cfg
-        return LinearSelector(fitters[kind](train, **kw))
-
-    def label(cfg):
-        kind, kw = cfg
-        return kind + "(" + ", ".join(f"{k}={v:g}" for k, v in kw.items()) + ")"
-
-    def loto(cfg, pool):
-        """Held-out top-1 labels per target of ``pool``."""
-        out = {}
-        for t in sorted(set(g["target"] for g in pool)):
-            sel = fit(cfg, [g for g in pool if g["target"] != t])
-            out[t] = top1_accuracy(sel, [g for g in pool if g["target"] == t])
-        return out
-
-    def summarize(per_t: dict) -> dict:
-        allv = [v for t in targets for v in per_t[t]]
-        return {"mean": round(float(np.mean(allv)), 4),
-                "per_target": {t: round(float(np.mean(per_t[t])), 4) for t in targets}}
-
-    by_t = {t: [g for g in gs if g["target"] == t] for t in targets}
-    res: dict = {"targets": targets, "n_functions": len(gs), "n_candidates": int(sum(len(g["y"]) for g in gs)),
-                 "features": list(FEATURES), "fixed": {}, "cv": {}}
-    fixed = {"consensus + 0.05 x target similarity (rule used)": LinearSelector.rule()}
-    for k, f in enumerate(FEATURES):
-        w = [0.0] * len(FEATURES)
-        w[k] = -1.0 if f in ("rule_rank", "abs_log_length_ratio") else 1.0
-        fixed[f"{f} only"] = LinearSelector(w)
-    for name, sel in fixed.items():
-        res["fixed"][name] = summarize({t: top1_accuracy(sel, by_t[t]) for t in targets})
-    # other aggregations of the same MBR vote (need the agreement matrix, not a linear feature)
-    ri, ti = FEATURES.index("rule_rank"), FEATURES.index("target_similarity")
-
-    def pick(g, sc):
-        return float(g["y"][min(range(len(sc)), key=lambda a: (-round(float(sc[a]), 12), g["X"][a, ri], a))])
-
-    for name, fn in mbr_variants().items():
-        res["fixed"][name] = summarize({t: [pick(g, fn(g) + RULE_TIEBREAK * g["X"][:, ti]) for g in by_t[t]]
-                                        for t in targets})
-    res["fixed"]["mean over candidates"] = summarize({t: [float(g["y"].mean()) for g in by_t[t]] for t in targets})
-    res["fixed"]["best with hindsight"] = summarize({t: [float(g["y"].max()) for g in by_t[t]] for t in targets})
-    cv = {}
-    for cfg in configs:
-        cv[label(cfg)] = loto(cfg, gs)
-        res["cv"][label(cfg)] = summarize(cv[label(cfg)])
-    # nested: the fit chosen without the outer target, evaluated on it (needs two inner targets)
-    nested, picked = {}, {}
-    for t in (targets if len(targets) >= 3 else []):
-        inner = [g for g in gs if g["target"] != t]
-        scores = {}
-        for cfg in configs:
-            per = loto(cfg, inner)
-            scores[label(cfg)] = (float(np.mean([v for vs in per.values() for v in vs])), cfg)
-        best = max(scores, key=lambda k: (scores[k][0], k))
-        picked[t] = best
-        nested[t] = top1_accuracy(fit(scores[best][1], inner), by_t[t])
-    res["nested"] = dict(summarize(nested), chosen_per_fold=picked) if nested else None
-    if nested:
-        rule = LinearSelector.rule()
-        res["nested"]["minus_rule"] = paired_difference(
-            np.array([a - b for t in targets for a, b in zip(nested[t], top1_accuracy(rule, by_t[t]))]))
-    # the linear family's ceiling on these features: fitted and scored on the same (all) targets
-    res["in_sample_ceiling"] = {
-        label(c): round(float(np.mean(top1_accuracy(fit(c, gs), gs))), 4)
-        for c in (("pointwise", {"l2": 1.0}), ("listwise", {"l2": 1.0, "temperature": 0.05}))}
-    best = max(res["cv"], key=lambda k: (res["cv"][k]["mean"], k))
-    cfg = next(c for c in configs if label(c) == best)
-    sel = fit(cfg, gs)
-    rule_mean = res["fixed"]["consensus + 0.05 x target similarity (rule used)"]["mean"]
-    res["chosen"] = {"fit": best, "cv_mean": res["cv"][best]["mean"], "weights": dict(zip(FEATURES, sel.weights)),
-                     "beats_rule_nested": bool(nested) and res["nested"]["mean"] > rule_mean, "rule_mean": rule_mean}
-    return res
 
 
 def summary_table(res: dict) -> str:
@@ -939,7 +571,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "(e.g. Sparc,Lanai; uses the index trained without --targets)")
     ap.add_argument("--selector-study", default=None, metavar="TARGETS",
                     help="instead of the benchmark: collect donor features and labels on these development "
-                         "targets and cross-validate learned selectors (retrieval/backend_select.py) against the "
+                         "targets and cross-validate learned selectors (retrieval/backend/selection.py) against the "
                          "rule; the result goes under 'learned_selector' in the --out file (default: an untracked "
                          "temporary backend_selection_study.json), the collected data to the store (reused while "
                          "the targets and feature names match; delete <store>/bench/selector_features.json to "
@@ -951,7 +583,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     origin = stamp("eval.bench_backend", raw_argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from corpora.backend_tree import BackendInputError
+    from corpora.backends.tree import BackendInputError
 
     targets = [t for t in args.targets.split(",") if t]
     if not targets:
@@ -962,8 +594,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
     if args.selection_study:
-        from retrieval.backend_index import build_indexes, ingest_targets
-        from retrieval.backend_search import BackendIndex, SearchError
+        from retrieval.backend.index import build_indexes, ingest_targets
+        from retrieval.backend.search import BackendIndex, SearchError
         from skills.store import Store
 
         try:
@@ -979,10 +611,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(json.dumps(study, indent=2))
         return 0
     if args.selector_study:
-        from retrieval.backend_index import build_indexes, ingest_targets
-        from retrieval.backend_search import BackendIndex, SearchError
-        from retrieval.backend_select import FEATURES
-        from skills.store import Store, resolve_root
+        from retrieval.backend.index import build_indexes, ingest_targets
+        from retrieval.backend.search import BackendIndex, SearchError
+        from retrieval.backend.selection import FEATURES
+        from corpora.store_root import resolve_root
+        from skills.store import Store
 
         dev = [t for t in args.selector_study.split(",") if t]
         if len(dev) < 2:
@@ -1050,7 +683,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     out_path = args.out or default_path(f"{stem}{version}.json")
     # The summary file is small; every function's scores go beside it gzip-compressed (~0.6 MB of
     # JSON for two LLVM targets), the generated code (MBs) to the store.
-    from skills.store import resolve_root
+    from corpora.store_root import resolve_root
 
     strats = ("fork_adapt", "fork_flow") + (("skills",) if args.skills else ())
     code_path = resolve_root(args.store) / "bench" / f"{stem}{version}_code.json"

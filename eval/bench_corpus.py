@@ -29,7 +29,7 @@ CORPUS = ROOT / "corpora" / "kernels"
 F32, F16, I32 = 4, 2, 4
 
 
-def _eager(name: str) -> Callable[..., Any]:
+def eager_reference(name: str) -> Callable[..., Any]:
     """PyTorch eager equivalent per problem: f(inputs: dict of tensors, axes) -> outputs."""
     import torch
     import torch.nn.functional as F
@@ -86,7 +86,7 @@ def _work(name: str, a: dict[str, int]) -> dict[str, float]:
     raise KeyError(name)
 
 
-def _time_cuda(fn: Callable[[], Any], warmup: int = 5, repeats: int = 30, flush_bytes: int = 256 << 20) -> dict[str, float]:
+def time_cuda(fn: Callable[[], Any], warmup: int = 5, repeats: int = 30, flush_bytes: int = 256 << 20) -> dict[str, float]:
     import torch
 
     flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
@@ -111,11 +111,11 @@ def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
 
     x = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
     y = torch.empty_like(x)
-    t = _time_cuda(lambda: y.copy_(x), repeats=20)
+    t = time_cuda(lambda: y.copy_(x), repeats=20)
     return 2 * nbytes / (t["median_ms"] * 1e-3) / 1e9
 
 
-def _torch_inputs(problem, workload) -> dict[str, Any]:
+def torch_inputs(problem, workload) -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -157,10 +157,10 @@ def bench_problem(name: str, store: Path, copy_gbs: float) -> dict[str, Any]:
             continue
         row[f"{key}_ms"] = prof["workloads"][primary.label]["median_ms"]
         row[f"{key}_iqr_ms"] = prof["workloads"][primary.label]["iqr_ms"]
-    tensors = _torch_inputs(problem, primary)
+    tensors = torch_inputs(problem, primary)
     axes = {**primary.axes, **primary.scalars}
-    fn = _eager(name)
-    eager = _time_cuda(lambda t=tensors: fn(t, axes))
+    fn = eager_reference(name)
+    eager = time_cuda(lambda t=tensors: fn(t, axes))
     row["eager_ms"] = eager["median_ms"]
     work = _work(name, primary.axes)
     row.update(work)

@@ -46,7 +46,7 @@ def house_skill_ids(executor: str, house_store: Path, jobs: int, pool=None, log=
     from corpora.problem import load_problem
     from mining.gate import BadInput
     from mining.mine import MineConfig, mine_problem
-    from skills.kernel_store import KernelStore
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     ks_store = Store(house_store)
@@ -68,7 +68,7 @@ def house_skill_ids(executor: str, house_store: Path, jobs: int, pool=None, log=
         cfg = MineConfig(executor=executor, jobs=jobs, store=house_store)
         for d in todo:
             try:
-                mine_problem(d, cfg, pool=pool)
+                mine_problem(d, cfg, pool=pool, lineages=MinedLineages(cfg.store))
             except BadInput as exc:
                 log(f"[bench_lineage]   house {d.name} not mined: {exc}")
     with Store(house_store, read_only=True) as st:
@@ -137,7 +137,7 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
                strategy: Optional[str] = None, timeout_s: float = 120.0) -> dict[str, Any]:
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.mine import MineConfig, mine_problem
-    from skills.kernel_store import KernelStore
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     row: dict[str, Any] = {"problem": expert.problem, "source": expert.source, "op_type": expert.op_type,
@@ -147,7 +147,7 @@ def run_expert(expert, problem_dir: Path, executor: str, store: Path, jobs: int,
     cfg = MineConfig(executor=executor, jobs=jobs, store=store, max_steps=max_steps, time_limit_s=time_limit_s,
                      probe=probe, strategy=strategy, timeout_s=timeout_s)
     try:
-        out = mine_problem(problem_dir, cfg, pool=pool)
+        out = mine_problem(problem_dir, cfg, pool=pool, lineages=MinedLineages(cfg.store))
     except BadInput as exc:
         row.update(status="not_run", reason=str(exc), wall_s=round(time.perf_counter() - t0, 1))
         return row
@@ -236,7 +236,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
-    from mining.mine import make_pool
+    from mining.checker import make_pool
 
     executor = resolve_executor(executor)
     experts = select(list_experts(real_root) if real_root else list_experts(), only, gpu_only)
@@ -309,13 +309,16 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     DEST/house_skills.json from the house store (skill identity does not depend on the executor)."""
     from corpora.real import list_experts, materialize
 
-    if not (Path(house_store) / "store.duckdb").is_file():
-        raise SystemExit(f"error: {house_store}: no house store (run a CPU bench_lineage first, or pass --house-store)")
     experts = select(list_experts(), only, gpu_only)
     dest.mkdir(parents=True, exist_ok=True)
     for e in experts:
         materialize(e, store.resolve() / "sources", dest / e.source / e.problem)
         log(f"[bench_lineage] prepared {dest / e.source / e.problem}")
+    if not (Path(house_store) / "store.duckdb").is_file():
+        # the walk itself does not need it: the GPU run then leaves skills new/merged empty
+        # (--no-house) and they are scored here later with --rescore
+        log(f"[bench_lineage] {house_store}: no house store, so no house_skills.json (score later with --rescore)")
+        return
     info = dump_house(house_store, dest / "house_skills.json")
     log(f"[bench_lineage] {len(info['skills'])} house skills -> {dest / 'house_skills.json'}")
 

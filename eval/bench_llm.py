@@ -42,10 +42,10 @@ def _reasons(items: list[tuple[str, str]]) -> dict:
 
 
 def _recording():
-    import prompts.llm
+    import mining.llm
 
-    prompts.llm.RECORDER = []
-    return prompts.llm
+    mining.llm.RECORDER = []
+    return mining.llm
 
 
 def _example(rec: list) -> Optional[dict]:
@@ -54,7 +54,7 @@ def _example(rec: list) -> Optional[dict]:
 
 
 def bench_check(model: str, kw: dict) -> dict:
-    from prompts.llm_check import check, exit_code
+    from mining.llm_check import check, exit_code
 
     t0 = time.perf_counter()
     rep = check(model, **kw)
@@ -66,6 +66,7 @@ def bench_check(model: str, kw: dict) -> dict:
 
 def bench_mine(model: str, problems: list[str], store: Path, max_steps: int) -> dict:
     from mining.mine import MineConfig, mine_problem
+    from skills.kernel_store import MinedLineages
 
     llm = _recording()
     rows = []
@@ -73,7 +74,7 @@ def bench_mine(model: str, problems: list[str], store: Path, max_steps: int) -> 
         t0 = time.perf_counter()
         cfg = MineConfig(executor="cpu", jobs=1, seeds=(0,), store=store, operators=("drop_restrict",),
                          model=model, probe=False, use_cache=False, max_steps=max_steps, max_rejections=12)
-        out = mine_problem(KERNELS / name, cfg)
+        out = mine_problem(KERNELS / name, cfg, lineages=MinedLineages(cfg.store))
         lin = out.lineage
         u = lin.config.get("llm_usage", {})
         judged = [s for s in list(lin.steps) + list(lin.rejections) if s.proposer == "llm"]
@@ -89,7 +90,7 @@ def bench_mine(model: str, problems: list[str], store: Path, max_steps: int) -> 
 
 
 def bench_optimize(model: str, cache: Path, skills_file: Path, steps: int, per_step: int) -> dict:
-    from mining.optimize import OptimizeConfig, optimize
+    from prompts.optimize import OptimizeConfig, optimize
 
     rows, examples = [], {}
     for mode in ("skills", "no_skills", "flat_memory"):
@@ -117,7 +118,7 @@ def bench_backend(model: str, roles: list[str], repair: int) -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     from _backend_support import indexed_toy_store  # the suite's three toy targets (tests/fixtures)
 
-    from prompts.backend import GenerateRequest, generate
+    from prompts.backend.generate import GenerateRequest, generate
     from skills.store import Store
 
     store = Store(indexed_toy_store())
@@ -240,7 +241,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             from eval.local_llm import stop
 
             stop(proc)
-    from prompts.llm import LEDGER
+    from mining.llm import LEDGER
 
     result["ledger"] = LEDGER.to_dict()
     result["wall_s"] = round(time.perf_counter() - t0, 1)

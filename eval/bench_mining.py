@@ -69,8 +69,9 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
     from corpora.problem import load_problem
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.executors import resolve_executor
-    from mining.mine import MineConfig, make_pool, mine_problem
-    from skills.kernel_store import KernelStore
+    from mining.checker import make_pool
+    from mining.mine import MineConfig, mine_problem
+    from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
     executor = resolve_executor(executor)
@@ -94,7 +95,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
         t0 = time.perf_counter()
         print(f"[bench_mining] {problem.name} ...", file=sys.stderr, flush=True)
         try:
-            out = mine_problem(d, cfg, pool=pool)
+            out = mine_problem(d, cfg, pool=pool, lineages=MinedLineages(cfg.store))
         except BadInput as exc:
             row.update(status="not_run", reason=str(exc), wall_s=round(time.perf_counter() - t0, 1))
             print(f"[bench_mining]   {problem.name} not run: {exc}", file=sys.stderr, flush=True)
@@ -114,7 +115,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
                    step_preconditions=_step_preconditions(lin, KernelStore(Store(store))),
                    operators_used=sorted({s.operator for s in lin.steps}))
         if executor == "cuda" and end_points:
-            from mining.mine import gpu_timing_lock
+            from mining.checker import gpu_timing_lock
 
             with gpu_timing_lock(store):
                 row["end_point"] = end_point_timing(d, final, store)

@@ -182,9 +182,10 @@ def build_scale_snapshot(store: Path, n: int, dest: Path, seed: int = 0, log=pri
 
     from eval.skill_fixtures import scale_set
     from retrieval.skill_docs import skill_docs
-    from retrieval.skill_index import current_snapshot, graph_vectors, write_snapshot
+    from retrieval.skill_index import graph_vectors, write_snapshot
+    from retrieval.snapshot import current_snapshot
     from retrieval.skill_search import SkillIndex
-    from skills.records import Skill
+    from mining.records import Skill
 
     src_snap = current_snapshot(store)
     if src_snap is None:
@@ -226,7 +227,7 @@ def build_scale_snapshot(store: Path, n: int, dest: Path, seed: int = 0, log=pri
             "graph_docs_per_s": round(len(docs) / t_graph, 1), "snapshot_s": round(t_snap, 2), "path": str(path)}
 
 
-def _variant(code: str, i: int) -> str:
+def query_variant(code: str, i: int) -> str:
     """The same kernel with one identifier renamed: new text for every modality (cache miss)."""
     names = sorted(set(re.findall(r"\b(?:row|col|i|j|k|n|x|y|s|m|acc|t|c|r)\b", code)))
     if not names:
@@ -235,7 +236,7 @@ def _variant(code: str, i: int) -> str:
     return re.sub(r"\b%s\b" % name, f"{name}_{i}", code)
 
 
-def _line_edit(code: str, i: int) -> str:
+def one_line_edit(code: str, i: int) -> str:
     """The same kernel with one line changed (a constant in one statement of the first kernel body):
     what an agent's small edit looks like; one text chunk and the one or two windows over the line are new."""
     lines = code.split("\n")
@@ -289,7 +290,7 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
         for q in range(n_novel):
             name, code = naive[q % len(naive)]
             t = time.perf_counter()
-            ans = request(info, "POST", "/query", {"code": _variant(code, q + 1), "path": name, "k": 5})
+            ans = request(info, "POST", "/query", {"code": query_variant(code, q + 1), "path": name, "k": 5})
             novel.append((time.perf_counter() - t) * 1e3)
             novel_embed.append(ans["timing_ms"].get("text_embed_ms", 0.0))
             for stage, ms in ans["timing_ms"].items():  # where a novel query's time goes (server side)
@@ -298,7 +299,7 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
         for q in range(n_novel):
             name, code = naive[q % len(naive)]
             t = time.perf_counter()
-            ans = request(info, "POST", "/query", {"code": _line_edit(code, q + 1), "path": name, "k": 5})
+            ans = request(info, "POST", "/query", {"code": one_line_edit(code, q + 1), "path": name, "k": 5})
             line_edit.append((time.perf_counter() - t) * 1e3)
             if ans.get("_status") != 200:
                 raise RuntimeError(f"server query failed on an edit of {name}: {ans}")
@@ -331,10 +332,11 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
 # --------------------------------------------------------------------------- 3. indexing throughput
 def indexing(store: Path, n: int = 60, log=print) -> dict:
     from eval.skill_fixtures import scale_set
-    from retrieval.skill_index import current_snapshot, index_skills
+    from retrieval.skill_index import index_skills
+    from retrieval.snapshot import current_snapshot
     from retrieval.skill_search import SkillIndex
     from skills.kernel_store import KernelStore
-    from skills.records import Skill
+    from mining.records import Skill
     from skills.store import Store
 
     base_idx = SkillIndex(current_snapshot(store))

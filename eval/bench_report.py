@@ -10,7 +10,7 @@ are made distinct by a variant suffix so the store holds as many as asked. Then 
 loading it (`data-ready-ms`, set by the page's script once the DOM is parsed and the script
 ran) and taking a full screenshot.
 
-The same builders make the small "mined" store of tests/test_report.py (`demo_store`). The JSON
+The same builders make the small "mined" store of tests/skills/test_report.py (`demo_store`). The JSON
 (stamped: eval/stamp.py) goes to --out, else to an untracked temporary report_bench.json
 (eval/results/report_bench.json is the committed record).
 """
@@ -40,12 +40,24 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 
 
 # --------------------------------------------------------------------------- lineages from real operators
+# The operators the synthetic store cycles through, pinned here (the registry's order before it
+# became the walk's priority order) so the store, and the figures measured on it, do not move when
+# operators are added or reordered.
+ROUND_ROBIN = ("drop_unroll_pragma", "drop_restrict", "ldg_to_plain_load", "drop_launch_bounds", "fast_math_to_precise",
+               "drop_shared_padding", "vector_load_to_scalar", "vector_store_to_scalar", "grid_stride_to_single",
+               "drop_grid_clamp", "shuffle_to_shared", "scan_shuffle_to_shared", "shared_tile_to_global",
+               "shrink_register_tile", "double_to_single_buffer", "register_cache_to_reload",
+               "privatized_to_global_atomics", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",
+               "async_copy_to_sync", "drop_pipeline_sync", "sliding_window_to_reload", "block_reduce_to_serial",
+               "register_array_to_recompute", "online_softmax_to_two_pass", "block_stride_to_chunks",
+               "online_rescale_to_two_pass", "chan_stats_to_two_pass", "register_tile_to_dot", "untranspose_tile",
+               "lookback_to_chained", "block_scan_to_thread_totals")
 def operator_chain(src: str, ops: Optional[list[str]] = None, max_steps: int = 8) -> list[tuple]:
     """Apply operators one site at a time: [(operator, site, before, after)].
 
     `ops`: operator names in order (each applied at its first site); None: round-robin over all
     operators, each turn taking the next one that still has a site."""
-    from mining.operators import all_operators, get_operator
+    from mining.operators import get_operator
 
     chain = []
     if ops is not None:
@@ -58,7 +70,7 @@ def operator_chain(src: str, ops: Optional[list[str]] = None, max_steps: int = 8
             chain.append((op, sites[0], src, after))
             src = after
         return chain
-    pool = all_operators()
+    pool = [get_operator(n) for n in ROUND_ROBIN]
     turn = 0
     while len(chain) < max_steps:
         for k in range(len(pool)):
@@ -102,7 +114,7 @@ def make_lineage(problem: str, problem_dir: Path, kernel: str, chain: list[tuple
     effects(step_index, operator) -> [Effect]; rejections: [{"operator", "index", "reason", "verdict"}]
     (the candidate is the operator applied at its first site of the state it was tried on);
     preconditions / risks: {step_index: [dict]} recorded as the lineage's findings."""
-    from skills.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Skill, Step, lineage_identity, sha256,
+    from mining.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Skill, Step, lineage_identity, sha256,
                                 skill_identity)
     from mining.operators import get_operator
 
@@ -167,14 +179,14 @@ def make_lineage(problem: str, problem_dir: Path, kernel: str, chain: list[tuple
 
 
 def _static(dev: str, regs: int, smem: int = 0, sass: Optional[dict] = None, spills: int = 0):
-    from skills.records import Effect
+    from mining.records import Effect
 
     return Effect(device=dev, method="static", registers_delta=regs, smem_delta=smem, spill_delta=spills,
                   sass_delta=sass or {})
 
 
 def _timed(dev: str, ratio: float, spread: float, workload: str, opt_ms: float):
-    from skills.records import Effect
+    from mining.records import Effect
 
     return Effect(device=dev, method="gpu_timing", time_ratio=ratio, time_ratio_q1=round(ratio - spread, 4),
                   time_ratio_q3=round(ratio + spread, 4), workload=workload,

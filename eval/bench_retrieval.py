@@ -54,7 +54,7 @@ CACHE_VERSION = 3
 def fold_skills(skills: list[dict], held_out: str) -> list[dict]:
     """The store's skills as if ``held_out`` had never been mined."""
     from skills.merge import merge_skill
-    from skills.records import Skill
+    from mining.records import Skill
 
     out = []
     for s in skills:
@@ -117,11 +117,12 @@ class TextVectorCache:
     def __call__(self, docs):
         import numpy as np
 
-        from retrieval.skill_index import TEXT_MAX_TOKENS, _torch_threads
+        from retrieval.skill_index import limit_torch_threads
+        from retrieval.snapshot import TEXT_MAX_TOKENS
 
         todo = [d for d in docs if d.doc_id not in self.vecs]
         if todo:
-            _torch_threads()
+            limit_torch_threads()
             from retrieval.text import get_embedder
 
             v = get_embedder(TEXT_MAX_TOKENS).embed([d.text for d in todo])
@@ -171,7 +172,8 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                 per_problem.append(row)
                 log(f"{p}: skipped ({row['skipped']})")
                 continue
-            from retrieval.skill_index import current_snapshot, skills_fingerprint
+            from retrieval.skill_index import skills_fingerprint
+            from retrieval.snapshot import current_snapshot
 
             fp = f"{skills_fingerprint(fold)}-{steps or GNN_STEP_BUDGET}-{seed}-v{CACHE_VERSION}"
             fold_root = (cache_dir or tmp / "folds") / f"{p}-{fp}"
@@ -200,8 +202,10 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                 for m in MODES + tuple(EXTRA):
                     mode, weights = ("fused", EXTRA[m]) if m in EXTRA else (m, None)
                     if label != "unfiltered":
+                        # one hit per skill in the modality's order: what this benchmark measures (the
+                        # value ranking, one entry per carrier, is eval/bench_next_step.py's)
                         ans = searcher.query(code=code, path=f"{p}/naive.cu", k=searcher.index.n_skills, mode=mode,
-                                             weights=weights, include_filtered=False)
+                                             weights=weights, include_filtered=False, rank="similarity")
                         ranked = [h["skill_id"] for h in ans["hits"]]
                     else:
                         sc, _ = searcher.scores(code=code, units=searcher.units(code))

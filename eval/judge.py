@@ -39,8 +39,8 @@ from typing import Any, Iterable, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
-from mining.parse import parse_cuda, text, walk
+from corpora.code.source import Source
+from corpora.code.parse import parse_cuda, text, walk
 
 FFMA_PREFIXES = ("FFMA", "HFMA2", "DFMA", "FFMA2")
 LOAD_PREFIXES = ("LDG", "LDS")

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Optional, Sequence
 
-from skills.records import Anchor, Evidence, Lineage, Precondition, Skill, lineage_identity, sha256, skill_identity
+from mining.records import Anchor, Evidence, Lineage, Precondition, Skill, lineage_identity, sha256, skill_identity
 
 DEFAULT_PROBLEMS = ("reduce_sum", "softmax", "layernorm", "rmsnorm_residual", "sgemm", "transpose", "histogram",
                     "bias_gelu", "conv2d_3x3", "attention_fwd", "exclusive_scan", "hgemm_wmma")
@@ -25,9 +25,9 @@ DEFAULT_PROBLEMS = ("reduce_sum", "softmax", "layernorm", "rmsnorm_residual", "s
 
 def proxy_walk(expert: str, max_steps: int = 40) -> list[tuple]:
     """[(candidate, optimized text, simpler text)] of an ungated backward walk."""
-    from mining.mine import _operator_order, deterministic_candidates
+    from mining.mine import operator_order, deterministic_candidates
 
-    ops = _operator_order(None)
+    ops = operator_order(None)
     out = []
     cur = expert
     for _ in range(max_steps):
@@ -44,7 +44,8 @@ def proxy_skills(problem_dir: Path, max_steps: int = 40) -> tuple[Lineage, list[
     """(lineage, unmerged skills, one per step) of an ungated walk of ``problem_dir/kernel.cu``."""
     import json
 
-    from mining.lift import CARRIER_SKILLS, CONFLICTS, OPERATOR_SKILLS, REQUIRES, anchor_of, exemplar
+    from mining.exemplar import exemplar
+    from mining.lift import CARRIER_SKILLS, CONFLICTS, OPERATOR_SKILLS, REQUIRES, anchor_of
     from mining.probe import code_guard_text, guard_conditions
 
     problem_dir = Path(problem_dir)

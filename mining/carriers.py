@@ -13,250 +13,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from tree_sitter import Node
 
-from mining.parse import FunctionSig, functions, parse_cuda, text, walk
+from corpora.code.nodes import call_name, declarator_name, enclosing, same
+from corpora.code.parse import FunctionSig, text
+from corpora.code.source import Site, Source
+from mining.carriers_meaning import LOAD_INTRINSICS, STORE_INTRINSICS, extend_detectors
 
 
-@dataclass(frozen=True)
-class Site:
-    carrier: str
-    line: int  # 1-based line of start_byte
-    start_byte: int
-    end_byte: int
-    function: str  # enclosing function name ("" at file scope)
-    excerpt: str  # the source line(s) of the site, stripped, at most 160 characters
-
-
-# --------------------------------------------------------------------------- source context
+# --------------------------------------------------------------------------- vocabulary
 
 VEC_TYPE = r"(?:u?int|float|double|u?short|u?char|u?long|longlong|ulonglong)[234]|__half2|half2|__nv_bfloat162"
 _VEC_CAST = re.compile(rb"^reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?(" + VEC_TYPE.encode() +
                        rb")\s*(?:const\s*)?\*\s*(?:__restrict__\s*)?>$")
-LOAD_INTRINSICS = {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}
-STORE_INTRINSICS = {"__stcg", "__stcs", "__stwt", "__stwb"}
-
-
-def blank_comments(raw: bytes) -> bytes:
-    """The source with every comment replaced by spaces (newlines kept): same length, same offsets."""
-    tree = parse_cuda(raw)
-    out = bytearray(raw)
-    for node in walk(tree.root_node):
-        if node.type == "comment":
-            for i in range(node.start_byte, node.end_byte):
-                if out[i] not in (0x0A, 0x0D):
-                    out[i] = 0x20
-        elif node.type == "preproc_arg":
-            # tree-sitter keeps a trailing comment inside a macro's replacement text
-            arg = raw[node.start_byte:node.end_byte]
-            for m in re.finditer(rb'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', arg, re.S):
-                if not m.group(0).startswith(b'"'):
-                    for i in range(node.start_byte + m.start(), node.start_byte + m.end()):
-                        if out[i] not in (0x0A, 0x0D):
-                            out[i] = 0x20
-    return bytes(out)
-
-
-def normalize_for_parse(code: bytes) -> bytes:
-    """Blank `__align__(N)` (same length): tree-sitter-cuda does not know it and mis-parses the declaration."""
-    return re.sub(rb"\b__align__\s*\([^()]*\)", lambda m: b" " * len(m.group(0)), code)
-
-
-class Source:
-    """One kernel file prepared for detection: raw bytes, comment-free bytes, tree, functions."""
-
-    def __init__(self, source: str | bytes):
-        self.raw = source.encode() if isinstance(source, str) else bytes(source)
-        self.code = normalize_for_parse(blank_comments(self.raw))
-        self.tree = parse_cuda(self.code)
-        self.funcs: list[FunctionSig] = functions(self.tree)
-        self._line_starts = [0] + [m.end() for m in re.finditer(rb"\n", self.raw)]
-
-    # ---- positions
-    def line_of(self, byte: int) -> int:
-        lo, hi = 0, len(self._line_starts) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._line_starts[mid] <= byte:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo + 1
-
-    def function_at(self, byte: int) -> Optional[FunctionSig]:
-        best = None
-        for f in self.funcs:
-            if f.start_byte <= byte < f.end_byte and (best is None or f.start_byte >= best.start_byte):
-                best = f
-        return best
-
-    def excerpt(self, start: int, end: int) -> str:
-        a = self.raw.rfind(b"\n", 0, start) + 1
-        b = self.raw.find(b"\n", max(end - 1, start))
-        b = len(self.raw) if b < 0 else b
-        code = self.code[a:b].decode("utf-8", errors="replace")
-        return " ".join(code.split())[:160]
-
-    def site(self, carrier: str, start: int, end: int) -> Site:
-        f = self.function_at(start)
-        return Site(carrier=carrier, line=self.line_of(start), start_byte=start, end_byte=end,
-                    function=f.name if f else "", excerpt=self.excerpt(start, end))
-
-    # ---- tree helpers
-    def nodes(self, *types: str, within: Optional[Node] = None) -> Iterator[Node]:
-        """Nodes of these types in pre-order, in the whole tree or in ``within``'s subtree."""
-        if within is not None:
-            return (n for n in walk(within) if n.type in types)
-        if len(types) == 1:
-            return iter(self._by_type.get(types[0], ()))
-        return (n for n in self._preorder if n.type in types)
-
-    @cached_property
-    def _preorder(self) -> list[Node]:
-        # detectors ask for one node type after another: walk the tree once, not once per question
-        return list(walk(self.tree.root_node))
-
-    @cached_property
-    def _by_type(self) -> dict[str, list[Node]]:
-        out: dict[str, list[Node]] = {}
-        for n in self._preorder:
-            out.setdefault(n.type, []).append(n)
-        return out
-
-    def func_node(self, f: FunctionSig) -> Optional[Node]:
-        for n in self.nodes("function_definition"):
-            if n.start_byte == f.start_byte and n.end_byte == f.end_byte:
-                return n
-        return None
-
-    def func_code(self, f: FunctionSig) -> bytes:
-        return self.code[f.start_byte:f.end_byte]
-
-    @cached_property
-    def shared_names(self) -> dict[str, Node]:
-        """Names declared `__shared__` (static or extern) -> their declaration node."""
-        out: dict[str, Node] = {}
-        for decl in self.nodes("declaration"):
-            if not re.search(rb"\b__shared__\b", self.code[decl.start_byte:decl.end_byte]):
-                continue
-            for d in decl.named_children:
-                name = declarator_name(d)
-                if name:
-                    out[name] = decl
-        return out
-
-    @cached_property
-    def shared_decls(self) -> list[tuple[Node, str, list[Node]]]:
-        """(declaration, name, [dimension expressions]) for every `__shared__` array."""
-        out = []
-        for decl in self.nodes("declaration"):
-            if not re.search(rb"\b__shared__\b", self.code[decl.start_byte:decl.end_byte]):
-                continue
-            for d in decl.named_children:
-                if d.type not in ("array_declarator", "init_declarator"):
-                    continue
-                name = declarator_name(d)
-                dims: list[Node] = []
-                node = d
-                while node is not None and node.type == "array_declarator":
-                    size = node.child_by_field_name("size")
-                    if size is not None:
-                        dims.insert(0, size)
-                    node = node.child_by_field_name("declarator")
-                if name:
-                    out.append((decl, name, dims))
-        return out
-
-    @cached_property
-    def defines(self) -> dict[str, str]:
-        """Object-like macros: NAME -> replacement text (comments blanked)."""
-        out = {}
-        for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*)$", self.code):
-            out[m.group(1).decode()] = " ".join(m.group(2).decode("utf-8", "replace").split())
-        return out
-
-    def expand(self, expr: str, depth: int = 3) -> str:
-        for _ in range(depth):
-            new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + self.defines[m.group(0)] + ")"
-                         if m.group(0) in self.defines else m.group(0), expr)
-            if new == expr:
-                break
-            expr = new
-        return expr
-
-    def global_names(self, f: FunctionSig) -> set[str]:
-        """Pointer parameters of `f` and local pointers initialised from them (to a fixpoint).
-        Kept per function: detectors ask once per memory access."""
-        key = (f.start_byte, f.end_byte)
-        if key not in self._global_names_memo:
-            self._global_names_memo[key] = frozenset(self._global_names(f))
-        return set(self._global_names_memo[key])
-
-    @cached_property
-    def _global_names_memo(self) -> dict[tuple[int, int], frozenset]:
-        return {}
-
-    def _global_names(self, f: FunctionSig) -> set[str]:
-        names = {p.name for p in f.params if p.is_pointer}
-        fn = self.func_node(f)
-        if fn is None:
-            return names
-        decls = []
-        for decl in self.nodes("declaration", within=fn):
-            if re.search(rb"\b__shared__\b", self.code[decl.start_byte:decl.end_byte]):
-                continue
-            for d in decl.named_children:
-                if d.type == "init_declarator":
-                    inner = d.child_by_field_name("declarator")
-                    value = d.child_by_field_name("value")
-                    if inner is not None and value is not None and inner.type == "pointer_declarator":
-                        decls.append((declarator_name(inner), text(value)))
-        changed = True
-        while changed:
-            changed = False
-            for name, value in decls:
-                if name and name not in names and any(re.search(r"\b%s\b" % re.escape(g), value) for g in names):
-                    if not any(re.search(r"\b%s\b" % re.escape(s), value) for s in self.shared_names):
-                        names.add(name)
-                        changed = True
-        return names
-
-    def regex(self, pattern: bytes, start: int = 0, end: Optional[int] = None, flags: int = 0):
-        return re.compile(pattern, flags).finditer(self.code, start, len(self.code) if end is None else end)
-
-
-def declarator_name(node: Node) -> Optional[str]:
-    while node is not None:
-        if node.type in ("identifier", "field_identifier"):
-            return text(node)
-        inner = node.child_by_field_name("declarator")
-        if inner is None:
-            inner = next((c for c in node.named_children if c.type.endswith("declarator") or c.type == "identifier"),
-                         None)
-        node = inner
-    return None
-
-
-def call_name(call: Node) -> str:
-    fn = call.child_by_field_name("function")
-    return text(fn) if fn is not None else ""
-
-
-def enclosing(node: Node, *types: str) -> Optional[Node]:
-    p = node.parent
-    while p is not None:
-        if p.type in types:
-            return p
-        p = p.parent
-    return None
-
-
-def same(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte \
-        and a.type == b.type
 
 
 # --------------------------------------------------------------------------- vector accesses
@@ -492,7 +263,7 @@ def _shuffle_reduce(src: Source) -> list[Site]:
 
 
 @detector("warp_scan")
-def _warp_scan(src: Source) -> list[Site]:
+def warp_scan_sites(src: Source) -> list[Site]:
     out = []
     for call in _calls(src, {"__shfl_up_sync", "__shfl_up"}):
         loop = enclosing(call, "for_statement")
@@ -510,7 +281,7 @@ def _shared_arrays(src: Source) -> set[str]:
 
 
 @detector("block_reduce_shared")
-def _block_reduce_shared(src: Source) -> list[Site]:
+def block_reduce_shared_sites(src: Source) -> list[Site]:
     out = []
     for name in sorted(_shared_arrays(src)):
         n = re.escape(name.encode())
@@ -521,7 +292,7 @@ def _block_reduce_shared(src: Source) -> list[Site]:
 
 
 @detector("block_scan")
-def _block_scan(src: Source) -> list[Site]:
+def block_scan_sites(src: Source) -> list[Site]:
     out = []
     for name in sorted(_shared_arrays(src)):
         n = re.escape(name.encode())
@@ -544,7 +315,7 @@ def _atomic_calls(src: Source) -> Iterator[Node]:
 
 
 @detector("atomic_per_block")
-def _atomic_per_block(src: Source) -> list[Site]:
+def atomic_per_block_sites(src: Source) -> list[Site]:
     out = []
     shared = set(src.shared_names)
     for call in _atomic_calls(src):
@@ -578,7 +349,7 @@ def _dynamic_tile_id(src: Source) -> list[Site]:
 
 
 @detector("decoupled_lookback")
-def _decoupled_lookback(src: Source) -> list[Site]:
+def decoupled_lookback_sites(src: Source) -> list[Site]:
     out = []
     for f in src.funcs:
         code = src.func_code(f)
@@ -663,7 +434,7 @@ def _shared_tile(src: Source) -> list[Site]:
     return out
 
 
-_PAD_MACRO = re.compile(r"(^|_)(LD|PAD\w*|PITCH|STRIDE)$|PAD", re.I)
+PAD_MACRO = re.compile(r"(^|_)(LD|PAD\w*|PITCH|STRIDE)$|PAD", re.I)
 
 
 @detector("shared_padding")
@@ -680,7 +451,7 @@ def _shared_padding(src: Source) -> list[Site]:
     # padded pitches defined as macros (`#define LD (HEAD_DIM + 4)`), used by shared arrays or offsets
     for m in src.regex(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+\(?\s*\w+\s*\+\s*(\d+|\w+\s*/\s*\d+)\s*\)?[ \t]*$"):
         macro = m.group(1).decode()
-        if _PAD_MACRO.search(macro) and re.search(rb"\b" + m.group(1) + rb"\b", src.code[m.end():]):
+        if PAD_MACRO.search(macro) and re.search(rb"\b" + m.group(1) + rb"\b", src.code[m.end():]):
             out.append(src.site("shared_padding", m.start(1), m.end()))
     # index remaps that skip a bank every so often: q + (q >> 3)
     for m in src.regex(rb"\b(\w+)\s*\+\s*\(\s*\1\s*>>\s*\d+\s*\)"):
@@ -701,7 +472,7 @@ def _halo_tile(src: Source) -> list[Site]:
     return out
 
 
-def _local_arrays(src: Source, f: FunctionSig, min_dims: int = 1) -> list[tuple[Node, str, int]]:
+def local_arrays(src: Source, f: FunctionSig, min_dims: int = 1) -> list[tuple[Node, str, int]]:
     fn = src.func_node(f)
     out = []
     if fn is None:
@@ -721,11 +492,11 @@ def _local_arrays(src: Source, f: FunctionSig, min_dims: int = 1) -> list[tuple[
 
 
 @detector("register_tile")
-def _register_tile(src: Source) -> list[Site]:
+def register_tile_sites(src: Source) -> list[Site]:
     out = []
     for f in src.funcs:
         code = src.func_code(f)
-        for decl, name, dims in _local_arrays(src, f, 2):
+        for decl, name, dims in local_arrays(src, f, 2):
             n = re.escape(name.encode())
             if re.search(rb"\b" + n + rb"\s*\[[^]]+\]\s*\[[^]]+\]\s*(\+=|\*=|=\s*fmaf?\s*\()", code) or \
                     re.search(rb"mma_sync\s*\(\s*" + n + rb"\b", code):
@@ -737,7 +508,7 @@ def _register_tile(src: Source) -> list[Site]:
     return out
 
 
-def _global_load_expr(src: Source, f: FunctionSig, expr: str) -> bool:
+def global_load_expr(src: Source, f: FunctionSig, expr: str) -> bool:
     if re.search(r"\b(__ldg|__ldcg|__ldcs)\s*\(", expr):
         return True
     # g[i], and the spellings a load keeps once __ldg is gone: *(g + i), *g, (g + i)[k]
@@ -746,7 +517,7 @@ def _global_load_expr(src: Source, f: FunctionSig, expr: str) -> bool:
 
 
 @detector("register_cache")
-def _register_cache(src: Source) -> list[Site]:
+def register_cache_sites(src: Source) -> list[Site]:
     out = []
     for f in src.funcs:
         fn = src.func_node(f)
@@ -754,12 +525,12 @@ def _register_cache(src: Source) -> list[Site]:
             continue
         loops = list(src.nodes("for_statement", within=fn))
         # arrays filled from global memory in one loop and read in another
-        for decl, name, dims in _local_arrays(src, f, 1):
+        for decl, name, dims in local_arrays(src, f, 1):
             if dims != 1:
                 continue
             n = re.escape(name)
             filled = [lp for lp in loops if re.search(r"\b%s\s*\[[^]]+\]\s*=\s*([^;=][^;]*);" % n, text(lp)) and
-                      any(_global_load_expr(src, f, m.group(1)) for m in
+                      any(global_load_expr(src, f, m.group(1)) for m in
                           re.finditer(r"\b%s\s*\[[^]]+\]\s*=\s*([^;=][^;]*);" % n, text(lp)))]
             if not filled:
                 continue
@@ -777,7 +548,7 @@ def _register_cache(src: Source) -> list[Site]:
                 if d.child_by_field_name("declarator").type != "identifier":
                     continue
                 name = text(d.child_by_field_name("declarator"))
-                if not _global_load_expr(src, f, text(d.child_by_field_name("value"))):
+                if not global_load_expr(src, f, text(d.child_by_field_name("value"))):
                     continue
                 after = [lp for lp in loops if lp.start_byte > decl.end_byte and
                          re.search(r"\b%s\b" % re.escape(name), text(lp.child_by_field_name("body") or lp))]
@@ -788,7 +559,7 @@ def _register_cache(src: Source) -> list[Site]:
 
 
 @detector("double_buffer")
-def _double_buffer(src: Source) -> list[Site]:
+def double_buffer_sites(src: Source) -> list[Site]:
     out = []
     for decl, name, dims in src.shared_decls:
         if dims and src.expand(text(dims[0])).strip("() ") == "2":
@@ -1011,7 +782,7 @@ def _coalesced_transpose(src: Source) -> list[Site]:
 
 
 @detector("transposed_tile")
-def _transposed_tile(src: Source) -> list[Site]:
+def transposed_tile_sites(src: Source) -> list[Site]:
     out = []
     for f in src.funcs:
         code = src.func_code(f).decode("utf-8", "replace")
@@ -1053,3 +824,7 @@ def detect_carriers(source: str | bytes, flags: Sequence[str] = ()) -> dict[str,
 
 def carrier_names(source: str | bytes, flags: Sequence[str] = ()) -> set[str]:
     return set(detect_carriers(source, flags))
+
+
+# detection by meaning (issue 19): what mining/carriers_meaning.py finds extends the detectors above
+extend_detectors(DETECTORS)

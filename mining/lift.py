@@ -4,20 +4,20 @@ Every field is filled from what the walk measured: the exemplar and diff from th
 the anchor from the optimized text's syntax tree, static deltas from the gate's static stage
 (registers, shared memory, spills, SASS mix), a time ratio only from GPU profiles, and
 preconditions from probing (`mining/probe.py`) or from the guard the expert wrote around the
-site. What is the same optimization is decided by `skills.records.skill_identity`.
+site. What is the same optimization is decided by `mining.records.skill_identity`.
 """
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from mining.carriers import Source
+from corpora.code.source import Source
+from mining.exemplar import exemplar, strip_carrier_marks
 from mining.probe import Hypothesis, ProbeOutcome, code_guard_text
-from skills.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
+from mining.records import (TOOL_VERSION, Anchor, Effect, Evidence, Precondition, Risk, Skill, skill_identity)
 
 # carrier -> (skill name, intent in the optimizing direction)
 CARRIER_SKILLS: dict[str, tuple[str, str]] = {
@@ -52,7 +52,18 @@ CARRIER_SKILLS: dict[str, tuple[str, str]] = {
     "privatized_atomics": ("Privatize atomics in shared memory", "Accumulate into a per-block shared copy with fast shared atomics and merge once to global."),
     "halo_tile": ("Stage a halo tile for a stencil", "Load the tile plus its halo into shared memory once per block."),
     "coalesced_transpose": ("Coalesced transpose through shared memory", "Reorder in shared memory so both the global reads and the global writes are coalesced."),
+    # carriers of the generic simplifications found by meaning (issue 19)
+    "specialized_dispatch": ("Dispatch to a specialized kernel instance at run time", "Check at run time what a faster instance of the kernel needs (16-byte aligned pointers, a size divisible by its vector width) and launch that instance, keeping the general one as the fallback."),
+    "block_per_row": ("One block per row", "Give each row a whole block: its threads sweep the row together in block-stride steps (coalesced) and combine their partial results with a block reduction, instead of one thread walking the row alone."),
+    "packed_half2_math": ("Packed half2 arithmetic", "Compute two half (or bfloat16) values per instruction with the half2 intrinsics (__hadd2, __hmul2, __hfma2) instead of one lane at a time."),
+    "block_swizzle": ("Swizzle the order of the blocks", "Map the launch's block index to the tile a block works on through a permutation (diagonal order against partition camping, raster swizzles for cache reuse) instead of the natural order."),
+    "coalesced_access": ("Coalesce global accesses across a warp", "Map the thread index that varies fastest within a warp (threadIdx.x) to the contiguous dimension of the global arrays, so a warp's accesses fall on consecutive addresses (one transaction per 128 bytes) instead of one per thread."),
+    "thread_coarsening": ("Coarsen the per-thread work", "Give each thread several elements (a pack, a tile, several rows) sized by a compile-time constant: more independent work per thread, wider accesses, fewer threads and less index arithmetic."),
 }
+
+from mining.operators.cache_hints import HINT_SKILLS  # noqa: E402  (cache hints, each its own skill)
+
+CARRIER_SKILLS.update(HINT_SKILLS)
 
 # operators whose skill is not the carrier's main one
 OPERATOR_SKILLS: dict[str, tuple[str, str]] = {
@@ -98,34 +109,6 @@ class StepContext:
     axes: list[str] = field(default_factory=list)  # the definition's axis names (guards use kernel parameter names)
     expert: str = ""  # the lineage's start (the expert kernel as written): the card's example comes from it
     problem_dir: str = ""  # the problem folder: its hand-written naive.cu is the example's "before"
-
-
-_CARRIER_MARK = re.compile(r"[ \t]*//[ \t]*carrier:[^\n]*")
-
-
-def strip_carrier_marks(code: str) -> str:
-    """The code without the corpus's `// carrier: NAME` annotations (recall's ground truth, not
-    part of the optimization), dropping lines that held nothing else."""
-    out = []
-    for line in code.splitlines(keepends=True):
-        new = _CARRIER_MARK.sub("", line)
-        if new.strip() or not line.strip():
-            out.append(new)
-    return "".join(out)
-
-
-def exemplar(optimized: str, simpler: str, context: int = 2) -> tuple[str, str, str]:
-    """(simpler excerpt, optimized excerpt, unified diff simpler -> optimized), annotation-free."""
-    optimized, simpler = strip_carrier_marks(optimized), strip_carrier_marks(simpler)
-    a, b = simpler.splitlines(keepends=True), optimized.splitlines(keepends=True)
-    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
-    ops = [op for op in sm.get_opcodes() if op[0] != "equal"]
-    if not ops:
-        return "", "", ""
-    i1, i2 = max(0, ops[0][1] - context), min(len(a), ops[-1][2] + context)
-    j1, j2 = max(0, ops[0][3] - context), min(len(b), ops[-1][4] + context)
-    diff = "".join(difflib.unified_diff(a, b, "simpler.cu", "optimized.cu", n=context))
-    return "".join(a[i1:i2])[:4000], "".join(b[j1:j2])[:4000], diff[:8000]
 
 
 # What each optimization needs of the code by construction, whatever the sizes: probing sizes cannot

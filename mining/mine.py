@@ -1,14 +1,17 @@
 """`skills mine` as a library: walk each expert kernel backward, lift its steps, store them.
 
     from mining.mine import MineConfig, mine_problem
-    outcome = mine_problem(Path("corpora/kernels/softmax"), MineConfig(executor="cpu"))
+    from skills.kernel_store import MinedLineages
+    outcome = mine_problem(Path("corpora/kernels/softmax"), MineConfig(executor="cpu"),
+                           lineages=MinedLineages(Path(".skills")))
 
 Per problem: candidates come from the deterministic operators (`mining/operators/`, in the
 priority order below) and, when a model is configured, from the LLM operator; the kernel gate
 checks them in worker processes; the walk (`mining/walk.py`) accepts one per step; every
 lineage state is probed on adversarial workloads (`mining/probe.py`); accepted steps are lifted
-into skills (`mining/lift.py`); the lineage, its steps and the merged skills are written to the
-store in one transaction (`skills/kernel_store.py`).
+into skills (`mining/lift.py`); the lineage, its steps and the merged skills go to the
+`LineageStore` the caller hands in (`skills.kernel_store.MinedLineages`: one transaction per
+lineage). Mining sits upstream of the store and never imports it.
 
 A lineage is identified by (problem, sha256 of the expert, executor, strategy); re-mining an
 unchanged expert with the same settings finds the stored lineage and does no gate work.
@@ -17,20 +20,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from corpora.problem import Problem, ProblemError, load_problem
-from mining.carriers import Source, detect_carriers
-from mining.gate import BadInput, GateConfig, run_gate
+from corpora.code.source import Source
+from mining.carriers import detect_carriers
+from mining.checker import KernelGateChecker, gate_summary, run_many
+from mining.gate import BadInput, GateConfig
 from mining.gate.gate import kernel_inputs_hash, read_kernel
-from mining.gate.sandbox import gate_worker_init, require_isolation
+from mining.gate.sandbox import require_isolation
 from mining.gate.cache import TOOL_VERSION
 from mining.gate.cases import reduce_workload
 from mining.gate.executors import make_executor, resolve_executor
@@ -40,30 +43,7 @@ from mining.probe import (force_guard, site_guards, hypotheses, induce, induce_s
                           probe_problem_dir,
                           probe_workloads)
 from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
-from skills.records import Lineage, Skill, Step, lineage_identity, sha256
-
-# The CPU strategy's fixed priority: local, declarative carriers first (a pragma, a qualifier,
-# an intrinsic), then access-width and data-movement rewrites, then structural ones. Removing
-# vector accesses and double buffers first is what makes a shared tile's fill simple enough for
-# shared_tile_to_global. Operators not listed run after these, in registry order.
-PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load", "fast_math_to_precise",
-            "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "async_copy_to_sync",
-            "drop_pipeline_sync", "double_to_single_buffer", "register_cache_to_reload", "shuffle_to_shared",
-            "scan_shuffle_to_shared", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",
-            "privatized_to_global_atomics", "shrink_register_tile", "shared_tile_to_global", "drop_grid_clamp",
-            "grid_stride_to_single")
-# single-level / recomputed / two-pass forms, after the operators above; a block-stride loop is
-# split into per-thread chunks only where one element per thread was refused, and before the
-# softmax max gets a pass of its own (a max over a subset of the row still normalizes correctly:
-# one element per thread in that pass would pass the gate while computing another max)
-PRIORITY += ("block_reduce_to_serial", "register_array_to_recompute", "block_stride_to_chunks",
-             "online_softmax_to_two_pass", "chan_stats_to_two_pass")
-# outer-product register tiles, transposed operand tiles, decoupled look-back, block scan (helper A2)
-PRIORITY += ("register_tile_to_dot", "untranspose_tile", "lookback_to_chained", "block_scan_to_thread_totals")
-# last: splitting a flash-style sweep into a max pass and an accumulation pass duplicates the
-# sweep, so every other simplification of it comes first (helper A1)
-PRIORITY += ("online_rescale_to_two_pass",)
-
+from mining.records import Lineage, Skill, Step, lineage_identity, sha256
 
 @dataclass(frozen=True)
 class MineConfig:
@@ -87,15 +67,26 @@ class MineConfig:
     operators: Optional[tuple[str, ...]] = None  # restrict to these operator names
     store: Optional[Path] = None
     use_cache: bool = True
-    index: bool = False  # index this lineage's skills for retrieval right after saving (the CLI indexes once per run)
     trust: bool = False  # without a sandbox on this machine, run the gate unisolated (docs/security.md)
 
     def fingerprint(self) -> str:
         d = asdict(self)
-        for k in ("jobs", "store", "use_cache", "index", "time_limit_s", "trust"):
+        for k in ("jobs", "store", "use_cache", "time_limit_s", "trust"):
             d.pop(k)
         d["operators_all"] = [op.name for op in all_operators()]
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class LineageStore(Protocol):
+    """Where mine_problem finds a lineage to reuse and hands a finished one over
+    (skills.kernel_store.MinedLineages keeps them in the store)."""
+
+    def reusable(self, lineage_id: str, fingerprint: str) -> Optional[tuple[Lineage, list[Skill], Optional[str]]]:
+        """(the stored lineage, its skills, its final source) when one with this fingerprint is stored."""
+
+    def save(self, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
+             gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
+        """Save a finished lineage; (the merged skills, the skill ids stored before)."""
 
 
 @dataclass
@@ -114,104 +105,7 @@ class MineOutcome:
     undetected_carriers: list[str] = field(default_factory=list)  # listed, never detected in the expert
 
 
-# --------------------------------------------------------------------------- gate in worker processes
-def _gate_worker(args: tuple) -> dict[str, Any]:
-    problem_dir, kernel, cfg, source = args
-    try:
-        res = run_gate(Path(problem_dir), Path(kernel), cfg, source=source)
-        return res.to_dict()
-    except BadInput as exc:
-        return {"passed": False, "verdict": "error", "reason": str(exc), "stages": {}, "wall_s": 0.0}
-
-
-def _environment_build_failure(d: dict[str, Any]) -> bool:
-    c = d.get("stages", {}).get("correctness", {})
-    return bool(c.get("transient")) and str(c.get("reason", "")).startswith("build failed")
-
-
-def _summary(d: dict[str, Any]) -> dict[str, Any]:
-    st = d.get("stages", {})
-    c = st.get("correctness", {})
-    return {"verdict": d.get("verdict"), "stages": {k: v.get("status") for k, v in st.items()},
-            "cases": f"{c.get('cases_passed', 0)}/{c.get('cases_total', 0)}" if c else "",
-            "wall_s": d.get("wall_s")}
-
-
-class KernelGateChecker:
-    """The kernel gate as the walk's Checker: static + correctness in a process pool; profile
-    (GPU timing) one at a time in this process."""
-
-    def __init__(self, problem: Problem, kernel: Path, gate_cfg: GateConfig, jobs: int, pool: Optional[ProcessPoolExecutor],
-                 profile_dir: Optional[Path] = None, profile_repeats: int = 20):
-        self.problem, self.kernel, self.cfg, self.jobs, self.pool = problem, kernel, gate_cfg, jobs, pool
-        self.can_time = gate_cfg.executor == "cuda"
-        self.profile_dir = profile_dir or problem.root
-        self.profile_repeats = profile_repeats
-        self.results: dict[str, dict[str, Any]] = {}  # source hash -> full gate dict
-        self.profiles: dict[str, dict[str, Any]] = {}
-
-    def check_many(self, sources: Sequence[str]) -> list[Verdict]:
-        args = [(str(self.problem.root), str(self.kernel), self.cfg, s) for s in sources]
-        if self.pool is not None and len(args) > 1:
-            dicts = list(self.pool.map(_gate_worker, args))
-        else:
-            dicts = [_gate_worker(a) for a in args]
-        # A build that failed for the machine's sake (compiler timed out on a loaded machine, a
-        # missing header) says nothing about the candidate: retry it once with more time rather
-        # than record a rejection (issue 22: environment failures are not verdicts).
-        for i, d in enumerate(dicts):
-            if _environment_build_failure(d):
-                cfg = GateConfig(**{**asdict(self.cfg), "timeout_s": self.cfg.timeout_s * 3})
-                dicts[i] = _gate_worker((args[i][0], args[i][1], cfg, args[i][3]))
-        out = []
-        for s, d in zip(sources, dicts):
-            self.results[sha256(s)] = d
-            out.append(Verdict(passed=bool(d.get("passed")), verdict=d.get("verdict", "error"),
-                               reason=d.get("reason", ""), summary=_summary(d),
-                               static=d.get("stages", {}).get("static", {}), raw=d, wall_s=d.get("wall_s", 0.0)))
-        return out
-
-    def profile(self, source: str) -> Optional[dict[str, Any]]:
-        if not self.can_time:
-            return None
-        h = sha256(source)
-        if h not in self.profiles:
-            cfg = GateConfig(**{**asdict(self.cfg), "stages": ("profile",), "profile_repeats": self.profile_repeats})
-            with gpu_timing_lock(Path(self.cfg.store or ".skills")):
-                d = run_gate(self.profile_dir, self.kernel, cfg, source=source).to_dict()
-            self.profiles[h] = d.get("stages", {}).get("profile", {})
-        p = self.profiles[h]
-        return p if p.get("status") == "pass" else None
-
-    def time(self, source: str) -> Optional[float]:
-        p = self.profile(source)
-        if not p or not p.get("workloads"):
-            return None
-        meds = [w["median_ms"] for w in p["workloads"].values() if w.get("median_ms", 0) > 0]
-        return math.exp(sum(map(math.log, meds)) / len(meds)) if meds else None
-
-
-def gpu_timing_lock(store_root: Path):
-    """Serialize GPU timing across threads and processes that mine into one store: two kernels
-    timed at once would each measure the other. Processes mining into different stores on one
-    GPU share a lock by naming the same file in SKILLS_GPU_LOCK."""
-    import contextlib
-    import fcntl
-
-    @contextlib.contextmanager
-    def _lock():
-        shared = os.environ.get("SKILLS_GPU_LOCK")
-        path = Path(shared) if shared else Path(store_root).resolve() / "cache" / "gpu-timing.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-    return _lock()
-
-
+# --------------------------------------------------------------------------- gate
 def primary_profile_dir(problem: Problem, cache_root: Path) -> Path:
     """The problem with only its primary large workload (the one effects are reported on)."""
     from mining.probe import workload_subset_dir
@@ -232,15 +126,15 @@ def _vol(axes: dict[str, int]) -> int:
 
 
 # --------------------------------------------------------------------------- candidates
-def _operator_order(names: Optional[Sequence[str]]) -> list:
+def operator_order(names: Optional[Sequence[str]]) -> list:
+    """The operators the walk proposes from, in the registry's priority order (mining/operators/registry.py)."""
     ops = all_operators()
     if names:
         unknown = set(names) - {op.name for op in ops}
         if unknown:
             raise BadInput(f"--operators: unknown operator {sorted(unknown)[0]!r}")
         ops = [op for op in ops if op.name in names]
-    rank = {n: i for i, n in enumerate(PRIORITY)}
-    return sorted(ops, key=lambda op: (rank.get(op.name, len(PRIORITY)), [o.name for o in all_operators()].index(op.name)))
+    return ops
 
 
 def deterministic_candidates(source: str, operators: list) -> list[Candidate]:
@@ -326,12 +220,6 @@ def llm_candidates(source: str, problem: Problem, model: str, rejected: list[tup
     return out, failures
 
 
-def _run_many(problem_dir: Path, kernel: Path, cfg: GateConfig, sources: list[str],
-              pool: Optional[ProcessPoolExecutor]) -> list[dict[str, Any]]:
-    args = [(str(problem_dir), str(kernel), cfg, s) for s in sources]
-    return list(pool.map(_gate_worker, args)) if pool is not None and len(args) > 1 else [_gate_worker(a) for a in args]
-
-
 # --------------------------------------------------------------------------- probes
 def _probe(problem: Problem, kernel: Path, cfg: GateConfig, sources: list[str], jobs: int,
            pool: Optional[ProcessPoolExecutor]):
@@ -339,17 +227,18 @@ def _probe(problem: Problem, kernel: Path, cfg: GateConfig, sources: list[str], 
     pdir = probe_problem_dir(problem, probes, (cfg.store or Path(".skills")).resolve() / "cache")
     # probes vary sizes; the value-adversarial cases already ran in the walk's gate
     pcfg = GateConfig(**{**asdict(cfg), "stages": ("correctness",), "seeds": cfg.seeds[:1], "adversarial": False})
-    dicts = _run_many(pdir, kernel, pcfg, sources, pool)
+    dicts = run_many(pdir, kernel, pcfg, sources, pool)
     return probes, [outcomes_from_gate(d, probes) for d in dicts]
 
 
 # --------------------------------------------------------------------------- one problem
 def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: Optional[Path] = None,
                  on_event: Callable[[WalkEvent], None] = lambda e: None,
-                 pool: Optional[ProcessPoolExecutor] = None, llm_kwargs: Optional[dict] = None) -> MineOutcome:
-    from skills.kernel_store import KernelStore
-    from skills.store import Store
-
+                 pool: Optional[ProcessPoolExecutor] = None, llm_kwargs: Optional[dict] = None,
+                 lineages: Optional[LineageStore] = None) -> MineOutcome:
+    """Walk one problem's kernel backward and lift its steps. With ``lineages`` a stored lineage of
+    the same settings is reused and the finished one is saved there; without, nothing is read or
+    saved (the outcome's skills are the lifted ones, unmerged)."""
     t0 = time.perf_counter()
     try:
         problem = load_problem(Path(problem_dir))
@@ -363,24 +252,19 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
         raise BadInput("--strategy smallest_effect needs GPU timings: use --executor cuda (or --strategy priority)")
     model = config.model or os.environ.get("SKILLS_MODEL") or None
     store_root = Path(config.store or os.environ.get("SKILLS_STORE") or ".skills")
-    store = Store(store_root)
-    if store.root.exists() and not store.root.is_dir():
-        raise BadInput(f"{store.root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
+    if store_root.exists() and not store_root.is_dir():
+        raise BadInput(f"{store_root}: a store is a folder, this is a file (--store / SKILLS_STORE)")
     solution = problem.solution.for_file(kernel_path.name)
     listed = list(solution.carriers)
     kernel_hash = sha256(expert)
     lineage_id = lineage_identity(problem.name, kernel_hash, executor, strategy + (f"+llm:{model}" if model else ""))
-    fp = _lineage_fingerprint(config, problem, solution, executor)
+    fp = lineage_fingerprint(config, problem, solution, executor)
 
-    if store.exists():
-        # read and let go: the walk below takes minutes, other processes may write meanwhile
-        with Store(store_root, read_only=True).session() as reader:
-            rks = KernelStore(reader)
-            existing = rks.lineage(lineage_id)
-            if existing is not None and existing.config.get("fingerprint") == fp and config.use_cache:
-                skills = [s for s in rks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
-                final = rks.source(existing.final_hash) or expert
-                return _outcome(problem, existing, skills, 0, 0, True, time.perf_counter() - t0, listed, expert, final)
+    reused = lineages.reusable(lineage_id, fp) if lineages is not None and config.use_cache else None
+    if reused is not None:
+        existing, skills, final = reused
+        return _outcome(problem, existing, skills, 0, 0, True, time.perf_counter() - t0, listed, expert,
+                        final or expert)
 
     # the walk checks correctness only; static stats (nvcc + SASS) are computed for accepted states afterwards
     require_isolation(config.trust)
@@ -389,8 +273,8 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     profile_dir = None
     if executor == "cuda" and not config.profile_all_workloads:
         profile_dir = primary_profile_dir(problem, store_root.resolve() / "cache")
-    checker = KernelGateChecker(problem, kernel_path, gate_cfg, config.jobs, pool, profile_dir, config.profile_repeats)
-    operators = _operator_order(config.operators)
+    checker = KernelGateChecker(problem.root, kernel_path, gate_cfg, pool, profile_dir, config.profile_repeats)
+    operators = operator_order(config.operators)
     naive_ms, max_cost = _cost_ceiling(problem, checker, config.slowdown_ceiling)
     rejected_so_far: list = []
     llm_failures: list[tuple[int, str]] = []
@@ -435,7 +319,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                 guard_info[k] = {"text": text, "outcomes": outs}
 
     static_cfg = GateConfig(**{**asdict(gate_cfg), "stages": ("static",)})
-    static_dicts = _run_many(problem.root, kernel_path, static_cfg, walk.states, pool)
+    static_dicts = run_many(problem.root, kernel_path, static_cfg, walk.states, pool)
     statics = {sha256(s): d.get("stages", {}).get("static", {}) for s, d in zip(walk.states, static_dicts)}
 
     # GPU timings of every state (the walk timed some already; the checker caches them)
@@ -497,39 +381,14 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                 "listed_carriers": listed, "naive_ms": naive_ms, "cost_ceiling_ms": max_cost,
                 "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures],
                 "llm_usage": {k: round(v, 6) if isinstance(v, float) else v for k, v in llm_usage.items()}})
-    gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
+    gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": gate_summary(d)}
                  for h, d in checker.results.items()]
     problem_info = {"definition": problem.definition.model_dump(mode="json")}
-    merged, existing_ids = save_to_store(store_root, lineage, skills, problem_info, gate_runs)
+    merged, existing_ids = lineages.save(lineage, skills, problem_info, gate_runs) if lineages is not None \
+        else (skills, set())
     new = len({s.skill_id for s in skills} - existing_ids)
-    if config.index and merged:
-        with store.session():
-            _index(store, merged)
     return _outcome(problem, lineage, merged, new, len({s.skill_id for s in skills}) - new, False,
                     time.perf_counter() - t0, listed, expert, walk.states[-1])
-
-
-def save_to_store(store_root: Path, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
-                  gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
-    """Save a finished lineage, holding the store's write lock for this transaction only; lineages
-    spilled earlier by a process that found the store locked go in first. Returns (merged skills,
-    skill ids the store had before). When the lock stays taken past the wait limit the lineage
-    is written to <store>/pending/ and LineageNotSaved says where: a finished walk is never lost."""
-    from skills.kernel_store import KernelStore
-    from skills.store import Store, StoreBusy
-
-    store = Store(store_root)
-    ks = KernelStore(store)
-    try:
-        with store.session():
-            ks.save_pending()
-            existing_ids = {s.skill_id for s in ks.skills()}
-            merged = ks.save_lineage(lineage, skills, problem_info, gate_runs)
-    except StoreBusy as exc:
-        spilled = ks.spill_pending(lineage, skills, problem_info, gate_runs)
-        raise LineageNotSaved(f"{exc}; the finished lineage was kept in {spilled} and is saved by the next "
-                              "`skills mine` into this store") from None
-    return merged, existing_ids
 
 
 def _end_point_probes(state_outcomes: list) -> dict[str, Any]:
@@ -541,7 +400,7 @@ def _end_point_probes(state_outcomes: list) -> dict[str, Any]:
             "failed": [{"axes": o.axes, "reason": o.reason[:200]} for o in last if not o.passed]}
 
 
-def _lineage_fingerprint(config: MineConfig, problem: Problem, solution, executor: str) -> str:
+def lineage_fingerprint(config: MineConfig, problem: Problem, solution, executor: str) -> str:
     """What a stored lineage must match to be reused: the mining settings, the problem's content
     (definition.json, workloads.jsonl, reference), the kernel's solution.toml settings and local
     headers, the toolchain (compiler, CPU runtime or GPU) and the gate's version."""
@@ -557,15 +416,6 @@ def _cost_ceiling(problem: Problem, checker: KernelGateChecker, ratio: float) ->
         return None, None
     t = checker.time(naive.read_text())
     return (t, t * ratio) if t else (None, None)
-
-
-def _index(store, skills: list[Skill]) -> None:
-    """Incremental retrieval indexing of what this lineage added (when retrieval is installed)."""
-    try:
-        from retrieval.skill_index import index_skills
-    except ImportError:
-        return
-    index_skills(store, skills)
 
 
 def _row_axes(problem: Problem) -> dict[str, int]:
@@ -621,29 +471,3 @@ def carrier_accounting(listed: Sequence[str], expert: str, final: str,
             [c for c in listed if c not in expert_carriers])
 
 
-class LineageNotSaved(RuntimeError):
-    """The walk finished but the store stayed locked; the lineage waits in <store>/pending/."""
-
-
-def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
-    """Worker processes for gate runs (spawned: the parent holds threads and a duckdb handle)."""
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=gate_worker_init) if jobs > 1 else None
-
-
-def stop_pool(pool: Optional[ProcessPoolExecutor], grace_s: float = 5.0) -> None:
-    """Stop the gate workers now (Ctrl-C): queued work is cancelled, running gates are unwound."""
-    import multiprocessing
-
-    if pool is None:
-        return
-    pool.shutdown(wait=False, cancel_futures=True)
-    children = multiprocessing.active_children()
-    for p in children:
-        p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in children:
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join(1.0)

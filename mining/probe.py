@@ -1,4 +1,4 @@
-"""Precondition discovery by probing (DESIGN.md "Mining", lifting).
+"""Precondition discovery by probing (docs/architecture.md, "Mining", step 3).
 
 A step's optimized form (expert side) and simpler form are run on *adversarial* workloads
 derived from the definition's axes: tiny sizes, odd sizes, sizes one past a multiple of 4 / 32
@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 from tree_sitter import Node
 
 from corpora.problem import Problem, ProblemError, workload_from_dict
-from mining.carriers import Source, enclosing
+from corpora.code.source import Source
+from corpora.code.nodes import enclosing
 from mining.gate.cache import content_key
 
 DIVISORS = (2, 4, 8, 16, 32, 64, 128)

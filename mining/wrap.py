@@ -3,7 +3,7 @@
     from mining.wrap import wrap
     report = wrap(Path("my_kernel.cu"), Path("my_problem"), kernelbench=Path("1_Square_matmul.py"))
 
-What is read (tree-sitter, `mining/parse.py`): the `__global__` signatures, host functions and
+What is read (tree-sitter, `corpora/code/parse.py`): the `__global__` signatures, host functions and
 their launch sites (`k<<<grid, block[, smem]>>>(args)`). The entry of the problem is, in order:
 
 1. a host function taking ``torch::Tensor`` arguments (a KernelBench / load_inline solution):
@@ -35,7 +35,7 @@ from typing import Any, Optional
 from tree_sitter import Node
 
 from mining.gate.sandbox import isolation, isolation_problem, run_limited
-from mining.parse import FunctionSig, functions, parse_cuda, syntax_issues, text, walk
+from corpora.code.parse import FunctionSig, functions, parse_cuda, syntax_issues, text, walk
 
 PROBE = Path(__file__).with_name("kernelbench_probe.py")
 C_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",

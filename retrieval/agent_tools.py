@@ -249,7 +249,7 @@ def wrap_kernel(source: Optional[str] = None, kernel_file: Optional[str] = None,
             kf = Path(tmp) / f"{stem}.cu"
             kf.write_text(source)
             if out is None:
-                from skills.store import resolve_root
+                from corpora.store_root import resolve_root
 
                 out = str(resolve_root(store) / "wrapped" / stem)
         else:
@@ -267,7 +267,8 @@ def wrap_kernel(source: Optional[str] = None, kernel_file: Optional[str] = None,
 # --------------------------------------------------------------------------- store and retrieval
 def _kernel_store(store: Optional[Path]):
     from skills.kernel_store import KernelStore
-    from skills.store import Store, StoreError, resolve_root
+    from corpora.store_root import resolve_root
+    from skills.store import Store, StoreError
 
     root = resolve_root(store)
     if not (root / "store.duckdb").exists():
@@ -296,7 +297,8 @@ def lineage(problem: str, store: Optional[Path] = None) -> dict[str, Any]:
 
 def query_skills(searcher, code: Optional[str] = None, text: Optional[str] = None, path: str = "", k: int = 5,
                  axes: Optional[dict[str, int]] = None, mode: str = "fused",
-                 include_filtered: bool = True) -> dict[str, Any]:
+                 include_filtered: bool = True, rank: str = "value", plan: bool = False,
+                 op_type: Optional[str] = None) -> dict[str, Any]:
     """The answer of docs/query.md from a resident searcher (the caller adds warnings / served_by)."""
     from retrieval.skill_search import QueryError
 
@@ -304,7 +306,7 @@ def query_skills(searcher, code: Optional[str] = None, text: Optional[str] = Non
         raise ToolError("bad_input", "axes must be an object of integers, e.g. {\"N\": 1000}")
     try:
         return searcher.query(code=code, text=text, path=path, k=int(k), axes=axes or None, mode=mode,
-                              include_filtered=include_filtered)
+                              include_filtered=include_filtered, rank=rank, plan=bool(plan), op_type=op_type or None)
     except QueryError as exc:
         err = exc.to_dict()["error"]
         raise ToolError(err.pop("kind"), err.pop("message"), **err) from None

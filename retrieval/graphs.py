@@ -22,6 +22,8 @@ from typing import Callable, Optional, Sequence
 
 from tree_sitter import Language, Node
 
+from corpora.code.parse import cpp_language, cuda_language
+
 EDGE_TYPES = ("child", "parent", "next_sibling", "prev_sibling", "next_token", "prev_token", "def_use", "use_def")
 N_EDGE_TYPES = len(EDGE_TYPES)
 TOKEN_BUCKETS = 2048
@@ -69,13 +71,9 @@ class NodeTypeVocab:
 @lru_cache(maxsize=4)
 def vocab_for(language_name: str) -> NodeTypeVocab:
     if language_name == "cpp":
-        import tree_sitter_cpp
-
-        return NodeTypeVocab.from_language(Language(tree_sitter_cpp.language()), "cpp")
+        return NodeTypeVocab.from_language(cpp_language(), "cpp")
     if language_name == "cuda":
-        import tree_sitter_cuda
-
-        return NodeTypeVocab.from_language(Language(tree_sitter_cuda.language()), "cuda")
+        return NodeTypeVocab.from_language(cuda_language(), "cuda")
     raise ValueError(f"no vocabulary for language {language_name!r}")
 
 

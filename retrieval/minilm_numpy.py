@@ -254,12 +254,6 @@ def export_prepared(dest: os.PathLike | str, src: Optional[os.PathLike | str] = 
                                                   "word_embeddings": str((src / "model.safetensors").resolve())}))
     for f in ("tokenizer.json", "config.json"):
         shutil.copyfile(src / f, dest / f)
-    try:  # the same weights as an ONNX graph for onnxruntime (retrieval/minilm_onnx.py)
-        from retrieval.minilm_onnx import write_onnx
-
-        write_onnx(dest, load_prepared(dest))
-    except ImportError:
-        pass
     return dest
 
 

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
-from retrieval.minilm_numpy import DIM, EPS, HEADS, LAYERS, NumpyMiniLM
+from retrieval.minilm_numpy import DIM, EPS, HEADS, LAYERS, NumpyMiniLM, export_prepared, load_prepared
 
 # ONNX enums (onnx.proto3)
 _FLOAT, _INT8, _INT64 = 1, 3, 7
@@ -247,6 +247,14 @@ def write_onnx(dest: os.PathLike | str, weights: dict, int8: bool = False) -> Pa
     tmp.write_bytes(build_model(weights, int8=int8))
     os.replace(tmp, dest / name)
     return dest / name
+
+
+def export_query_encoders(dest: os.PathLike | str, src: Optional[os.PathLike | str] = None) -> Path:
+    """The query side's weights under ``dest``: the prepared numpy export (minilm_numpy.export_prepared)
+    and the same weights as the fp32 ONNX graph for onnxruntime."""
+    dest = export_prepared(dest, src)
+    write_onnx(dest, load_prepared(dest))
+    return dest
 
 
 # --------------------------------------------------------------------------- the encoder

@@ -50,7 +50,7 @@ CONNECTION_TIMEOUT_S = float(os.environ.get("SKILLS_SERVE_CONN_TIMEOUT", "10"))
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
-class _State:
+class ServerState:
     def __init__(self, root: Path):
         self.root = root
         self.lock = threading.Lock()
@@ -89,7 +89,7 @@ class _State:
         self.settle_heap()
 
     def _current_token(self) -> Optional[str]:
-        from retrieval.skill_index import snapshot_root
+        from retrieval.snapshot import snapshot_root
 
         cur = snapshot_root(self.root) / "CURRENT"
         try:
@@ -180,7 +180,7 @@ def _int_field(req: dict, name: str, default: int, low: int, high: int) -> int:
     return value
 
 
-def _handler(state: _State, server_ref: dict):
+def _handler(state: ServerState, server_ref: dict):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = CONNECTION_TIMEOUT_S  # an idle or slow connection lets its worker go
@@ -351,9 +351,14 @@ def _handler(state: _State, server_ref: dict):
                             isinstance(v, int) and not isinstance(v, bool) for v in axes.values())):
                         raise QueryError("bad_input", "axes must be an object of integers, e.g. {\"N\": 1000}")
                     s = state.searcher_now()
+                    op_type = req.get("op_type")
+                    if op_type is not None and not isinstance(op_type, str):
+                        raise QueryError("bad_input", "op_type must be a string")
                     ans = s.query(code=code, text=text, path=str(req.get("path") or "")[:4096],
                                   k=k, axes=axes, mode=str(req.get("mode") or "fused"),
-                                  include_filtered=bool(req.get("include_filtered", True)))
+                                  include_filtered=bool(req.get("include_filtered", True)),
+                                  rank=str(req.get("rank") or "value"), plan=bool(req.get("plan", False)),
+                                  op_type=op_type or None)
                     w = state.stale_warning(s)
                     ans["warnings"] = [w] if w else []
                     ans["served_by"] = {"kind": "server", "pid": os.getpid()}
@@ -422,7 +427,7 @@ def serve(root: os.PathLike | str, host: str = "127.0.0.1", port: int = 0, warm:
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError("the server binds loopback only (127.0.0.1)")
     root = Path(root)
-    state = _State(root)
+    state = ServerState(root)
     if warm:
         state.warm()
     ref: dict = {}

@@ -143,7 +143,7 @@ class QueryUnits:
 
 def code_graph(code: str, max_nodes: int = GRAPH_MAX_NODES):
     """SyntaxGraph of a code excerpt, parsed on its own (tree-sitter-cuda, comments skipped)."""
-    from mining.parse import parse_cuda
+    from corpora.code.parse import parse_cuda
     from retrieval.graphs import syntax_graph, vocab_for
 
     tree = parse_cuda(code.encode())
@@ -194,14 +194,14 @@ def query_units(source: str, functions: Optional[list] = None, with_graphs: bool
                 count_tokens: Optional[Callable[[list[str]], list[int]]] = None) -> QueryUnits:
     """Cut query code into text units and graph units (line windows).
 
-    ``functions``: FunctionSig list from mining.parse.functions (computed here if None).
+    ``functions``: FunctionSig list from corpora.code.parse.functions (computed here if None).
     ``count_tokens``: MiniLM token counts per text; with it the text units are the line chunks of
     ``text_chunks`` (the query path), without it one unit per kernel.
     """
     lines = source.splitlines()
     n = len(lines)
     if functions is None:
-        from mining.parse import functions as parse_functions, parse_cuda
+        from corpora.code.parse import functions as parse_functions, parse_cuda
 
         functions = parse_functions(parse_cuda(source.encode()))
     spans = []

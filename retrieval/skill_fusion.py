@@ -23,10 +23,14 @@ problems, so the held-out problem of the benchmark is never used to choose its w
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+from retrieval.skill_search import FUSION_WEIGHTS, QUERY_VERSION, RRF_K, SCAN_LIMIT, QueryError, Searcher, SkillIndex
 
 WEIGHT_LEVELS = (0.0, 0.5, 1.0, 2.0)
 MODALITIES = ("bm25", "text", "graph", "prior")
@@ -49,12 +53,12 @@ def weight_grid(levels: Sequence[float] = WEIGHT_LEVELS) -> list[dict[str, float
     return [dict(zip(MODALITIES, (float(c) for c in combo))) for combo in best.values()]
 
 
-def _distance_to_equal(w: dict[str, float]) -> float:
+def distance_to_equal(w: dict[str, float]) -> float:
     top = max(w.values())
     return sum(abs(w[m] / top - 1.0) for m in MODALITIES)
 
 
-def _metrics(ranked: list[int], relevant: set[int]) -> tuple[float, float, float]:
+def ranking_metrics(ranked: list[int], relevant: set[int]) -> tuple[float, float, float]:
     rr = 0.0
     for r, i in enumerate(ranked[:CAL_K], start=1):
         if i in relevant:
@@ -95,8 +99,6 @@ class _Replay:
         """The filtered answer's skill indices for these weights (the selection of Searcher.select,
         with each skill's verdict computed once: it depends on the ranking only through conflicts
         with higher-ranked hits, which are applied here)."""
-        from retrieval.skill_search import SCAN_LIMIT
-
         order = self.searcher.rankings(self.scores, weights, self.prior_order, _ranks=self.modal)["fused"]
         tab = self.searcher.index.table
         taken: set[str] = set()
@@ -123,8 +125,6 @@ def calibrate(snapshot: Any, queries: Sequence[tuple[str, str]], levels: Sequenc
               searcher=None, log=None) -> dict:
     """Leave-one-problem-out choice of fusion weights (module doc). ``snapshot``: a snapshot folder
     or a SkillIndex; ``queries``: (problem, query code) per problem with a lineage."""
-    from retrieval.skill_search import FUSION_WEIGHTS, QUERY_VERSION, RRF_K, QueryError, Searcher, SkillIndex
-
     t0 = time.perf_counter()
     if searcher is None:
         index = snapshot if isinstance(snapshot, SkillIndex) else SkillIndex(Path(snapshot))
@@ -147,7 +147,7 @@ def calibrate(snapshot: Any, queries: Sequence[tuple[str, str]], levels: Sequenc
                            "skipped": skipped}
 
     def evaluate(w):
-        ms = [_metrics(r.ranked(w), r.relevant) for _, r in replays]
+        ms = [ranking_metrics(r.ranked(w), r.relevant) for _, r in replays]
         n = len(ms)
         return tuple(round(sum(m[j] for m in ms) / n, 6) for j in range(3))
 
@@ -159,7 +159,7 @@ def calibrate(snapshot: Any, queries: Sequence[tuple[str, str]], levels: Sequenc
     best, best_key, equal_score = None, None, evaluate(equal)
     for w in weight_grid(levels):
         sc = evaluate(w)
-        key = (sc[0], sc[1], sc[2], -_distance_to_equal(w))
+        key = (sc[0], sc[1], sc[2], -distance_to_equal(w))
         if best_key is None or key > best_key:
             best, best_key = (w, sc), key
     w, sc = best
@@ -196,16 +196,12 @@ def lineage_queries(lineages) -> list[tuple[str, str]]:
 
 def is_current(manifest: dict) -> bool:
     """Whether the manifest's fusion weights were calibrated by this version of the query path."""
-    from retrieval.skill_search import QUERY_VERSION
-
     return (manifest.get("fusion") or {}).get("query_version") == QUERY_VERSION
 
 
 def recalibrate(snapshot: Path, queries: Sequence[tuple[str, str]], log=None) -> dict:
     """Calibrate a published snapshot again and rewrite its manifest (atomically). For snapshots
     whose calibration is stale (``is_current``), e.g. the benchmark's cached folds."""
-    import json
-    import os
 
     snapshot = Path(snapshot)
     man = json.loads((snapshot / "manifest.json").read_text())

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from retrieval.skill_docs import SkillDoc, as_dict, code_graph, skill_docs
+from retrieval.skill_fusion import calibrate, lineage_queries
+from retrieval.snapshot import TEXT_MAX_TOKENS, current_snapshot, snapshot_root
 
 TEXT_COLLECTION = "kernel_skill_text"
 GRAPH_COLLECTION = "kernel_skill_graph"
 GNN_NAME = "kernel-skill-gnn"
-TEXT_MAX_TOKENS = 256
-SNAPSHOT_DIR = ("index", "kernel_skills")
 SNAPSHOT_VERSION = 1
 RETRAIN_FRACTION = 0.2
 RETRAIN_NEW_SKILLS = 0.1
@@ -83,19 +83,6 @@ def _store(store):
     return store if hasattr(store, "db_path") else Store(store)
 
 
-def snapshot_root(root: os.PathLike | str) -> Path:
-    return Path(root).joinpath(*SNAPSHOT_DIR)
-
-
-def current_snapshot(root: os.PathLike | str) -> Optional[Path]:
-    base = snapshot_root(root)
-    cur = base / "CURRENT"
-    if not cur.is_file():
-        return None
-    d = base / cur.read_text().strip()
-    return d if (d / "manifest.json").is_file() else None
-
-
 def skills_fingerprint(skills: Sequence[dict]) -> str:
     h = hashlib.sha256()
     for s in sorted(skills, key=lambda s: s["skill_id"]):
@@ -104,7 +91,7 @@ def skills_fingerprint(skills: Sequence[dict]) -> str:
     return h.hexdigest()[:24]
 
 
-def _torch_threads() -> None:
+def limit_torch_threads() -> None:
     """One torch thread unless SKILLS_TORCH_THREADS says otherwise: on a shared 2-core machine a
     second thread spins and slows these small models up to ~8x (measured), and a fixed thread count
     is part of what makes the encoder's training reproducible."""
@@ -121,7 +108,7 @@ def train_graph_model(docs: Sequence[SkillDoc], seed: int = GNN_SEED, step_budge
     from retrieval.gnn import EncoderConfig, TrainConfig, train_contrastive
     from retrieval.graphs import TOKEN_BUCKETS, vocab_for
 
-    _torch_threads()
+    limit_torch_threads()
     graphs = [code_graph(d.code).to_data() for d in docs]
     by_skill: dict[str, int] = {}
     for d in docs:
@@ -235,8 +222,6 @@ def write_snapshot(root: os.PathLike | str, skills: Sequence[dict], docs: Sequen
            "has_graph": gnn_npz is not None, "skills_fingerprint": skills_fingerprint(skills), **manifest}
     (tmp / "manifest.json").write_text(json.dumps(man, indent=1, sort_keys=True))
     if calibration and docs:
-        from retrieval.skill_fusion import calibrate
-
         man["fusion"] = calibrate(tmp, calibration, log=log)
         (tmp / "manifest.json").write_text(json.dumps(man, indent=1, sort_keys=True))
     os.replace(tmp, base / build)
@@ -260,7 +245,7 @@ def _store_skills(store) -> list[dict]:
     return [s.model_dump(mode="json") for s in KernelStore(store).skills(kind="kernel")]
 
 
-def _store_stamp(store) -> dict:
+def store_stamp_of(store) -> dict:
     row = store.query("SELECT count(*) AS n, CAST(max(updated_at) AS VARCHAR) AS t FROM skills WHERE kind = 'kernel'")
     return {"n": int(row[0]["n"]), "max_updated_at": row[0]["t"] or ""}
 
@@ -274,7 +259,7 @@ def index_is_current(store) -> bool:
     if not store.exists():
         return True
     with Store(store.root, read_only=True).session() as reader:
-        stamp = _store_stamp(reader)
+        stamp = store_stamp_of(reader)
     if stamp["n"] == 0:
         return True
     snap = current_snapshot(store.root)
@@ -324,7 +309,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     new = [d for d in docs if d.doc_id not in have]
     if new:
         _log(log, f"embedding {len(new)} new skill documents (MiniLM, {TEXT_MAX_TOKENS} tokens)", report)
-        _torch_threads()
+        limit_torch_threads()
         from retrieval.text import get_embedder
 
         vecs = get_embedder(TEXT_MAX_TOKENS).embed([d.text for d in new])
@@ -400,7 +385,7 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     graph_mat = mat_g[[pos_g[d.doc_id] for d in docs]]
     gm = store.model(GNN_NAME) or {}
     meta = gm.get("metadata", {})
-    manifest = {"store": str(Path(store.root).resolve()), "store_stamp": _store_stamp(store),
+    manifest = {"store": str(Path(store.root).resolve()), "store_stamp": store_stamp_of(store),
                 "gnn": {"name": GNN_NAME, "data_fingerprint": gm.get("data_fingerprint", ""),
                         "checkpoint_sha256": meta.get("checkpoint_sha256", ""), "seed": meta.get("train", {}).get("seed"),
                         "epochs": meta.get("train", {}).get("epochs"), "numpy_min_cosine": meta.get("numpy_min_cosine")}}
@@ -416,9 +401,9 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         manifest["minilm_numpy_min_cosine"] = prev_check
     mdir = models / "minilm-numpy"
     if not (mdir / "layout.json").is_file():
-        from retrieval.minilm_numpy import export_prepared
+        from retrieval.minilm_onnx import export_query_encoders
 
-        export_prepared(mdir)
+        export_query_encoders(mdir)
         _log(log, f"exported MiniLM for numpy queries to {mdir}", report)
     manifest["minilm_prepared"] = "models/minilm-numpy"  # relative to the store root
     from retrieval.minilm_onnx import query_precision
@@ -430,7 +415,6 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
         check = resolve_precision(mdir, TEXT_MAX_TOKENS, log=lambda m: _log(log, m, report))
         report.text["query_precision"] = check["precision"]
         _log(log, describe(check), report)
-    from retrieval.skill_fusion import lineage_queries
     from skills.kernel_store import KernelStore
 
     queries = lineage_queries(KernelStore(store).lineages(kind="kernel"))

@@ -19,7 +19,7 @@ PROBLEM = ROOT / "corpora" / "kernels" / "softmax"
 def proxy_store(root: Path) -> None:
     from retrieval.skill_index import index_skills
     from skills.kernel_store import KernelStore
-    from skills.records import Skill
+    from mining.records import Skill
     from skills.store import Store
 
     st = Store(root)

@@ -18,10 +18,11 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from corpora.store_root import resolve_root
+from mining.records import Lineage, Skill, Step
 from skills.merge import merge_skill
 from skills.record_reads import find_lineage, find_skill, skill_rows
-from skills.records import Lineage, Skill, Step
-from skills.store import Store
+from skills.store import Store, StoreBusy
 
 _SAVE_LOCK = threading.Lock()  # several problems mined in threads of one process share the file
 
@@ -80,7 +81,7 @@ class KernelStore:
                 existing = Skill.model_validate_json(row[0]) if row else None
                 if existing is not None and skill_id not in incoming:
                     # this lineage no longer produces the skill: drop its evidence only
-                    existing = _without_lineage(existing, lineage.lineage_id)
+                    existing = without_lineage(existing, lineage.lineage_id)
                     if not existing.evidence:
                         con.execute("DELETE FROM skills WHERE skill_id = ?", [skill_id])
                         continue
@@ -129,8 +130,15 @@ class KernelStore:
 
     def put_skill(self, skill: Skill) -> None:
         """Insert or replace one skill record (SKILL.md import)."""
+        self.put_skills([skill])
+
+    def put_skills(self, skills: Iterable[Skill]) -> int:
+        """Insert or replace skill records, all in one transaction. Returns the count."""
+        skills = list(skills)
         with self.store.transaction() as con:
-            self._put_skill(con, skill)
+            for s in skills:
+                self._put_skill(con, s)
+        return len(skills)
 
     @staticmethod
     def _put_skill(con, s: Skill) -> None:
@@ -180,7 +188,58 @@ class KernelStore:
                 for t in ("problems", "lineages", "steps", "skills")}
 
 
-def _without_lineage(skill: Skill, lineage_id: str) -> Skill:
+
+class LineageNotSaved(RuntimeError):
+    """The walk finished but the store stayed locked; the lineage waits in <store>/pending/."""
+
+
+def save_to_store(store_root: Path, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
+                  gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
+    """Save a finished lineage, holding the store's write lock for this transaction only; lineages
+    spilled earlier by a process that found the store locked go in first. Returns (merged skills,
+    skill ids the store had before). When the lock stays taken past the wait limit the lineage
+    is written to <store>/pending/ and LineageNotSaved says where: a finished walk is never lost."""
+    store = Store(store_root)
+    ks = KernelStore(store)
+    try:
+        with store.session():
+            ks.save_pending()
+            existing_ids = {s.skill_id for s in ks.skills()}
+            merged = ks.save_lineage(lineage, skills, problem_info, gate_runs)
+    except StoreBusy as exc:
+        spilled = ks.spill_pending(lineage, skills, problem_info, gate_runs)
+        raise LineageNotSaved(f"{exc}; the finished lineage was kept in {spilled} and is saved by the next "
+                              "`skills mine` into this store") from None
+    return merged, existing_ids
+
+
+class MinedLineages:
+    """The store as `skills mine` uses it (mining.mine.LineageStore): a connection only inside each
+    read or save, since a walk takes minutes and other processes may write meanwhile."""
+
+    def __init__(self, root: Optional[Path] = None):
+        self.root = resolve_root(root)  # as mine_problem resolves MineConfig.store
+
+    def reusable(self, lineage_id: str, fingerprint: str) -> Optional[tuple[Lineage, list[Skill], Optional[str]]]:
+        if not Store(self.root).exists():
+            return None
+        with Store(self.root, read_only=True).session() as reader:
+            rks = KernelStore(reader)
+            # a store made by `skills corpora fetch` alone has no kernel tables yet
+            has_kernel_tables = bool(reader.query(
+                "SELECT 1 FROM information_schema.tables WHERE table_name = 'lineages'"))
+            existing = rks.lineage(lineage_id) if has_kernel_tables else None
+            if existing is None or existing.config.get("fingerprint") != fingerprint:
+                return None
+            skills = [s for s in rks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
+            return existing, skills, rks.source(existing.final_hash)
+
+    def save(self, lineage: Lineage, skills: list[Skill], problem_info: dict[str, Any],
+             gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
+        return save_to_store(self.root, lineage, skills, problem_info, gate_runs)
+
+
+def without_lineage(skill: Skill, lineage_id: str) -> Skill:
     s = skill.model_copy(deep=True)
     s.evidence = [e for e in s.evidence if e.lineage_id != lineage_id]
     per = dict(s.provenance.get("per_lineage", {}))

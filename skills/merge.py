@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Optional
 
-from skills.records import Effect, Precondition, Risk, Skill
+from mining.records import Effect, Precondition, Risk, Skill
 
 
 def _uniq(items: Iterable[str]) -> list[str]:

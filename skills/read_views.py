@@ -21,7 +21,8 @@ class ReadError(ValueError):
 
 def open_store(store: Optional[os.PathLike | str]):
     """The store opened read-only, or ReadError naming the folder and the problem."""
-    from skills.store import Store, StoreError, resolve_root
+    from corpora.store_root import resolve_root
+    from skills.store import Store, StoreError
 
     root = resolve_root(store)
     if root.exists() and not root.is_dir():

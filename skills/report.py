@@ -28,11 +28,11 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from skills.records import Effect, Lineage, Precondition, Skill, Step
+from mining.records import Effect, Lineage, Precondition, Skill, Step
 from skills.report_assets import CSS, JS
 from skills.report_charts import (DiffRow, RatioRow, StaticRow, TimeRow, count_bars, diff_sizes, ratio_bars,
                                   static_deltas, time_waterfall)
-from skills.report_charts import _fmt_ms
+from skills.report_charts import fmt_ms
 from skills.report_code import LineCache, diff_stats, highlight, render_diff
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
@@ -363,7 +363,7 @@ def _chart(view: _LineageView) -> str:
                   '<span><i style="background:var(--total)"></i>whole walk</span></div>')
         timed = [r for r in rows if r.ratio]
         total = math.prod(r.ratio for r in timed) if timed else 1.0
-        ms = f" ({_fmt_ms(base)} → {_fmt_ms(base * total)})" if base else ""
+        ms = f" ({fmt_ms(base)} → {fmt_ms(base * total)})" if base else ""
         top = max(timed, key=lambda r: r.ratio) if timed else None
         cls = _ratio_class(total)
         how = (f"<span class='ratio {cls}'>{_fmt_ratio(total)}</span> slower" if cls == "good" else

@@ -36,7 +36,7 @@ def _fmt_ratio(r: float) -> str:
     return f"×{r:.2f}"
 
 
-def _fmt_ms(ms: float) -> str:
+def fmt_ms(ms: float) -> str:
     if ms >= 100:
         return f"{ms:.0f} ms"
     if ms >= 1:
@@ -165,7 +165,7 @@ def time_waterfall(rows: list[TimeRow], title: str, base_ms: Optional[float] = N
     y = top
     row_label(0, "expert", "start of the walk")
     body.append(f'<circle class="c-base" cx="{xs(1):.1f}" cy="{y + ROW_H / 2:.1f}" r="5"/>')
-    body.append(_text(x1 + 8, y + 19, "1×" + (f"  {_fmt_ms(base_ms)}" if base_ms else ""), "val"))
+    body.append(_text(x1 + 8, y + 19, "1×" + (f"  {fmt_ms(base_ms)}" if base_ms else ""), "val"))
     for i, (r, (a, b)) in enumerate(zip(rows, spans), start=1):
         y = top + i * ROW_H
         row_label(i, r.label, r.sub, r.href)
@@ -190,7 +190,7 @@ def time_waterfall(rows: list[TimeRow], title: str, base_ms: Optional[float] = N
     row_label(i, final_label, "all steps together")
     xa, xb = sorted((xs(1), xs(cum)))
     body.append(f'<rect class="c-total" x="{xa:.1f}" y="{y + 6:.1f}" width="{max(xb - xa, 2):.1f}" height="{ROW_H - 12}" rx="2"/>')
-    body.append(_text(x1 + 8, y + 19, _fmt_ratio(cum) + (f"  {_fmt_ms(base_ms * cum)}" if base_ms else ""), "val strong"))
+    body.append(_text(x1 + 8, y + 19, _fmt_ratio(cum) + (f"  {fmt_ms(base_ms * cum)}" if base_ms else ""), "val strong"))
     return _svg(W, H, body, title)
 
 

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from skills.records import Anchor, Skill, skill_identity
+from mining.records import Anchor, Skill, skill_identity
 from skills.slugs import NAME_MAX, skill_slugs, slugify
 
 DESCRIPTION_MAX = 1024
@@ -548,12 +548,7 @@ def save_skills(store, skills: Iterable[Skill]) -> int:
     """Insert or replace the skills in the store, all in one transaction. Returns the count."""
     from skills.kernel_store import KernelStore
 
-    skills = list(skills)
-    ks = KernelStore(store)
-    with store.transaction() as con:
-        for s in skills:
-            ks._put_skill(con, s)
-    return len(skills)
+    return KernelStore(store).put_skills(skills)
 
 
 __all__ = ["SkillMdError", "describe", "export_skills", "import_skills", "read_skill", "render_skill_md",

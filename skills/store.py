@@ -27,16 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
+from corpora.store_root import resolve_root
 from skills import migrations
-
-DEFAULT_ROOT = Path(".skills")
-
-
-def resolve_root(root: Optional[os.PathLike | str] = None) -> Path:
-    if root:
-        return Path(root)
-    env = os.environ.get("SKILLS_STORE")
-    return Path(env) if env else DEFAULT_ROOT
 
 
 class StoreError(RuntimeError):

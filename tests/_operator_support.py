@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mining.carriers import Site
+from corpora.code.source import Site
 from mining.gate import GateConfig, run_gate
 from mining.operators import Operator
 

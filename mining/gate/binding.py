@@ -11,7 +11,7 @@ from pathlib import Path
 
 from corpora.problem import Definition
 from mining.gate.errors import BadInput
-from mining.parse import FunctionSig, Param, find_function, functions, parse_cuda, syntax_issues
+from corpora.code.parse import FunctionSig, Param, find_function, functions, parse_cuda, syntax_issues
 
 C_TYPES: dict[str, tuple[str, ...]] = {
     "float32": ("float",),

@@ -21,8 +21,9 @@ Other namespace-scope ``__shared__`` variables are left to ks_cpu.h's fallback m
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Optional
+
+from corpora.code.parse import cuda_parser
 
 _ALIGN = re.compile(rb"__align__\s*\(")
 
@@ -32,14 +33,6 @@ _VEC = (r"(?:float[24]|double[24]|u?int[24]|u?long[24]|u?longlong[24]|u?short[24
 _VEC_PTR = re.compile(r"^(?:(?:const|volatile)\s+)*" + _VEC + r"(?:\s+(?:const|volatile))*\s*\*\s*(?:const\s*)?$")
 _REINTERPRET = re.compile(r"\breinterpret_cast[ \t]*<[ \t]*((?:(?:const|volatile)[ \t]+)*" + _VEC +
                           r"(?:[ \t]+(?:const|volatile))*[ \t]*\*[ \t]*(?:const[ \t]*)?)>[ \t]*\(")
-
-
-@lru_cache(maxsize=1)
-def _parser():
-    import tree_sitter_cuda
-    from tree_sitter import Language, Parser
-
-    return Parser(Language(tree_sitter_cuda.language()))
 
 
 def _mask_for_parse(src: bytes) -> bytes:
@@ -247,7 +240,7 @@ def rewrite(source: str) -> str:
     every construct that is not rewritten."""
     src = source.encode("utf-8")
     masked = _mask_for_parse(src)
-    tree = _parser().parse(masked)
+    tree = cuda_parser().parse(masked)
     edits: list[tuple[int, int, str]] = []
     counter = [0]
     for node in _walk(tree.root_node):

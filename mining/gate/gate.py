@@ -244,7 +244,7 @@ def _static(source: str, kernel_path: Path, workdir: Path, archs: tuple[str, ...
     out = static_stage(src, src.parent, archs, [f for f in flags if f != "-lineinfo"], config.timeout_s)
     if out.get("reason"):
         out["reason"] = out["reason"].replace(str(src), str(kernel_path))
-    from mining.parse import parse_cuda, syntax_issues
+    from corpora.code.parse import parse_cuda, syntax_issues
 
     issues = syntax_issues(parse_cuda(source))
     out["parse"] = {"ok": not issues, "issues": [f"{kernel_path}:{i.line}:{i.column}: {i.kind} near {i.snippet!r}"

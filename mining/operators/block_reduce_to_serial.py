@@ -28,6 +28,10 @@ tolerance judges it). Sites need: the three statements consecutive in one block 
 and written nowhere else, a one-dimensional block (the slots are indexed by threadIdx.x), no
 `return` before the site (every slot is written), and the slot dimension D with
 blockDim.x <= 32 * D (what the per-warp layout already needed).
+
+Forward: none here; skills of the block_reduce_shared carrier are served by `warp_per_row`
+(block_reduce_to_warp_atomics' inverse), which reduces a row in a warp rather than rebuilding the
+tree.
 """
 from __future__ import annotations
 
@@ -36,11 +40,15 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _block_reduce_shared, call_name
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span, _same, norm, rename_identifiers
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.carriers import block_reduce_shared_sites
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import same
+from mining.operators.nodes import norm, rename_identifiers
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
+
 
 _SHFL = {"__shfl_xor_sync", "__shfl_down_sync", "__shfl_sync", "__shfl_up_sync", "__shfl_xor", "__shfl_down"}
 
@@ -76,7 +84,7 @@ class BlockReduceToSerial(Operator):
     def edits(self, src: Source):
         st = structural(src)
         seen = set()
-        for site in _block_reduce_shared(src):
+        for site in block_reduce_shared_sites(src):
             if site.start_byte in seen:
                 continue
             seen.add(site.start_byte)
@@ -112,7 +120,7 @@ class BlockReduceToSerial(Operator):
             return None
         slot = {norm(v): a for a, v in parked}
         sibs = [c for c in s1.parent.named_children if c.type != "comment"]
-        k = next(i for i, c in enumerate(sibs) if _same(c, s1))
+        k = next(i for i, c in enumerate(sibs) if same(c, s1))
         if k + 2 >= len(sibs) or not re.fullmatch(r"__syncthreads\s*\(\s*\)\s*;", " ".join(text(sibs[k + 1]).split())):
             return None
         # R ... F: assignments of the parked values from the arrays, then the second warp reduction
@@ -149,7 +157,7 @@ class BlockReduceToSerial(Operator):
             if not all(s1.start_byte <= u.start_byte < s1.end_byte or
                        sibs[k + 2].start_byte <= u.start_byte < last_read.end_byte for u in uses):
                 return None
-            dims = [d for d_, n_, d in src.shared_decls if n_ == a and _same(d_, decl)]
+            dims = [d for d_, n_, d in src.shared_decls if n_ == a and same(d_, decl)]
             if len(dims) != 1 or len(dims[0]) != 1:
                 return None
             dim = dims[0][0]
@@ -161,7 +169,7 @@ class BlockReduceToSerial(Operator):
         first = "\n".join(f"{ind}{v} = {a}[0];" for a, v in parked)
         body = "\n".join(f"{ind}    {c}" for c in combine)
         fold = f"{first}\n{ind}for (int ks_w = 1; ks_w < blockDim.x; ++ks_w) {{\n{body}\n{ind}}}"
-        ws, we = _line_span(src, pragma_before(src, w_stmt.start_byte) or w_stmt.start_byte, w_stmt.end_byte)
+        ws, we = src.line_span(pragma_before(src, w_stmt.start_byte) or w_stmt.start_byte, w_stmt.end_byte)
         rs = line_indent(src, sibs[k + 2].start_byte)
         subs = [(ws, we, ""), (s1.start_byte, s1.end_byte, park),
                 (sibs[k + 2].start_byte - len(rs.encode()), f_stmt.end_byte, fold)] + decl_subs
@@ -281,3 +289,6 @@ class BlockReduceToSerial(Operator):
                 return None
             out.append(new)
         return out or None
+
+
+PAIR = Pair(BlockReduceToSerial)

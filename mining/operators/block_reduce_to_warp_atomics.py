@@ -15,17 +15,22 @@ another order: the gate's tolerance judges the rounding). Sites need that shape:
 shared store, `__syncthreads()`, then an `if` block that reads only the shared array and locals,
 calls nothing but device functions of this file, and ends with the one `atomicAdd` on global
 memory; the three statements are consecutive.
+
+Forward: `warp_per_row` (shuffle_to_shared.py) undoes this step: the row's partial sums are
+all-reduced across a warp with shuffles again instead of one atomic per warp.
 """
 from __future__ import annotations
 
 import re
 from typing import Optional
 
-from mining.carriers import Source, _block_reduce_shared, call_name
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span, _same
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.carriers import block_reduce_shared_sites
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import same
 from mining.operators.rewrite_util import splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 class BlockReduceToWarpAtomics(Operator):
@@ -35,7 +40,7 @@ class BlockReduceToWarpAtomics(Operator):
 
     def edits(self, src: Source):
         st = structural(src)
-        for site in _block_reduce_shared(src):
+        for site in block_reduce_shared_sites(src):
             e = self.rewrite(st, site.start_byte)
             if e is not None:
                 yield e
@@ -55,7 +60,7 @@ class BlockReduceToWarpAtomics(Operator):
         if shared not in src.shared_names or not re.fullmatch(r"[\w.]+", value):
             return None
         sibs = list(s1.parent.named_children)
-        k = next(i for i, c in enumerate(sibs) if _same(c, s1))
+        k = next(i for i, c in enumerate(sibs) if same(c, s1))
         if k + 2 >= len(sibs):
             return None
         s2, s3 = sibs[k + 1], sibs[k + 2]
@@ -78,7 +83,7 @@ class BlockReduceToWarpAtomics(Operator):
             return None
         device = {g.name for g in src.funcs if not g.is_kernel}
         for c in walk(block):
-            if c.type == "call_expression" and not _same(c, atomic[0]) and call_name(c) not in device:
+            if c.type == "call_expression" and not same(c, atomic[0]) and call_name(c) not in device:
                 return None
             if c.type == "assignment_expression":
                 lhs = c.child_by_field_name("left")
@@ -96,9 +101,12 @@ class BlockReduceToWarpAtomics(Operator):
         subs = [(s1.start_byte, s3.end_byte, f"if {cond} atomicAdd({target}, {value});")]
         declarators = [d for d in decl.named_children if d.type in ("array_declarator", "identifier")]
         if len(declarators) == 1:
-            ds, de = _line_span(src, decl.start_byte, decl.end_byte)
+            ds, de = src.line_span(decl.start_byte, decl.end_byte)
             if de <= s1.start_byte:
                 subs.append((ds, de, ""))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(BlockReduceToWarpAtomics, inverted_by=("warp_per_row",))

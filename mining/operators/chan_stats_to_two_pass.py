@@ -27,6 +27,9 @@ merge function `T f(T a, T b)` of the Chan form, the triple's initialisation wit
 statements that accumulate M2 (reading the mean, writing nothing else outside themselves), the
 slot stores, a barrier, the slot loads and the fold, with the slot arrays used nowhere else and
 the triple used afterwards only through reads of its fields.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -35,11 +38,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span, _tokens
+from corpora.code.source import Source
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import tokens
 from mining.operators.rewrite_util import line_indent, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 def _norm(s: str) -> str:
@@ -80,7 +83,7 @@ def chan_merges(src: Source) -> dict[str, tuple[str, str, str, str]]:
                 parts.append(r"0(?:\.0*)?f?")
             else:
                 parts.append(re.escape({"A": a, "B": b, "T": st}.get(tok, tok)))
-        m = re.fullmatch(" ".join(parts), " ".join(t for t, _, _ in _tokens(body)))
+        m = re.fullmatch(" ".join(parts), " ".join(t for t, _, _ in tokens(body)))
         if m:
             out[f.name] = (st, m.group("n"), m.group("mean"), m.group("m2"))
     return out
@@ -171,7 +174,7 @@ class ChanStatsToTwoPass(Operator):
         if fold.type != "for_statement":
             return None
         fm = re.fullmatch(r"for \( int (\w+) = 1 ; \1 < (.+?) ; \+\+ \1 \) \{ (\w+) (\w+) ; (.+) \}",
-                          " ".join(t for t, _, _ in _tokens(code(fold))))
+                          " ".join(t for t, _, _ in tokens(code(fold))))
         if fm is None or fm.group(3) != stype:
             return None
         w, o = fm.group(1), fm.group(4)
@@ -236,7 +239,7 @@ class ChanStatsToTwoPass(Operator):
                         not any(g.start_byte <= n.start_byte < g.end_byte for g in dead_nodes):
                     return None
         for gn in dead_nodes:
-            a, b = _line_span(src, gn.start_byte, gn.end_byte)
+            a, b = src.line_span(gn.start_byte, gn.end_byte)
             while a > 0:
                 prev = src.raw.rfind(b"\n", 0, a - 1) + 1
                 if src.raw[prev:a].strip().startswith(b"//"):
@@ -253,4 +256,7 @@ class ChanStatsToTwoPass(Operator):
 
 
 def _ids(s: str) -> set[str]:
-    return {t for t, _, _ in _tokens(s) if re.fullmatch(r"[A-Za-z_]\w*", t)}
+    return {t for t, _, _ in tokens(s) if re.fullmatch(r"[A-Za-z_]\w*", t)}
+
+
+PAIR = Pair(ChanStatsToTwoPass)

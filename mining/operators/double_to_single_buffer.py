@@ -14,6 +14,9 @@ writing it, and a `__syncthreads()` follows the writes in the same body (which a
 body's control flow block-uniform, so the inserted barrier is reached by every thread): reads of
 slice kt by all threads, barrier, store of slice kt + 1, barrier, reads of slice kt + 1. A loop
 that stores before it reads (which would need the statements reordered) is not a site.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -22,11 +25,13 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _double_buffer
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, _contains, _is_write, _same, subscript_chain
+from corpora.code.source import Source
+from mining.carriers import double_buffer_sites
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import line_indent, node_at, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 def _writers(src: Source, fn: Node, name: str) -> tuple[set[str], set[str]]:
@@ -51,7 +56,7 @@ def _writes_in(src: Source, node: Node, name: str) -> bool:
     for n in walk(node):
         if n.type == "identifier" and text(n) == name:
             outer, _ = subscript_chain(n)
-            if _is_write(outer) is None:
+            if writer_of(outer) is None:
                 continue
             p = outer.parent
             if p is None or p.type != "pointer_expression" or p.children[0].type != "&":
@@ -65,7 +70,7 @@ def _writes_in(src: Source, node: Node, name: str) -> bool:
                         return True  # the address goes to a callee
                 q = q.parent
             if q is not None and q.type == "pointer_expression" and q.children[0].type == "*":
-                if _is_write(q) is not None:
+                if writer_of(q) is not None:
                     return True
                 continue
             return True
@@ -88,7 +93,7 @@ class DoubleToSingleBuffer(Operator):
     description = "drop the second shared stage; a barrier guards the now in-place refill"
 
     def edits(self, src: Source):
-        sites = list(_double_buffer(src))
+        sites = list(double_buffer_sites(src))
         st = structural(src)
         for site in sites:
             decl = node_at(st, site.start_byte, site.end_byte, "declaration")
@@ -117,16 +122,16 @@ class DoubleToSingleBuffer(Operator):
             return None
         name = text(ident)
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
         subs: list[tuple[int, int, str]] = [(ident.end_byte, d.end_byte, "")]
         for n in walk(fn):
-            if n.type != "identifier" or text(n) != name or _contains(decl, n) or \
+            if n.type != "identifier" or text(n) != name or contains(decl, n) or \
                     idx.visible(name, n.start_byte) is not var:
                 continue
             p = n.parent
-            if p is None or p.type != "subscript_expression" or not _same(p.child_by_field_name("argument"), n):
+            if p is None or p.type != "subscript_expression" or not same(p.child_by_field_name("argument"), n):
                 return None  # the whole two-stage array is used: not a stage access
             ind = p.child_by_field_name("indices")
             if ind is None or any(c.type in ("assignment_expression", "update_expression", "call_expression")
@@ -178,3 +183,6 @@ class DoubleToSingleBuffer(Operator):
                 return None
         lo, hi = min(s for s, _, _ in subs), max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(DoubleToSingleBuffer)

@@ -30,51 +30,22 @@ was garbage before and becomes `E` (possibly an out-of-bounds load): the gate ju
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _global_load_expr, pointer_roots
+from corpora.code.source import Source
+from mining.carriers import pointer_roots
 from mining.operators.base import Edit
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, Var, loops_around, norm, reads_global, subscript_chain, tokens
 from mining.operators.rewrite_util import pragma_before, splice_range
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 _THREAD_VARS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 _OK_PREV = {"+", "(", "[", ",", "=", "?", ":", "<", ">", "<=", ">=", "==", "!=", "&&", "||", "return", "{"}
 _OK_NEXT = {"+", "-", ")", "]", ",", ";", "?", ":", "<", ">", "<=", ">=", "==", "!=", "&&", "||", "}"}
-_TOKEN = re.compile(r"threadIdx\s*\.\s*[xyz]\b|blockIdx\s*\.\s*[xyz]\b|blockDim\s*\.\s*[xyz]\b|gridDim\s*\.\s*[xyz]\b|"
-                    r"[A-Za-z_]\w*|\d[\w.]*|<<=|>>=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|\S")
-
-
-def _tokens(s: str) -> list[tuple[str, int, int]]:
-    return [(re.sub(r"\s+", "", m.group(0)), m.start(), m.end()) for m in _TOKEN.finditer(s)]
-
-
-def _is_name(toks: list[tuple[str, int, int]], i: int) -> bool:
-    """Token i is a whole identifier (not a member after `.` / `->`, not qualified after `::`)."""
-    return bool(re.fullmatch(r"[A-Za-z_]\w*", toks[i][0])) and (i == 0 or toks[i - 1][0] not in (".", "->", "::"))
-
-
-def identifiers(s: str) -> set[str]:
-    toks = _tokens(s)
-    return {toks[i][0] for i in range(len(toks)) if _is_name(toks, i)}
-
-
-def rename_identifiers(s: str, names: dict[str, str]) -> str:
-    """Replace whole identifiers by `names`; everything else, spacing included, stays."""
-    toks = _tokens(s)
-    out, pos = [], 0
-    for i, (t, a, b) in enumerate(toks):
-        if t in names and _is_name(toks, i):
-            out += [s[pos:a], names[t]]
-            pos = b
-    out.append(s[pos:])
-    return "".join(out)
-
-
-def norm(s: str) -> str:
-    return " ".join(t for t, _, _ in _tokens(s))
 
 
 def _is_thread_term(node: Node) -> Optional[str]:
@@ -83,130 +54,6 @@ def _is_thread_term(node: Node) -> Optional[str]:
         if arg is not None and fld is not None and text(arg) == "threadIdx" and text(fld) in "xyz":
             return f"threadIdx.{text(fld)}"
     return None
-
-
-# ------------------------------------------------------------------------------------ function index
-
-@dataclass
-class Var:
-    name: str
-    decl: Node  # declaration / parameter_declaration
-    declarator: Node
-    value: Optional[Node]  # initializer expression
-    container: Node  # the scope it is visible in
-    kind: str  # param | local | for
-    shape: str  # scalar | array | pointer
-    assigned: list[Node] = field(default_factory=list)  # assignment / update expressions writing it
-
-
-class FunctionIndex:
-    """Declarations and assignments of one function (lambdas included), scope-aware."""
-
-    def __init__(self, src: Source, fn: Node):
-        self.src, self.fn = src, fn
-        self.vars: list[Var] = []
-        for n in walk(fn):
-            if n.type == "parameter_declaration":
-                container = n.parent.parent if n.parent is not None else None
-                while container is not None and container.type not in ("function_definition", "lambda_expression"):
-                    container = container.parent
-                if container is None:
-                    continue
-                d = n.child_by_field_name("declarator")
-                if d is not None:
-                    nm, shape = _shape(d)
-                    if nm:
-                        self.vars.append(Var(nm, n, d, None, container, "param", shape))
-            elif n.type == "declaration":
-                p = n.parent
-                kind = "for" if p is not None and p.type == "for_statement" else "local"
-                for d in n.named_children:
-                    if d.type not in ("identifier", "init_declarator", "array_declarator", "pointer_declarator",
-                                      "reference_declarator"):
-                        continue
-                    nm, shape = _shape(d)
-                    value = d.child_by_field_name("value") if d.type == "init_declarator" else None
-                    if nm:
-                        self.vars.append(Var(nm, n, d, value, p, kind, shape))
-        for n in walk(fn):
-            target = None
-            if n.type == "assignment_expression":
-                target = n.child_by_field_name("left")
-            elif n.type == "update_expression":
-                target = n.child_by_field_name("argument")
-            if target is None:
-                continue
-            base = target
-            while base.type in ("subscript_expression", "field_expression", "parenthesized_expression"):
-                base = base.child_by_field_name("argument") if base.type != "parenthesized_expression" else \
-                    base.named_children[0]
-            if base.type == "identifier":
-                v = self.visible(text(base), base.start_byte)
-                if v is not None:
-                    v.assigned.append(n)
-
-    def visible(self, name: str, at: int) -> Optional[Var]:
-        best = None
-        for v in self.vars:
-            if v.name != name or not (v.container.start_byte <= at < v.container.end_byte):
-                continue
-            if v.kind != "param" and v.declarator.start_byte > at:
-                continue
-            if best is None or v.container.start_byte >= best.container.start_byte:
-                best = v
-        return best
-
-    def single_assignment(self, v: Var) -> bool:
-        return not v.assigned
-
-    def loop_of(self, v: Var) -> Optional[Node]:
-        """The for loop whose induction variable `v` is (declared in the initializer, written only in
-        the update clause), else None."""
-        if v.kind != "for":
-            return None
-        loop = v.container
-        upd = loop.child_by_field_name("update")
-        if upd is None:
-            return None
-        for a in v.assigned:
-            if not (upd.start_byte <= a.start_byte and a.end_byte <= upd.end_byte):
-                return None
-        return loop
-
-
-def _shape(d: Node) -> tuple[Optional[str], str]:
-    if d.type == "init_declarator":
-        d = d.child_by_field_name("declarator")
-    shape = "scalar"
-    while d is not None and d.type not in ("identifier", "field_identifier"):
-        if d.type == "array_declarator":
-            shape = "array"
-        elif d.type == "pointer_declarator" and shape == "scalar":
-            shape = "pointer"
-        inner = d.child_by_field_name("declarator")
-        if inner is None:
-            inner = next((c for c in d.named_children if c.type.endswith("declarator") or c.type == "identifier"),
-                         None)
-        d = inner
-    return (text(d) if d is not None else None), shape
-
-
-def _contains(outer: Node, inner: Node) -> bool:
-    return outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
-
-
-def _same(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
-        a.type == b.type
-
-
-def loops_around(node: Node, stop: Optional[Node] = None) -> list[Node]:
-    out, p = [], node.parent
-    while p is not None and (stop is None or not _same(p, stop)):
-        if p.type in ("for_statement", "while_statement", "do_statement"):
-            out.append(p)
-        p = p.parent
-    return out
 
 
 # ------------------------------------------------------------------------------------ rendering
@@ -221,7 +68,7 @@ class Renderer:
         self.terms, self.units = terms, units
         self.private = private
         self.writer_loops = writer_loops
-        self.common_loops = [lp for lp in loops_around(fill) if _contains(lp, read)]
+        self.common_loops = [lp for lp in loops_around(fill) if contains(lp, read)]
         self.fail = ""
 
     def writer_specific(self, name: str, v: Optional[Var]) -> bool:
@@ -229,7 +76,7 @@ class Renderer:
             return not self.private
         if v is None:
             return False
-        return any(_contains(lp, v.declarator) for lp in self.writer_loops)
+        return any(contains(lp, v.declarator) for lp in self.writer_loops)
 
     def render(self, node: Node, depth: int = 0) -> Optional[str]:
         if depth > 8:
@@ -239,7 +86,7 @@ class Renderer:
         code = self.src.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
         subs: list[tuple[int, int, str]] = []
         # whole-summand occurrences of compound fill indices
-        toks = _tokens(code)
+        toks = tokens(code)
         for unit, image in self.units:
             n = len(unit)
             for i in range(len(toks) - n + 1):
@@ -311,7 +158,7 @@ class Renderer:
                 return name
             return "(" + body + ")"
         loop = self.idx.loop_of(v)
-        if loop is not None and any(_same(loop, c) for c in self.common_loops) and same_at_read:
+        if loop is not None and any(same(loop, c) for c in self.common_loops) and same_at_read:
             return name  # same iteration: the read follows the fill in the loop body
         self.fail = f"{name} changes between the fill and the read"
         return None
@@ -326,51 +173,11 @@ def _paren(s: str) -> str:
 
 # ------------------------------------------------------------------------------------ the plan
 
-def subscript_chain(ident: Node) -> tuple[Node, list[Node]]:
-    """The outermost subscript expression over an identifier and its index expressions (outer first)."""
-    node, idx = ident, []
-    while node.parent is not None and node.parent.type == "subscript_expression" and \
-            _same(node.parent.child_by_field_name("argument"), node):
-        node = node.parent
-        ind = node.child_by_field_name("indices")
-        inner = [c for c in ind.named_children if c.type != "comment"] if ind is not None else []
-        idx.append(inner[0] if len(inner) == 1 else None)
-    return node, idx
-
-
-def _is_write(node: Node) -> Optional[Node]:
-    """The assignment / update / address-of that writes (or may write) through `node`, if any; a
-    member of the element (`v[k].x = ...`) counts."""
-    p = node.parent
-    while p is not None and (p.type == "parenthesized_expression" or
-                             (p.type == "field_expression" and _same(p.child_by_field_name("argument"), node) and
-                              text(p.child_by_field_name("operator")) == ".")):
-        node, p = p, p.parent
-    if p is None:
-        return None
-    if p.type == "assignment_expression" and _same(p.child_by_field_name("left"), node):
-        return p
-    if p.type == "update_expression":
-        return p
-    if p.type == "pointer_expression" and p.children and p.children[0].type == "&":
-        return p
-    return None
-
-
-def _line_span(src: Source, start: int, end: int) -> tuple[int, int]:
-    """Widen [start, end) to whole lines when nothing but blanks/comments shares them."""
-    a = src.raw.rfind(b"\n", 0, start) + 1
-    b = src.raw.find(b"\n", end)
-    b = len(src.raw) if b < 0 else b
-    if src.code[a:start].strip() or src.code[end:b].strip():
-        return start, end
-    return a, min(b + 1, len(src.raw))
-
 
 def _pure_region(node: Node, fill_stmt: Node) -> bool:
     """`node` holds nothing but the fill, pure local declarations, if/for scaffolding."""
     for n in walk(node):
-        if n.type == "expression_statement" and not _same(n, fill_stmt) and not _contains(fill_stmt, n):
+        if n.type == "expression_statement" and not same(n, fill_stmt) and not contains(fill_stmt, n):
             return False
         if n.type in ("return_statement", "break_statement", "continue_statement", "goto_statement",
                       "while_statement", "do_statement"):
@@ -378,13 +185,13 @@ def _pure_region(node: Node, fill_stmt: Node) -> bool:
         if n.type == "call_expression":
             fn = n.child_by_field_name("function")
             name = text(fn) if fn is not None else ""
-            if not _contains(fill_stmt, n) and re.match(r"(atomic|__sync|__shfl|__ballot|__pipeline)", name):
+            if not contains(fill_stmt, n) and re.match(r"(atomic|__sync|__shfl|__ballot|__pipeline)", name):
                 return False
         if n.type == "declaration" and n.parent is not None and n.parent.type == "for_statement":
             continue
-        if n.type in ("assignment_expression", "update_expression") and not _contains(fill_stmt, n):
+        if n.type in ("assignment_expression", "update_expression") and not contains(fill_stmt, n):
             p = n.parent
-            if not (p is not None and p.type == "for_statement" and _same(p.child_by_field_name("update"), n)):
+            if not (p is not None and p.type == "for_statement" and same(p.child_by_field_name("update"), n)):
                 return False
     return True
 
@@ -398,17 +205,17 @@ class Plan:
 def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, private: bool,
                  require_global_load: bool = False) -> Optional[Plan]:
     idx = FunctionIndex(src, fn)
-    var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+    var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
     if var is None:
         return None
     uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
-            not _contains(var.declarator, n) and idx.visible(name, n.start_byte) is var]
+            not contains(var.declarator, n) and idx.visible(name, n.start_byte) is var]
     writes, reads = [], []
     for u in uses:
         outer, indices = subscript_chain(u)
         if len(indices) != ndims or any(i is None for i in indices):
             return None  # passed whole, sliced or reinterpreted
-        w = _is_write(outer)
+        w = writer_of(outer)
         if w is not None:
             if w.type != "assignment_expression" or text(w.child_by_field_name("operator")) != "=":
                 return None
@@ -428,11 +235,11 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
         return None
     if re.search(r"\b(atomic\w*|__shfl\w*|__syncthreads|__syncwarp|__ballot\w*)\s*\(", vtext):
         return None
-    if require_global_load and not _reads_global(src, fn, vtext):
+    if require_global_load and not reads_global(src, fn, vtext):
         return None
     # global memory the value reads must never be written by this function
     f = src.function_at(fn.start_byte)
-    if f is not None and _reads_written_memory(src, f, fn, value):
+    if f is not None and reads_written_memory(src, f, fn, value):
         return None
 
     # fill indices: variable terms and compound (sum) units
@@ -449,7 +256,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
             fixed.append(None)
         elif e.type == "binary_expression" and text(e.child_by_field_name("operator")) == "+":
             terms_of.append(None)
-            unit_of.append([tk for tk, _, _ in _tokens(src.code[e.start_byte:e.end_byte].decode())])
+            unit_of.append([tk for tk, _, _ in tokens(src.code[e.start_byte:e.end_byte].decode())])
             fixed.append(None)
         elif e.type == "number_literal":
             terms_of.append(None)
@@ -467,13 +274,13 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
     for outer, rindices in reads:
         if outer.start_byte < fill_stmt.end_byte:
             return None
-        if not _same(_scope(outer), _scope(fill_stmt)):
+        if not same(_scope(outer), _scope(fill_stmt)):
             return None
         for k, fx in enumerate(fixed):
             if fx is not None and norm(text(rindices[k])) != fx:
                 return None
-        writer_loops = [lp for lp in fill_loops if not _contains(lp, outer)]
-        common = [lp for lp in fill_loops if _contains(lp, outer)]
+        writer_loops = [lp for lp in fill_loops if not contains(lp, outer)]
+        common = [lp for lp in fill_loops if contains(lp, outer)]
         terms = {terms_of[k]: _code(src, rindices[k]) for k in range(ndims) if terms_of[k]}
         units = [(unit_of[k], _code(src, rindices[k])) for k in range(ndims) if unit_of[k]]
         r = Renderer(idx, fill_stmt, outer, terms, units, private, writer_loops)
@@ -483,7 +290,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
         guards = []
         anc = _common_ancestor(fill_stmt, outer)
         p, child = fill_stmt.parent, fill_stmt
-        while p is not None and not _same(p, anc):
+        while p is not None and not same(p, anc):
             if p.type == "if_statement" and not _implied(idx, p, child, outer, anc):
                 cond = p.child_by_field_name("condition")
                 g = r.render(cond)
@@ -493,7 +300,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
                 if g.startswith("(") and g.endswith(")") and _balanced(g[1:-1]):
                     g = g[1:-1].strip()
                 alt = p.child_by_field_name("alternative")
-                guards.append(f"!({g})" if alt is not None and _contains(alt, child) else g)
+                guards.append(f"!({g})" if alt is not None and contains(alt, child) else g)
             elif p.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
                 pass
             child, p = p, p.parent
@@ -514,7 +321,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
                 break
         elif p.type not in ("for_statement", "if_statement", "else_clause", "condition_clause"):
             break
-        if any(_contains(p, o) for o, _ in reads) or not _pure_region(p, fill_stmt):
+        if any(contains(p, o) for o, _ in reads) or not _pure_region(p, fill_stmt):
             break
         if p.type in ("for_statement", "if_statement", "compound_statement"):
             region = p
@@ -523,7 +330,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
     pragma = pragma_before(src, start) if region.type == "for_statement" else None
     if pragma is not None:
         start = pragma
-    start, end = _line_span(src, start, end)
+    start, end = src.line_span(start, end)
     if region.parent is not None and region.parent.type != "compound_statement":
         subs.append((region.start_byte, region.end_byte, ";"))
     else:
@@ -534,7 +341,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
     declarators = [d for d in decl.named_children if d.type in ("identifier", "init_declarator", "array_declarator",
                                                                  "pointer_declarator", "reference_declarator")]
     if len(declarators) == 1:
-        ds, de = _line_span(src, decl.start_byte, decl.end_byte)
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         if de <= lo or ds >= hi:
             subs.append((ds, de, ""))
     subs.sort()
@@ -551,20 +358,20 @@ def _implied(idx: FunctionIndex, guard_if: Node, child: Node, read: Node, stop: 
     change: the fill's guard holds there too."""
     cond = guard_if.child_by_field_name("condition")
     alt = guard_if.child_by_field_name("alternative")
-    in_alt = alt is not None and _contains(alt, child)
+    in_alt = alt is not None and contains(alt, child)
     want = norm(idx.src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace"))
-    for tok, _, _ in _tokens(want):
+    for tok, _, _ in tokens(want):
         if re.fullmatch(r"[A-Za-z_]\w*", tok):
             v1 = idx.visible(tok, cond.start_byte)
             if v1 is not None and (v1.assigned or idx.visible(tok, read.start_byte) is not v1):
                 return False
     p, c = read.parent, read
-    while p is not None and not _same(p, stop):
+    while p is not None and not same(p, stop):
         if p.type == "if_statement":
             q = p.child_by_field_name("condition")
             qalt = p.child_by_field_name("alternative")
             if norm(idx.src.code[q.start_byte:q.end_byte].decode("utf-8", "replace")) == want and \
-                    (qalt is not None and _contains(qalt, c)) == in_alt and not _contains(q, read):
+                    (qalt is not None and contains(qalt, c)) == in_alt and not contains(q, read):
                 return True
         c, p = p, p.parent
     return False
@@ -601,21 +408,12 @@ def _scope(node: Node) -> Optional[Node]:
 
 def _common_ancestor(a: Node, b: Node) -> Node:
     p = a.parent
-    while p is not None and not _contains(p, b):
+    while p is not None and not contains(p, b):
         p = p.parent
     return p
 
 
-def _reads_global(src: Source, fn: Node, vtext: str) -> bool:
-    f = src.function_at(fn.start_byte)
-    if f is None:
-        return False
-    if re.search(r"\b(__ldca|__ldlu)\s*\(", vtext):
-        return True
-    return _global_load_expr(src, f, vtext)
-
-
-def _reads_written_memory(src: Source, f, fn: Node, value: Node) -> bool:
+def reads_written_memory(src: Source, f, fn: Node, value: Node) -> bool:
     roots = pointer_roots(src, f)
     used = set()
     for n in walk(value):

@@ -26,6 +26,9 @@ merges, neutral statements with effects that a second execution would repeat (gl
 atomics, writes to variables declared outside the region), top-level declarations of the region
 that belong to one pass and are used after it, and regions in a nested block whose barriers
 could diverge (a block with `__syncthreads` must be the function body, with no `return` before).
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -34,11 +37,12 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import _line_span, identifiers, rename_identifiers
+from corpora.code.source import Source
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
+
 
 _EXP = r"(?:__expf|expf|exp|__exp2f|exp2f)"
 _UPDATE = re.compile(r"(\w+)\s*=\s*\1\s*\*\s*(" + _EXP + r")\s*\(\s*(\w+)\s*-\s*(\w+)\s*\)\s*\+\s*(.+);")
@@ -394,7 +398,7 @@ class OnlineSoftmaxToTwoPass(Operator):
             calls = [n for n in walk(src.tree.root_node) if n.type == "call_expression" and
                      text(n.child_by_field_name("function")) == name]
             if calls and all(region[0].start_byte <= c.start_byte < region[-1].end_byte for c in calls):
-                a, b = _line_span(src, mfn.start_byte, mfn.end_byte)
+                a, b = src.line_span(mfn.start_byte, mfn.end_byte)
                 # with the comment lines right above it
                 while True:
                     prev = src.raw.rfind(b"\n", 0, a - 1) + 1 if a > 0 else 0
@@ -409,3 +413,6 @@ class OnlineSoftmaxToTwoPass(Operator):
                 return None
         lo_b, hi_b = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo_b, hi_b, splice_range(src, lo_b, hi_b, subs))
+
+
+PAIR = Pair(OnlineSoftmaxToTwoPass)

@@ -29,6 +29,9 @@ siblings with no exit between them); no loop breaks, continues or returns; the s
 nothing but the element and their own locals, read no array and no memory this function writes,
 and every outer variable they read keeps its value from the replayed loop to the last reader.
 The fill's slice must read global memory (a register cache of global data).
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -38,12 +41,16 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name, pointer_roots
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import (FunctionIndex, _contains, _is_write, _line_span, _reads_global, _same,
-                                              _tokens, loops_around, subscript_chain)
-from mining.operators.rewrite_util import after_open_brace, body_indent, line_indent, pragma_before, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.carriers import pointer_roots
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, loops_around, reads_global, subscript_chain, tokens
+from mining.operators.rewrite_util import (after_open_brace, body_indent, line_indent, pragma_before, splice_range,
+                                           structural)
+from corpora.code.parse import text, walk
+
 
 _IMPURE_CALL = re.compile(r"(atomic\w*|__sync\w*|__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|__threadfence\w*|"
                           r"printf|malloc|free|memcpy|memset|__st\w+|__pipeline\w*)$")
@@ -64,7 +71,7 @@ def _header_key(loop: Node, var: str) -> Optional[str]:
         n = loop.child_by_field_name(fld)
         if n is None:
             return None
-        parts.append(" ".join(t if t != var else "@" for t, _, _ in _tokens(text(n))))
+        parts.append(" ".join(t if t != var else "@" for t, _, _ in tokens(text(n))))
     return " ; ".join(parts)
 
 
@@ -87,7 +94,7 @@ def _statements(node: Node) -> list[Node]:
 
 def _idents(node: Node) -> set[str]:
     out = set()
-    toks = _tokens(text(node))
+    toks = tokens(text(node))
     for i, (t, _, _) in enumerate(toks):
         if re.fullmatch(r"[A-Za-z_]\w*", t) and (i == 0 or toks[i - 1][0] not in (".", "->", "::")):
             out.add(t)
@@ -214,7 +221,7 @@ def _renamed(src: Source, node: Node, rename: dict[str, str]) -> str:
             code = re.sub(r"\b%s\s*\[\s*%s\s*\]" % (re.escape(a), re.escape(k)), new, code)
     ids = {k: v for k, v in rename.items() if "[" not in k}
     if ids:
-        toks = _tokens(code)
+        toks = tokens(code)
         out, pos = [], 0
         for i, (t, a, b) in enumerate(toks):
             if t in ids and (i == 0 or toks[i - 1][0] not in (".", "->", "::")):
@@ -252,27 +259,27 @@ class RegisterArrayToRecompute(Operator):
 
     def rewrite(self, src: Source, f, fn: Node, decl: Node, name: str) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
-                not _contains(var.declarator, n) and idx.visible(name, n.start_byte) is var]
+                not contains(var.declarator, n) and idx.visible(name, n.start_byte) is var]
         loops: list[_Loop] = []
         element_nodes = []
         for u in uses:
             outer, indices = subscript_chain(u)
             if len(indices) != 1 or indices[0] is None or indices[0].type != "identifier":
                 return None
-            w = _is_write(outer)
+            w = writer_of(outer)
             if w is not None and w.type == "pointer_expression":
                 return None  # address taken
             loop = next((p for p in loops_around(u) if p.type == "for_statement"), None)
-            if loop is None or loops_around(u)[0].type != "for_statement" or not _same(loops_around(u)[0], loop):
+            if loop is None or loops_around(u)[0].type != "for_statement" or not same(loops_around(u)[0], loop):
                 return None
             lv = _loop_var(loop)
             if lv is None or lv != text(indices[0]):
                 return None
-            if not any(_same(L.node, loop) for L in loops):
+            if not any(same(L.node, loop) for L in loops):
                 loops.append(_Loop(loop, lv, loop.child_by_field_name("body")))
             element_nodes.append(outer)
         loops.sort(key=lambda L: L.node.start_byte)
@@ -285,9 +292,9 @@ class RegisterArrayToRecompute(Operator):
                 return None
             if any(n.type in _EXITS for n in walk(L.body)):
                 return None
-            if any(_contains(M.node, L.node) for M in loops if M is not L):
+            if any(contains(M.node, L.node) for M in loops if M is not L):
                 return None
-            if any(not any(_same(a, b) for b in decl_loops) for a in loops_around(L.node)):
+            if any(not any(same(a, b) for b in decl_loops) for a in loops_around(L.node)):
                 return None  # carried across an enclosing loop
         # slices
         slicers, slices = [], []
@@ -334,7 +341,7 @@ class RegisterArrayToRecompute(Operator):
                         return None
                     if any(loops[i].node.start_byte <= a.start_byte < last.start_byte for a in v.assigned):
                         return None
-                if i == 0 and node.type != "condition_clause" and _reads_global(src, fn, text(node)):
+                if i == 0 and node.type != "condition_clause" and reads_global(src, fn, text(node)):
                     fill_reads_global = True
         if not fill_reads_global:
             return None
@@ -352,12 +359,12 @@ class RegisterArrayToRecompute(Operator):
             local += "_"
         # edits
         subs = []
-        ds, de = _line_span(src, decl.start_byte, decl.end_byte)
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         subs.append((ds, de, ""))
         for i, L in enumerate(loops):
             if i == 0 and self._only_slice(L.body, slicers[0]):
                 s0 = pragma_before(src, L.node.start_byte) or L.node.start_byte
-                a, b = _line_span(src, s0, L.node.end_byte)
+                a, b = src.line_span(s0, L.node.end_byte)
                 subs.append((a, b, ""))
                 continue
             ind = body_indent(src, L.body) if L.body.type == "compound_statement" else \
@@ -371,7 +378,7 @@ class RegisterArrayToRecompute(Operator):
                     head.append(ind + "{")
                     head += slicers[p].render(slices[p], ind + "    ", rename)
                     head.append(ind + "}")
-            inner = [(n.start_byte, n.end_byte, local) for n in element_nodes if _contains(L.body, n)]
+            inner = [(n.start_byte, n.end_byte, local) for n in element_nodes if contains(L.body, n)]
             if L.body.type == "compound_statement":
                 pos = after_open_brace(src, L.body)
                 body_text = splice_range(src, L.body.start_byte, L.body.end_byte,
@@ -399,7 +406,7 @@ class RegisterArrayToRecompute(Operator):
     @staticmethod
     def _always_before(a: Node, b: Node) -> bool:
         """`a` and `b` are statements of one block, `a` first, with nothing between them that leaves it."""
-        if a.parent is None or b.parent is None or not _same(a.parent, b.parent) or a.start_byte >= b.start_byte:
+        if a.parent is None or b.parent is None or not same(a.parent, b.parent) or a.start_byte >= b.start_byte:
             return False
         for c in a.parent.named_children:
             if a.end_byte <= c.start_byte < b.start_byte and any(n.type in _EXITS for n in walk(c)):
@@ -422,3 +429,6 @@ class RegisterArrayToRecompute(Operator):
                 if m.type == "identifier" and text(m) in roots:
                     written |= roots[text(m)]
         return written
+
+
+PAIR = Pair(RegisterArrayToRecompute)

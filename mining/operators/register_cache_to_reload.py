@@ -16,6 +16,9 @@ variables are unchanged between the fill and each use (see `fill_forwarding`: fi
 reach the value only through the fill index, locals are inlined where they would be out of scope
 or different, loop variables must be those of a loop enclosing both). So every reload returns
 the value the register held.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -23,12 +26,15 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _register_cache
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import (FunctionIndex, Renderer, _line_span, _reads_global,
-                                              _reads_written_memory, _same, forward_fill, loops_around)
+from corpora.code.source import Source
+from mining.carriers import register_cache_sites
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.fill_forwarding import Renderer, forward_fill, reads_written_memory
+from corpora.code.nodes import same
+from mining.operators.nodes import FunctionIndex, loops_around, reads_global
 from mining.operators.rewrite_util import has_side_effects, node_at, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
+
 
 _DECLARATORS = ("identifier", "init_declarator", "array_declarator", "pointer_declarator", "reference_declarator")
 
@@ -39,7 +45,7 @@ class RegisterCacheToReload(Operator):
     description = "reload a register-cached global value at every use"
 
     def edits(self, src: Source):
-        sites = _register_cache(src)
+        sites = register_cache_sites(src)
         st = structural(src)
         seen = set()
         for site in sites:
@@ -79,10 +85,10 @@ class RegisterCacheToReload(Operator):
             return None
         vtext = src.code[value.start_byte:value.end_byte].decode("utf-8", "replace")
         f = src.function_at(fn.start_byte)
-        if f is None or not _reads_global(src, fn, vtext) or _reads_written_memory(src, f, fn, value):
+        if f is None or not reads_global(src, fn, vtext) or reads_written_memory(src, f, fn, value):
             return None
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None or var.assigned:
             return None
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
@@ -100,8 +106,11 @@ class RegisterCacheToReload(Operator):
             if body is None:
                 return None
             subs.append((u.start_byte, u.end_byte, "(" + body + ")"))
-        ds, de = _line_span(src, decl.start_byte, decl.end_byte)
+        ds, de = src.line_span(decl.start_byte, decl.end_byte)
         subs.append((ds, de, ""))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(RegisterCacheToReload)

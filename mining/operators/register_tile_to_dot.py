@@ -26,6 +26,9 @@ that element, nothing else written, no barriers, atomics or warp collectives); t
 before the nest (run R x C times now) touch no tile element, write only variables they declare
 themselves, and synchronize nothing; nothing there or in the loop header can see an outer
 variable named like the nest's loop variables (they become the new outer loops).
+
+Forward: none here; `stage_matmul_tiles` (shared_tile_to_global.py) writes register tiles of
+R x R outputs per thread for one-output-per-thread matmuls, as part of staging shared tiles.
 """
 from __future__ import annotations
 
@@ -34,20 +37,17 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
-from mining.operators.base import Edit
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from corpora.code.nodes import same
+from corpora.code.source import Source
+from mining.operators.base import Edit, Pair
+from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, type_text
-from mining.operators.shrink_register_tile import RegisterTileOperator, int_value
-from mining.parse import text, walk
+from mining.operators.shrink_register_tile import RegisterTileOperator
+from corpora.code.parse import text, walk
+
 
 _SYNC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any\w*|__all\w*|atomic\w+|__threadfence\w*|"
                    r"__pipeline\w*|asm)\b")
-
-
-def _same(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
-        a.type == b.type
 
 
 def _stmts(body: Node) -> list[Node]:
@@ -100,7 +100,7 @@ class RegisterTileToDot(RegisterTileOperator):
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None or var.value is not None or len([d for d in decl.named_children
                                                         if d.type.endswith("declarator") or d.type == "identifier"]) < 1:
             return None
@@ -119,7 +119,7 @@ class RegisterTileToDot(RegisterTileOperator):
         if body is None or body.type != "compound_statement":
             return None
         stmts = _stmts(body)
-        k = next((i for i, c in enumerate(stmts) if _same(c, decl)), None)
+        k = next((i for i, c in enumerate(stmts) if same(c, decl)), None)
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
                 not (var.declarator.start_byte <= n.start_byte < var.declarator.end_byte) and
                 idx.visible(name, n.start_byte) is var]
@@ -300,3 +300,6 @@ def _header(src: Source, loop: Node) -> str:
 
 def _inside(node: Node, outer: Node) -> bool:
     return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
+
+
+PAIR = Pair(RegisterTileToDot)

@@ -12,8 +12,8 @@ from typing import Iterable, Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source
-from mining.parse import functions, parse_cuda, text, walk
+from corpora.code.source import Source
+from corpora.code.parse import functions, parse_cuda, text, walk
 
 SCOPE_TYPES = ("function_definition", "lambda_expression")
 # CUDA vector types: the member type of .x/.y/.z/.w

@@ -18,6 +18,9 @@ first shared-memory writes cannot overtake the previous pass's last reads. Not a
 region could not run twice: it returns, breaks or jumps out, uses atomics, or updates in place
 (`+=`, `++`) a variable declared before it; or when some use of the tile is not indexed by such a
 loop variable.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -26,31 +29,16 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _local_arrays, _register_tile
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, _shape, subscript_chain
+from corpora.code.source import Source
+from mining.carriers import local_arrays, register_tile_sites
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import declarator_shape, same
+from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
 from mining.operators.rewrite_util import line_indent, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
 
 
 _DECLARATORS = ("identifier", "init_declarator", "array_declarator", "pointer_declarator", "reference_declarator")
-
-
-def int_value(src: Source, expr: str) -> Optional[int]:
-    e = src.expand(expr)
-    e = re.sub(r"(?<=\d)[uUlL]+\b", "", e)
-    if not re.fullmatch(r"[\d\s+\-*/%()<>]*", e) or not e.strip():
-        return None
-    try:
-        v = eval(e.replace("/", "//"), {"__builtins__": {}}, {})  # digits and operators only
-    except Exception:
-        return None
-    return v if isinstance(v, int) else None
-
-
-def _same(a, b) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
-        a.type == b.type
 
 
 def _row_loop(src: Source, use: Node, var: str) -> Optional[Node]:
@@ -95,13 +83,13 @@ class RegisterTileOperator(Operator):
     carrier = "register_tile"
 
     def edits(self, src: Source):
-        sites = {s.start_byte for s in _register_tile(src)}
+        sites = {s.start_byte for s in register_tile_sites(src)}
         src = structural(src)
         for f in src.funcs:
             fn = src.func_node(f)
             if fn is None:
                 continue
-            for decl, name, ndims in _local_arrays(src, f, 2):
+            for decl, name, ndims in local_arrays(src, f, 2):
                 if decl.start_byte not in sites or ndims != 2:
                     continue
                 e = self.rewrite(src, fn, decl, name)
@@ -118,7 +106,7 @@ class ShrinkRegisterTile(RegisterTileOperator):
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None or var.value is not None:
             return None
         # the row extent
@@ -217,7 +205,7 @@ class ShrinkRegisterTile(RegisterTileOperator):
 
         # the region: the declaration's statement up to the last statement that needs it
         stmts = [c for c in body.named_children]
-        k0 = next(i for i, c in enumerate(stmts) if _same(c, decl))
+        k0 = next(i for i, c in enumerate(stmts) if same(c, decl))
         declared = {name}
         last = k0
         changed = True
@@ -234,7 +222,7 @@ class ShrinkRegisterTile(RegisterTileOperator):
                     for dd in stmts[i].named_children:
                         if dd.type not in _DECLARATORS:
                             continue
-                        nm, _ = _shape(dd)
+                        nm, _ = declarator_shape(dd)
                         if nm and nm not in declared:
                             declared.add(nm)
                             changed = True
@@ -295,3 +283,6 @@ def _dedupe(subs):
         if s2 < e1:
             return None
     return subs
+
+
+PAIR = Pair(ShrinkRegisterTile)

@@ -17,6 +17,9 @@ into the last array, its last statement the shift `w0[q] = w1[q]; w1[q] = w2[q];
 write to the window arrays in the loop, a loop-invariant `X`, and no store to shared memory in the
 loop body (so the rows read are the rows the preloads read). Removes the sliding-window form of
 register_tile.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -25,11 +28,14 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, call_name
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, _line_span, _same, norm
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import same
+from mining.operators.nodes import FunctionIndex, norm
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
+
 
 _SHIFT = re.compile(r"(\w+)\s*\[\s*(\w+)\s*\]\s*=\s*(\w+)\s*\[\s*\2\s*\]\s*;")
 
@@ -93,7 +99,7 @@ class SlidingWindowToReload(Operator):
         dest = fargs.index(window[-1])
         # the preloads: the n statements right before the loop
         sibs = list(loop.parent.named_children)
-        i = next(j for j, c in enumerate(sibs) if _same(c, loop))
+        i = next(j for j, c in enumerate(sibs) if same(c, loop))
         if i < n:
             return None
         pre = sibs[i - n:i]
@@ -150,9 +156,12 @@ class SlidingWindowToReload(Operator):
                                        (dst_node.start_byte, dst_node.end_byte, w)]))
         subs = [(stmts[0].start_byte, stmts[0].start_byte, "".join(ld + "\n" + ind for ld in loads))]
         pr = pragma_before(src, last.start_byte)
-        subs.append(_line_span(src, pr if pr is not None else last.start_byte, last.end_byte) + ("",))
+        subs.append(src.line_span(pr if pr is not None else last.start_byte, last.end_byte) + ("",))
         for s in pre:
-            subs.append(_line_span(src, s.start_byte, s.end_byte) + ("",))
+            subs.append(src.line_span(s.start_byte, s.end_byte) + ("",))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(SlidingWindowToReload)

@@ -15,6 +15,9 @@ Every access has to be one of these forms (the array is never passed, offset or 
 otherwise) and index expressions must be free of side effects (a vector access's are repeated).
 A vector access whose elements crossed into the next row in the original would leave the array
 now; the gate's memory checker rejects such a candidate.
+
+Forward: none here; transposed_tile skills are served by `stage_matmul_tiles`
+(shared_tile_to_global.py).
 """
 from __future__ import annotations
 
@@ -23,19 +26,17 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from mining.carriers import Source, _transposed_tile
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from corpora.code.nodes import same
+from corpora.code.source import Source
+from mining.carriers import transposed_tile_sites
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import has_side_effects, splice_range, structural
-from mining.parse import text, walk
+from corpora.code.parse import text, walk
+
 
 _VEC = re.compile(r"reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?((?:u?int|float|double|u?short|u?char|u?long)"
                   r"([234]))\s*(?:const\s*)?\*\s*>$")
-
-
-def _same(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte and \
-        a.type == b.type
 
 
 def _up(node: Node) -> Node:
@@ -50,7 +51,7 @@ def _is_lhs(node: Node) -> Optional[Node]:
     p, n = node.parent, node
     while p is not None and p.type == "parenthesized_expression":
         n, p = p, p.parent
-    if p is not None and p.type == "assignment_expression" and _same(p.child_by_field_name("left"), n):
+    if p is not None and p.type == "assignment_expression" and same(p.child_by_field_name("left"), n):
         return p
     return None
 
@@ -61,7 +62,7 @@ class UntransposeTile(Operator):
     description = "store a transposed shared operand tile in the global layout (scalar fragment reads)"
 
     def edits(self, src: Source):
-        flagged = {s.start_byte for s in _transposed_tile(src)}
+        flagged = {s.start_byte for s in transposed_tile_sites(src)}
         if not flagged:
             return
         src = structural(src)
@@ -82,7 +83,7 @@ class UntransposeTile(Operator):
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str, dims: list[Node]) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
-        var = next((v for v in idx.vars if v.name == name and _same(v.decl, decl)), None)
+        var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
         nd = len(dims)
@@ -158,3 +159,6 @@ def _plus(expr: str, q: int) -> str:
             break
         top = inner
     return f"{expr} + {q}" if not re.search(r"[?:<>=&|^]", top) else f"({expr}) + {q}"
+
+
+PAIR = Pair(UntransposeTile)

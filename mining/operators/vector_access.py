@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from mining.carriers import Source, VectorAccess
+from corpora.code.source import Source
+from mining.carriers import VectorAccess
 
 # vector type -> (scalar element type, components, constructor)
 VECTORS = {

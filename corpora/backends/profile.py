@@ -1,0 +1,54 @@
+"""A target's names as the store holds them after ingestion (``target_attributes``): its aliases,
+attributes by kind, header declarations and TableGen namespaces. Read by the backend miner
+(mining/backend/) and by fork-and-adapt (retrieval/backend/adapt.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PRIMARY_ALIAS = {"PowerPC": "PPC"}
+# TableGen-generated C++ names built from a record name.
+GENERATED_SUFFIXES = ("RegClassID", "RegClass", "RegisterClass", "Operand", "RegBankID", "RegBank")
+
+
+@dataclass
+class TargetProfile:
+    target: str
+    aliases: list[str]
+    primary: str
+    by_kind: dict = field(default_factory=dict)  # kind -> [names]
+    kind_of: dict = field(default_factory=dict)  # name -> kind
+    declared: set = field(default_factory=set)  # names declared in headers
+    namespaces: set = field(default_factory=set)  # TableGen namespaces (register classes' first argument)
+
+    @property
+    def relocations(self) -> list[str]:
+        return list(self.by_kind.get("relocation", []))
+
+    def knows(self, name: str) -> bool:
+        base = name.split("::")[-1]
+        if base in self.kind_of or base in self.declared:
+            return True
+        for suf in GENERATED_SUFFIXES:
+            if base.endswith(suf) and base[: -len(suf)] in self.kind_of:
+                return True
+        return False
+
+
+def load_profile(store, target: str) -> TargetProfile:
+    rows = store.query("SELECT kind, name, value FROM target_attributes WHERE target = ? ORDER BY kind, name", [target])
+    if not rows:
+        raise KeyError(target)
+    aliases = sorted([r["name"] for r in rows if r["kind"] == "alias"], key=lambda a: (-len(a), a)) or [target]
+    prof = TargetProfile(target, aliases, PRIMARY_ALIAS.get(target, target))
+    for r in rows:
+        k, n = r["kind"], r["name"]
+        if k in ("alias", "class"):  # class: base classes, for roles only
+            continue
+        if k == "declaration":
+            prof.declared.add(n)
+            continue
+        prof.by_kind.setdefault(k, []).append(n)
+        prof.kind_of.setdefault(n, k)
+        if k == "register_class" and r["value"]:
+            prof.namespaces.add(r["value"])
+    return prof

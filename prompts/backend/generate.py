@@ -1,0 +1,537 @@
+"""Backend function generation: retrieve, prompt, generate (LLM or fork-and-adapt), gate, repair.
+
+    generate(store, GenerateRequest(target="RISCV", role="ELFObjectWriter::getRelocType"))
+
+Strategies:
+* ``fork-adapt`` (default, no LLM): the best-ranked implementation from another target with
+  its target identifiers mapped onto T's (retrieval/backend/adapt.py);
+* ``fork-flow`` (the baseline): Mips's implementation with the target renamed;
+* ``skills``: the best-ranked implementation's lineage (mined by ``skills backend mine``)
+  gives the role's skeleton and its compile-validated skills; each skill is decided and
+  instantiated with T's attributes (prompts/backend/skills.py). With ``--model`` the prompt
+  (prompts/backend/skills.md) carries the skeleton, the skills and T's attributes, and the
+  mechanical instantiation as a starting point;
+* ``llm``: a few-shot prompt (prompts/backend/generate.md: the top-k implementations from the
+  most similar targets, T's relevant attributes, the fork-and-adapt draft) sent through
+  mining/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
+  up to N more attempts.
+
+Every result is checked by the compile gate (mining/backend/gate.py; clang and headers of the
+LLVM version T's tree came from) when that toolchain is installed, spliced into T's real file: replacing T's own implementation when T has one (the
+benchmark's case), else appended to the file that holds T's class for the role.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from corpora.backends.tree import BackendInputError
+from corpora.backends.profile import TargetProfile, load_profile
+from retrieval.backend.adapt import adapt, fit_definition, fork_flow, rename_target
+from retrieval.backend.search import BackendIndex, SearchError
+
+PROMPT_DIR = Path(__file__).parent
+STRATEGIES = ("fork-adapt", "fork-flow", "skills", "llm")
+FORK_FLOW_SOURCE = "Mips"  # the fixed backend fork-flow copies
+# Attribute kinds shown in the prompt, by words in the role (else: the kinds the candidates use).
+ROLE_KINDS = [
+    (re.compile(r"Reloc|Fixup|ObjectWriter|AsmBackend|CodeEmitter", re.I), ["fixup", "relocation"]),
+    (re.compile(r"Reg|Frame|CallingConv|Call|Return|Arguments|Prologue|Epilogue|Spill|copyPhys", re.I),
+     ["register_class", "register", "calling_convention"]),
+    (re.compile(r"Subtarget|Feature|Processor|CPU", re.I), ["subtarget_feature", "processor"]),
+    (re.compile(r"Instr|ISel|Lower|Select|Branch|Inst", re.I), ["instruction_format", "register_class", "subtarget_feature"]),
+]
+ATTR_LIMIT = 60
+# prompt sections cut (in this order) when the prompt does not fit the model's context window
+CUTTABLE = ("How the most similar existing targets", "What ", "Skills, in the order", "A starting point")
+
+
+def render(template: str, **values: str) -> str:
+    def sub(m: re.Match) -> str:
+        key = m.group(1)
+        if key not in values:
+            raise KeyError(f"template needs {key!r}")
+        return str(values[key])
+
+    return re.sub(r"\{\{(\w+)\}\}", sub, template)
+
+
+def load_template(name: str) -> str:
+    return (PROMPT_DIR / name).read_text()
+
+
+@dataclass
+class GenerateRequest:
+    target: str
+    role: str
+    k: int = 3
+    strategy: str = "fork-adapt"
+    model: Optional[str] = None
+    prompt_only: bool = False
+    repair: int = 0
+    gate: bool = True
+    exclude_targets: Sequence[str] = ()
+    llm_kwargs: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- resolution
+def target_role_classes(store, target: str) -> set[str]:
+    """The role classes T's own classes stand for: every class T defines or declares, T's name
+    stripped (``LoongArchELFObjectWriter`` -> ``ELFObjectWriter``), renamed where its base
+    class says it implements another role's class (``XtensaObjectWriter`` -> ``ELFObjectWriter``:
+    retrieval/backend_index.role_renames)."""
+    from corpora.backends.tree import strip_target
+    from retrieval.backend.index import role_renames, target_aliases
+
+    aliases = target_aliases(store)
+    classes = store.query("SELECT target, name, parents FROM target_attributes WHERE kind = 'class'")
+    renames = role_renames(classes, aliases)
+    names = {r["name"] for r in store.query("SELECT name FROM target_attributes WHERE target = ? AND "
+                                            "kind IN ('class', 'declaration')", [target])}
+    names |= {r["class_name"] for r in store.query("SELECT DISTINCT class_name FROM functions WHERE target = ? "
+                                                   "AND class_name IS NOT NULL", [target])}
+    own = aliases.get(target, [target])
+    return {renames.get((target, n)) or strip_target(n, own) for n in names}
+
+
+def resolve_role(index: BackendIndex, role: str, target: Optional[str] = None) -> str:
+    """A role as given (``ELFObjectWriter::getRelocType``, or just ``getRelocType``) -> one known role.
+
+    A bare method name that several roles end in is resolved by ``target``'s own code: the one
+    role T implements, else the one whose class T defines or declares (a new target's header
+    comes before its function bodies); otherwise it is ambiguous."""
+    roles = index.roles()
+    if role in roles:
+        return role
+    all_roles = {r["role"] for r in index.store.query("SELECT DISTINCT role FROM functions")}
+    if role in all_roles:
+        return role
+    tail = [r for r in sorted(roles) if r.split("::")[-1] == role or r.endswith("::" + role)]
+    if len(tail) == 1:
+        return tail[0]
+    if len(tail) > 1:
+        cands, why = tail, ""
+        if target:
+            own = {r["role"] for r in index.store.query("SELECT DISTINCT role FROM functions WHERE target = ?",
+                                                        [target])}
+            implemented = [r for r in tail if r in own]
+            if len(implemented) == 1:
+                return implemented[0]
+            if implemented:
+                cands, why = implemented, f" ({target} implements {len(implemented)} of them)"
+            else:
+                classes = target_role_classes(index.store, target)
+                declared = [r for r in tail if r.rsplit("::", 1)[0] in classes]
+                if len(declared) == 1:
+                    return declared[0]
+                if declared:
+                    cands, why = declared, f" ({target} has classes for {len(declared)} of them)"
+                else:
+                    why = f" ({target} implements none of them and has no class for any)"
+        raise BackendInputError(f"role {role!r} is ambiguous{why}: {', '.join(cands[:8])}; "
+                                f"name the class too (e.g. {cands[0]})")
+    import difflib
+
+    close = difflib.get_close_matches(role, sorted(roles), n=3, cutoff=0.6)
+    if not close:
+        tails: dict[str, list[str]] = {}
+        for r in sorted(roles):
+            tails.setdefault(r.split("::")[-1], []).append(r)
+        for t in difflib.get_close_matches(role.split("::")[-1], sorted(tails), n=3, cutoff=0.6):
+            close.extend(tails[t][:2])
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise BackendInputError(f"unknown role {role!r} (no indexed target implements it){hint}")
+
+
+def host_location(store, target: str, role: str, qualified_name: str) -> Optional[dict]:
+    """Where T's version of ``role`` goes: T's own implementation if it has one, else the end
+    of the file holding the most functions of T's class for the role."""
+    rows = store.query("SELECT func_id, path, start_byte, end_byte, qualified_name, in_class "
+                       "FROM functions WHERE target = ? AND role = ? ORDER BY func_id", [target, role])
+    if rows:
+        r = rows[0]
+        return {"path": r["path"], "start_byte": r["start_byte"], "end_byte": r["end_byte"], "replaces": r["func_id"],
+                "qualified_name": r["qualified_name"], "in_class": bool(r["in_class"])}
+    cls = qualified_name.rsplit("::", 1)[0] if "::" in qualified_name else None
+    if cls:
+        got = store.query("SELECT path, count(*) n FROM functions WHERE target = ? AND class_name = ? GROUP BY path "
+                          "ORDER BY n DESC, path LIMIT 1", [target, cls])
+        if got:
+            return {"path": got[0]["path"], "start_byte": None, "end_byte": None, "replaces": None,
+                    "qualified_name": "llvm::" + qualified_name, "in_class": False}
+    return None
+
+
+def relevant_attributes(store, prof: TargetProfile, role: str, kinds_used: Sequence[str]) -> dict[str, list[str]]:
+    kinds: list[str] = []
+    for pat, ks in ROLE_KINDS:
+        if pat.search(role):
+            kinds = ks
+            break
+    for k in kinds_used:
+        if k not in kinds:
+            kinds.append(k)
+    if not kinds:
+        kinds = ["register_class", "subtarget_feature"]
+    return {k: prof.by_kind.get(k, [])[:ATTR_LIMIT] for k in kinds if prof.by_kind.get(k)}
+
+
+def _format_attributes(attrs: dict[str, list[str]], prof: TargetProfile) -> str:
+    if not attrs:
+        return f"(no TableGen records, fixups or relocations found for {prof.target})"
+    lines = []
+    for k, names in attrs.items():
+        total = len(prof.by_kind.get(k, []))
+        more = f" (first {len(names)} of {total})" if total > len(names) else ""
+        lines.append(f"- {k.replace('_', ' ')}s{more}: " + ", ".join(f"`{n}`" for n in names))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- generation
+class AdaptCache:
+    """Per-process memo of target profiles, candidate texts and adaptations (the benchmark
+    generates hundreds of functions against the same store)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.profiles: dict[str, TargetProfile] = {}
+        self.texts: dict[str, str] = {}
+        self.adapted: dict[tuple[str, str], tuple] = {}
+
+    def profile(self, target: str) -> TargetProfile:
+        if target not in self.profiles:
+            try:
+                self.profiles[target] = load_profile(self.store, target)
+            except KeyError:
+                raise BackendInputError(f"target {target!r} has no attributes in the store") from None
+        return self.profiles[target]
+
+    def text(self, func_id: str) -> str:
+        if func_id not in self.texts:
+            self.texts[func_id] = self.store.scalar(
+                "SELECT signature || ' ' || body FROM functions WHERE func_id = ?", [func_id])
+        return self.texts[func_id]
+
+    def adapt(self, row: dict, target: str):
+        key = (row["func_id"], target)
+        if key not in self.adapted:
+            from corpora.backends.tree import parse_definition
+
+            a = adapt(self.text(row["func_id"]), list(row["identifiers"] or []), self.profile(row["target"]),
+                      self.profile(target), row["func_id"])
+            parsed = parse_definition(a.text)
+            self.adapted[key] = (a, parsed[0] if parsed else [])
+        return self.adapted[key]
+
+
+def candidates_with_adaptations(store, index: BackendIndex, target: str, role: str, k: int,
+                                exclude: Sequence[str] = (), cache: Optional[AdaptCache] = None):
+    """Ranked candidates for T's ``role`` and each one's fork-and-adapt onto T.
+
+    Every implementation of the role in another target is adapted to T; the adapted versions
+    vote (consensus_scores) and target similarity breaks near-ties (BackendIndex.role_candidates).
+    Returns (T's profile, hits, {func_id: Adapted}).
+    """
+    from retrieval.backend.adapt import consensus_scores
+
+    cache = cache or AdaptCache(store)
+    dst = cache.profile(target)
+    rows = index.role_rows(role, list(exclude) + [target])
+    if not rows:
+        raise BackendInputError(f"no implementation of {role!r} in targets other than {target}")
+    adapted = {}
+    stmts = {}
+    for r in rows:
+        a, st = cache.adapt(r, target)
+        adapted[r["func_id"]] = a
+        stmts[r["func_id"]] = st
+    cons = consensus_scores(stmts)
+    mapp = {fid: a.mappability for fid, a in adapted.items()}
+    hits = index.role_candidates(target, role, k=max(k, 1), exclude_targets=exclude, consensus=cons,
+                                 mappability=mapp)
+    return dst, hits, adapted
+
+
+def _gate_check(gate, target: str, host: dict, code: str, label: str = "generated"):
+    from mining.backend.gate import Splice
+
+    sp = Splice(label, code, host["start_byte"], host["end_byte"])
+    res = gate.check(target, host["path"], [sp])
+    f = res.functions.get(label, {"passed": res.passed, "diagnostics": []})
+    verdict = res.function_verdict(label) if not res.passed else "pass"
+    out = {"passed": None if verdict == "environment" else verdict == "pass", "verdict": verdict,
+           "function_passed": f["passed"], "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics,
+           "cached": res.cached, "seconds": res.seconds, "host": f"{target}/{host['path']}",
+           "toolchain": gate.tools.name, "stderr": res.stderr}
+    if res.environment:
+        out["skipped"] = res.environment
+        out["host_diagnostics"] = res.host_diagnostics
+    return out
+
+
+def llvm_version(store, target: str) -> str:
+    """The LLVM version of the corpus T came from (fetch.json beside lib/), else "15"."""
+    root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
+    if root:
+        fetch = Path(root).parent.parent.parent / "fetch.json"
+        if fetch.is_file():
+            try:
+                return str(json.loads(fetch.read_text()).get("version", "15"))
+            except json.JSONDecodeError:
+                pass
+    return "15"
+
+
+def make_gate(store, target: str):
+    """A CompileGate for the corpus T was indexed from (its LLVM version's toolchain), or
+    (None, reason)."""
+    from mining.backend.gate import CompileGate
+
+    root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
+    if not root:
+        return None, f"compile gate skipped: {target} has no source tree in the store"
+    gate = CompileGate(Path(root).parent, store.cache_dir)
+    why = gate.unavailable()
+    if why:
+        return None, f"compile gate skipped: {why}"
+    return gate, None
+
+
+def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, gate=None, log=None) -> dict:
+    if req.strategy not in STRATEGIES:
+        raise BackendInputError(f"unknown strategy {req.strategy!r}; use one of {', '.join(STRATEGIES)}")
+    if req.k < 1:
+        raise BackendInputError("--k must be at least 1")
+    if req.strategy == "llm" and not req.model and not req.prompt_only:
+        raise BackendInputError("--strategy llm needs --model (or --prompt-only)")
+    index = index or BackendIndex(store)
+    known = {r["target"] for r in store.query("SELECT target FROM targets")}
+    if req.target not in known:
+        raise BackendInputError(f"unknown target {req.target!r}; indexed: {', '.join(sorted(known))} "
+                                f"(index its tree with `skills backend index`)")
+    role = resolve_role(index, req.role, req.target)
+    cache = AdaptCache(store)
+    dst, hits, adapted = candidates_with_adaptations(store, index, req.target, role, req.k, req.exclude_targets,
+                                                     cache=cache)
+    best = hits[0]
+    best_adapt = adapted[best.func_id]
+    qualified = rename_target(best.qualified_name, cache.profile(best.target), dst)
+    host = host_location(store, req.target, role, qualified)
+    in_class = bool(host and host["in_class"])
+    target_qname = host["qualified_name"] if host else qualified
+    draft = fit_definition(best_adapt.text, target_qname, in_class) if host else best_adapt.text
+    fit = (lambda text: fit_definition(text, target_qname, in_class)) if host else (lambda text: text)
+    skill_res = None
+    if req.strategy == "skills":
+        skill_res = skills_for(store, req.target, best.func_id, cache)
+        skills_draft = fit(skill_res.code)
+    ff_code = None
+    if req.strategy == "fork-flow":
+        ff_rows = [x for x in index.role_rows(role, [req.target]) if x["target"] == FORK_FLOW_SOURCE]
+        if not ff_rows:
+            raise BackendInputError(f"fork-flow copies {FORK_FLOW_SOURCE}'s implementation, and {FORK_FLOW_SOURCE} "
+                                    f"has none of {role}")
+        ff_code = fit(fork_flow(cache.text(ff_rows[0]["func_id"]), cache.profile(FORK_FLOW_SOURCE), dst))
+
+    kinds_used = sorted({m.kind for m in best_adapt.mappings if m.kind})
+    attrs = relevant_attributes(store, dst, role, kinds_used)
+    examples = []
+    for n, h in enumerate(hits, start=1):
+        text = store.scalar("SELECT signature || ' ' || body FROM functions WHERE func_id = ?", [h.func_id])
+        path = store.scalar("SELECT path FROM functions WHERE func_id = ?", [h.func_id])
+        examples.append(f"\n### {n}. {h.target} (`{h.target}/{path}`; target similarity "
+                        f"{h.ranks.get('target_similarity', 0):.2f}, agreement with the other targets' versions "
+                        f"{h.ranks.get('consensus', 0):.0%}, identifiers mappable to {req.target}: "
+                        f"{h.ranks.get('mappability', 0):.0%})\n```cpp\n{text.strip()}\n```")
+    version = llvm_version(store, req.target)
+    prompt = render(load_template("generate.md"), llvm_version=str(version), target=req.target, role=role,
+                    qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
+                    attributes=_format_attributes(attrs, dst), examples="".join(examples), draft=draft.strip(),
+                    form="defined inside its class body" if in_class else "defined out of line")
+    if skill_res is not None:
+        prompt = render(load_template("skills.md"), llvm_version=str(version), target=req.target, role=role,
+                        qualified_name=target_qname, host_path=host["path"] if host else "(new file)",
+                        source_target=best.target, skeleton=fit(skill_res.skeleton or skill_res.code).strip(),
+                        skills=format_skills(store, skill_res), attributes=_format_attributes(attrs, dst),
+                        draft=skills_draft.strip(),
+                        form="defined inside its class body" if in_class else "defined out of line")
+    result: dict = {
+        "target": req.target, "role": role, "strategy": req.strategy, "qualified_name": target_qname,
+        "candidates": [h.to_dict() for h in hits],
+        "similar_targets": [{"target": t, "similarity": round(s, 4)} for t, s in index.similar_targets(req.target, 5)]
+        if req.target in index.target_vectors else [],
+        "host": {k: v for k, v in (host or {}).items() if k != "qualified_name"} or None,
+        "attributes": attrs,
+        "mappings": [asdict(m) for m in best_adapt.mappings],
+        "prompt": prompt if (req.prompt_only or req.strategy == "llm" or (req.model and skill_res is not None)) else None,
+    }
+    if skill_res is not None:
+        result["skills"] = skill_res.to_dict()
+    if req.prompt_only:
+        return result
+
+    attempts = []
+    if req.strategy == "fork-adapt":
+        code = draft
+    elif req.strategy == "fork-flow":
+        code = ff_code
+    elif req.strategy == "skills" and not req.model:
+        code = skills_draft
+    else:
+        from mining.llm import LEDGER, complete, extract_code
+
+        reply = complete(prompt, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
+        code = extract_code(reply.text) if reply.text.strip() else ""
+        code = fit_definition(code, target_qname, in_class) if host and code else code
+        attempts.append(_attempt_log(0, reply, code))
+        if reply.prompt_sent is not None:
+            result["prompt"] = reply.prompt_sent
+    result["code"] = code
+    lint = _lint(code, dst)
+    result["lint"] = lint
+    verdict = None
+    if req.gate:
+        if gate is None:
+            gate, why = make_gate(store, req.target)
+        else:
+            why = None
+        if gate is None:
+            verdict = {"passed": None, "skipped": why}
+        elif host is None:
+            verdict = {"passed": None, "skipped": f"no host file for {target_qname} in {req.target}"}
+        elif not code.strip():
+            verdict = {"passed": False, "skipped": "the model answered nothing: no code to compile", "diagnostics": []}
+        else:
+            verdict = _gate_check(gate, req.target, host, code)
+            n = 0
+            # an environment verdict (the host file fails without the function) is nothing to repair
+            while req.model and req.strategy in ("llm", "skills") and n < req.repair \
+                    and verdict.get("verdict") != "environment" and not (verdict["passed"] and not lint):
+                n += 1
+                diag = "\n".join(f"- line {d['line']}:{d['column']}: {d['message']}" for d in verdict["diagnostics"]) \
+                    or "- (no diagnostics inside the function; see the lint below)"
+                lint_text = ("Lint:\n" + "\n".join(f"- line {w['line']}: {w['message']}" for w in lint)) if lint else ""
+                rp = render(load_template("repair.md"), target=req.target, role=role,
+                            host_path=host["path"], llvm_version=str(version), diagnostics=diag, lint=lint_text,
+                            code=code.strip())
+                reply = complete(rp, req.model, cuttable=CUTTABLE, **req.llm_kwargs)
+                code = fit_definition(extract_code(reply.text), target_qname, in_class) if reply.text.strip() else ""
+                lint = _lint(code, dst)
+                verdict = _gate_check(gate, req.target, host, code) if code else \
+                    {"passed": False, "skipped": "the model answered nothing", "diagnostics": []}
+                attempts.append(_attempt_log(n, reply, code) | {"passed": verdict["passed"]})
+            result["code"], result["lint"] = code, lint
+    result["gate"] = verdict
+    if attempts:
+        from mining.llm import LEDGER
+
+        result["attempts"] = attempts
+        result["tokens"] = LEDGER.to_dict()
+    return result
+
+
+def _attempt_log(n: int, reply, code: str) -> dict:
+    """One LLM attempt for the result: usage from the server, how the prompt was cut, and whether
+    the answer held code (a reply with no code is rejected here, before the gate)."""
+    entry = {"attempt": n, "tokens": reply.prompt_tokens + reply.completion_tokens} | reply.usage()
+    if not code.strip():
+        entry["rejected"] = "empty answer"
+    elif not _FENCED.search(reply.text):
+        entry["note"] = "no code fence: the whole reply was taken as code"
+    return entry
+
+
+_FENCED = re.compile(r"```")
+
+
+def skills_for(store, target: str, source_func_id: str, cache: AdaptCache):
+    """Skill-guided instantiation of ``source_func_id``'s lineage for ``target``
+    (fork-and-adapt when no lineage was mined for it)."""
+    from mining.backend.mine import function_site
+    from prompts.backend.skills import instantiate, lineage_for
+
+    row = store.query("SELECT target, identifiers FROM functions WHERE func_id = ?", [source_func_id])[0]
+    lin = lineage_for(store, source_func_id)
+    text = cache.text(source_func_id)  # without a lineage: exactly fork-and-adapt's input
+    if lin is not None:
+        try:
+            text = function_site(store, source_func_id).text  # the lineage starts from the file's bytes
+        except BackendInputError:
+            lin = None
+    return instantiate(store, target, source_func_id, cache.profile(row["target"]), cache.profile(target),
+                       list(row["identifiers"] or []), text, lineage=lin, lookup=False)
+
+
+def format_skills(store, res) -> str:
+    """The skills of a SkillResult for a prompt: one line per skill (per family for expansions)."""
+    if res.fallback:
+        return f"(none: {res.fallback}; the skeleton is the whole source implementation)"
+    names: dict[str, str] = {}
+    try:
+        from skills.kernel_store import KernelStore
+
+        ks = KernelStore(store)
+        for sid in {p["skill_id"] for p in res.plans}:
+            sk = ks.skill(sid)
+            if sk is not None:
+                names[sid] = sk.intent
+    except Exception:  # a read-only store without lineage tables
+        pass
+    lines, seen = [], set()
+    fam = {e["family"]: e for e in res.expansions}
+    for p in res.plans:
+        if p["decision"] == "expand":
+            if ("f", p["family"]) in seen:
+                continue
+            seen.add(("f", p["family"]))
+            e = fam.get(p["family"], {})
+            lines.append(f"- {names.get(p['skill_id'], p['fragment'])} -> {e.get('instances', 0)} instance(s) for "
+                         f"this target (the source had {e.get('source_instances', 0)})")
+        elif p["decision"] == "drop":
+            lines.append(f"- left out: `{p['fragment'][:120]}` ({p['reason']})")
+        else:
+            lines.append(f"- `{p['fragment'][:160]}`")
+    return "\n".join(lines) or "(none: the source implementation is already its skeleton)"
+
+
+def _lint(code: str, dst: TargetProfile) -> list[dict]:
+    from mining.backend.gate import lint_relocations
+
+    return lint_relocations(code, dst.target, dst.relocations)
+
+
+def render_text(result: dict) -> str:
+    lines = [f"{result['target']} {result['role']} ({result['strategy']})"]
+    if result.get("similar_targets"):
+        lines.append("similar targets: " + ", ".join(f"{t['target']} {t['similarity']:.2f}" for t in result["similar_targets"]))
+    lines.append("candidates:")
+    for h in result["candidates"]:
+        lines.append(f"  {h['target']:12s} {h['qualified_name']}  score {h['score']:.4f}  {json.dumps(h['ranks'])}")
+    if result.get("code") is None:
+        lines.append(result.get("prompt") or "")
+        return "\n".join(lines)
+    lines.append(result["code"].rstrip())
+    g = result.get("gate")
+    if g:
+        if g.get("verdict") == "environment":
+            lines.append(f"gate: NOT CHECKED in {g.get('host')}: {g.get('skipped')}")
+            for d in g.get("host_diagnostics", []):
+                lines.append(f"  host file: line {d['line']}:{d['column']}: {d['message']}")
+        elif g.get("passed") is None:
+            lines.append(f"gate: {g.get('skipped')}")
+        else:
+            lines.append(f"gate: {'PASS' if g['passed'] else 'FAIL'} in {g.get('host')} ({g.get('toolchain')})")
+            for d in g.get("diagnostics", []):
+                lines.append(f"  line {d['line']}:{d['column']}: {d['message']}")
+            for d in g.get("file_diagnostics", []):
+                lines.append(f"  file: line {d['line']}:{d['column']}: {d['message']}")
+    for w in result.get("lint", []):
+        lines.append(f"lint: line {w['line']}: {w['message']}")
+    return "\n".join(lines)
+
+
+__all__ = ["AdaptCache", "GenerateRequest", "candidates_with_adaptations", "generate", "render_text", "resolve_role",
+           "SearchError", "fork_flow"]

@@ -1,0 +1,349 @@
+"""Retrieval, fork-and-adapt, prompts, the LLM path (mocked) and the CLI, on the toy targets."""
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from _backend_support import TOY_TARGETS, gate_skip_reason, indexed_toy_store
+from cli import app
+from corpora.backends.tree import BackendInputError, parse_definition
+from skills.store import Store
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def toy_store(tmp_path_factory):
+    # a private copy of the session store, so tests may write (gate cache, models) freely
+    dst = tmp_path_factory.mktemp("gen") / "store"
+    shutil.copytree(indexed_toy_store(), dst)
+    return dst
+
+
+def test_target_level_similarity_prefers_the_sibling(toy_store):
+    from retrieval.backend.search import BackendIndex
+
+    idx = BackendIndex(Store(toy_store))
+    sims = idx.target_similarity("Wren")
+    assert set(sims) == {"Lark", "Kite"}
+    assert sims["Lark"] > sims["Kite"]
+
+
+def test_code_search_finds_the_same_role(toy_store):
+    from retrieval.backend.search import BackendIndex
+
+    st = Store(toy_store)
+    idx = BackendIndex(st)
+    rows = [r for r in idx.rows if r["target"] == "Wren" and r["role"] in
+            ("ELFObjectWriter::getRelocType", "RegisterInfo::getReservedRegs", "AsmBackend::getFixupKindInfo")]
+    assert len(rows) == 3
+    for r in rows:
+        doc, tv, gv = idx.stored_query(r["func_id"])
+        res = idx.search(doc, tv, gv, query_target="Wren", k=5)
+        assert set(res) == {"bm25", "text", "graph", "fused", "fused_function_level"}
+        assert all(h.target != "Wren" for hits in res.values() for h in hits)
+        assert res["fused"][0].role == r["role"], (r["role"], [h.role for h in res["fused"]])
+        assert res["fused"][0].ranks["fused"] == 1
+
+
+def test_fork_and_adapt_maps_identifiers_onto_the_target(toy_store):
+    from corpora.backends.profile import load_profile
+    from retrieval.backend.adapt import adapt
+
+    st = Store(toy_store)
+    lark, wren, kite = (load_profile(st, t) for t in ("Lark", "Wren", "Kite"))
+    src = st.query("SELECT signature || ' ' || body AS text, identifiers FROM functions "
+                   "WHERE target = 'Lark' AND role = 'ELFObjectWriter::getRelocType'")[0]
+    a = adapt(src["text"], src["identifiers"], lark, wren)
+    assert "Lark" not in a.text and "LARK" not in a.text
+    assert "case Wren::fixup_wren_pc16:" in a.text and "ELF::R_WREN_HI16" in a.text
+    # Lark's call fixup has no counterpart in Wren: its case arm is dropped, not renamed
+    assert "fixup_wren_call" not in a.text and "R_WREN_CALL" not in a.text
+    how = {m.source: m.how for m in a.mappings}
+    assert how["Lark::fixup_lark_hi16"] == "rename" and how["Lark::fixup_lark_call"] == "unmapped"
+    assert 0.5 < a.mappability < 1.0
+    # onto Kite nothing renames: the matches go by kind and name similarity, one to one
+    k = adapt(src["text"], src["identifiers"], lark, kite)
+    targets = [m.target for m in k.mappings if m.how == "match"]
+    assert len(targets) == len(set(targets)) and targets
+    assert all(m.kind in ("fixup", "relocation") for m in k.mappings if m.how == "match")
+
+
+def test_rename_follows_the_naming_conventions():
+    from corpora.backends.profile import TargetProfile
+    from retrieval.backend.adapt import rename_target
+
+    gpu = TargetProfile("AMDGPU", ["AMDGPU", "R600", "GCN", "SI"], "AMDGPU")
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark")
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren")
+    # a short alias inside an upper-case word is no prefix; as a CamelCase prefix or namespace it is
+    assert rename_target("ISD::SIGN_EXTEND_INREG", gpu, wren) == "ISD::SIGN_EXTEND_INREG"
+    assert rename_target("SIRegisterInfo", gpu, wren) == "WrenRegisterInfo"
+    assert rename_target("SIISD::CALL", gpu, wren) == "WrenISD::CALL"
+    # upper case where the name is upper case, the target's spelling elsewhere
+    assert rename_target("ELF::R_LARK_32", lark, wren) == "ELF::R_WREN_32"
+    assert rename_target("ELF::R_AMDGPU_ABS32", gpu, wren) == "ELF::R_WREN_ABS32"
+    assert rename_target("AMDGPU::VCC", gpu, wren) == "Wren::VCC"
+
+
+def test_names_outside_the_source_namespaces_are_not_its_attributes():
+    from corpora.backends.profile import TargetProfile
+    from retrieval.backend.adapt import adapt
+
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark", by_kind={"instruction": ["MUL", "ADD"]},
+                         kind_of={"MUL": "instruction", "ADD": "instruction"}, namespaces={"Lark"})
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren", by_kind={"instruction": ["MUL_rr"]},
+                         kind_of={"MUL_rr": "instruction"}, namespaces={"Wren"})
+    text = """SDValue lower(SDValue Op) {
+  switch (Op.getOpcode()) {
+  case ISD::MUL:
+    return emit(Op, Lark::MUL);
+  case ISD::ADD:
+    return emit(Op, Lark::ADD);
+  }
+  return Op;
+}"""
+    a = adapt(text, ["ISD::MUL", "Lark::MUL", "ISD::ADD", "Lark::ADD"], lark, wren)
+    by = {m.source: m for m in a.mappings}
+    # LLVM's ISD nodes stay as written although Lark has instructions of those names
+    assert by["ISD::MUL"].how == by["ISD::ADD"].how == "generic" and by["ISD::MUL"].kind is None
+    assert "case ISD::MUL:" in a.text and "case ISD::ADD:" in a.text
+    # Lark's own instructions map by kind (MUL -> MUL_rr) or stay unmapped (ADD)
+    assert by["Lark::MUL"].how == "match" and by["Lark::MUL"].target == "Wren::MUL_rr"
+    assert by["Lark::ADD"].how == "unmapped" and by["Lark::ADD"].kind == "instruction"
+
+
+def test_fit_definition_moves_between_class_and_out_of_line():
+    from retrieval.backend.adapt import fit_definition
+
+    inline = "unsigned getNumFixupKinds() const override { return 3; }"
+    out = fit_definition(inline, "WrenAsmBackend::getNumFixupKinds", in_class=False)
+    assert out == "unsigned WrenAsmBackend::getNumFixupKinds() const  { return 3; }"
+    back = fit_definition(out, "WrenAsmBackend::getNumFixupKinds", in_class=True)
+    assert back.startswith("unsigned getNumFixupKinds() const")
+
+
+def test_generate_fork_adapt_with_gate(toy_store):
+    from prompts.backend.generate import GenerateRequest, generate
+
+    res = generate(Store(toy_store), GenerateRequest(target="Wren", role="getRelocType", k=2,
+                                                     gate=gate_skip_reason() is None))
+    assert res["role"] == "ELFObjectWriter::getRelocType"
+    assert res["candidates"][0]["target"] == "Lark"  # the sibling target ranks first
+    stmts, _ = parse_definition(res["code"])
+    assert "return ELF :: R_WREN_BRANCH ;" in stmts
+    assert res["lint"] == []
+    if gate_skip_reason() is None:
+        assert res["gate"]["passed"] is True, res["gate"]
+        assert res["gate"]["host"] == "Wren/MCTargetDesc/WrenELFObjectWriter.cpp"
+
+
+def test_prompt_only_holds_examples_and_attributes(toy_store):
+    from prompts.backend.generate import GenerateRequest, generate
+
+    res = generate(Store(toy_store), GenerateRequest(target="Kite", role="ELFObjectWriter::getRelocType", k=2,
+                                                     prompt_only=True))
+    p = res["prompt"]
+    assert "code" not in res
+    assert "**Kite**" in p and "KiteELFObjectWriter::getRelocType" in p
+    assert "`fixup_kite_pcrel_7`" in p and "`R_KITE_ABS_HI8`" in p  # T's relevant attributes
+    assert "### 1." in p and "### 2." in p and "LarkELFObjectWriter::getRelocType" in p
+    assert "{{" not in p
+
+
+def test_llm_path_with_mock_response(toy_store):
+    from prompts.backend.generate import GenerateRequest, generate
+
+    reply = ("Here it is:\n```cpp\nunsigned KiteELFObjectWriter::getRelocType(MCContext &Ctx, const MCValue &Target,"
+             " const MCFixup &Fixup, bool IsPCRel) const {\n  switch ((unsigned)Fixup.getKind()) {\n"
+             "  case FK_Data_1: return ELF::R_KITE_8;\n  default: return ELF::R_MIPS_32;\n  }\n}\n```\n")
+    res = generate(Store(toy_store), GenerateRequest(target="Kite", role="getRelocType", strategy="llm",
+                                                     model="openai/mock", gate=False,
+                                                     llm_kwargs={"mock_response": reply}))
+    assert res["code"].lstrip().startswith("unsigned getRelocType(")  # Kite defines it inside its class
+    assert [w["name"] for w in res["lint"]] == ["ELF::R_MIPS_32"]
+    assert res["tokens"]["calls"] >= 1 and res["prompt"]
+
+
+@pytest.mark.skipif(gate_skip_reason() is not None, reason=str(gate_skip_reason()))
+def test_repair_loop_feeds_diagnostics_back(toy_store):
+    import litellm
+
+    from prompts.backend.generate import GenerateRequest, generate
+
+    seen = []
+
+    class Scripted(litellm.CustomLLM):
+        def completion(self, *args, **kwargs):
+            prompt = kwargs["messages"][-1]["content"]
+            seen.append(prompt)
+            body = "return Kite::SPX;" if len(seen) == 1 else "return Kite::SP;"
+            return litellm.completion(model="openai/x", messages=kwargs["messages"],
+                                      mock_response=f"```cpp\nRegister KiteRegisterInfo::getFrameRegister("
+                                                    f"const MachineFunction &MF) const {{\n  {body}\n}}\n```")
+
+    litellm.custom_provider_map = [{"provider": "scripted", "custom_handler": Scripted()}]
+    try:
+        res = generate(Store(toy_store), GenerateRequest(target="Kite", role="RegisterInfo::getFrameRegister",
+                                                         strategy="llm", model="scripted/any", repair=2))
+    finally:
+        litellm.custom_provider_map = []
+    assert len(seen) == 2
+    assert "no member named 'SPX'" in seen[1] and "line 2" in seen[1]
+    assert res["gate"]["passed"] is True and "Kite::SP;" in res["code"]
+    assert [a["attempt"] for a in res["attempts"]] == [0, 1]
+
+
+def test_generate_bad_input(toy_store):
+    from prompts.backend.generate import GenerateRequest, generate
+
+    st = Store(toy_store)
+    with pytest.raises(BackendInputError, match="unknown role 'getRelocTyp'.*did you mean"):
+        generate(st, GenerateRequest(target="Wren", role="getRelocTyp"))
+    with pytest.raises(BackendInputError, match="unknown target 'Nope'"):
+        generate(st, GenerateRequest(target="Nope", role="getRelocType"))
+    with pytest.raises(BackendInputError, match="needs --model"):
+        generate(st, GenerateRequest(target="Wren", role="getRelocType", strategy="llm"))
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_generate_json_and_errors(toy_store):
+    r = runner.invoke(app, ["backend", "generate", "--target", "Lark", "--function", "getReservedRegs",
+                            "--store", str(toy_store), "--json", "--no-gate"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["role"] == "RegisterInfo::getReservedRegs" and "Lark::R0" in out["code"]
+    r = runner.invoke(app, ["backend", "generate", "--target", "Lark", "--function", "noSuchRole",
+                            "--store", str(toy_store)])
+    assert r.exit_code == 2 and "unknown role 'noSuchRole'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = runner.invoke(app, ["backend", "generate", "--target", "Lark", "--function", "getRelocType",
+                            "--store", str(toy_store), "--prompt-only"])
+    assert r.exit_code == 0 and "## Output" in r.stdout
+
+
+def test_cli_search(toy_store, tmp_path):
+    f = tmp_path / "q.cpp"
+    f.write_text("BitVector FooRegisterInfo::getReservedRegs(const MachineFunction &MF) const {\n"
+                 "  BitVector Reserved(getNumRegs());\n  Reserved.set(Foo::R0);\n  return Reserved;\n}\n")
+    r = runner.invoke(app, ["backend", "search", "--code", str(f), "--store", str(toy_store), "--json", "--k", "3"])
+    assert r.exit_code == 0, r.output
+    hits = json.loads(r.stdout)
+    assert hits[0]["role"] == "RegisterInfo::getReservedRegs"
+    r = runner.invoke(app, ["backend", "search", "--code", str(tmp_path / "none.cpp"), "--store", str(toy_store)])
+    assert r.exit_code == 2
+
+
+def test_cli_index_bad_path(tmp_path):
+    r = runner.invoke(app, ["backend", "index", str(tmp_path), "--store", str(tmp_path / "s")])
+    assert r.exit_code == 2 and "no LLVM targets" in r.stderr
+
+
+def test_prune_cases_keeps_fall_through_bodies():
+    from retrieval.backend.adapt import prune_cases
+
+    code = """unsigned f(unsigned K) {
+  switch (K) {
+  case T::a:
+  case T::dead:
+    return 1;
+  case T::dead2:
+    return 2;
+  default:
+    return 0;
+  }
+}"""
+    out = prune_cases(code, {"T::dead", "T::dead2"})
+    assert "dead" not in out
+    assert "case T::a:\n    return 1;" in out and "return 2;" not in out and "default:" in out
+
+
+def test_cli_index_end_to_end(tmp_path):
+    store = tmp_path / "s"
+    r = runner.invoke(app, ["backend", "index", str(TOY_TARGETS), "--targets", "Lark,Kite", "--store", str(store),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert [t["target"] for t in rep["targets"]] == ["Kite", "Lark"]
+    assert rep["n_shared_role_functions"] > 10 and rep["failed_files"] == []
+    assert rep["models"]["func_gnn"]["status"] == "trained"
+    r = runner.invoke(app, ["backend", "index", str(TOY_TARGETS), "--targets", "Lark,Kite", "--store", str(store)])
+    assert r.exit_code == 0 and "unchanged" in r.stdout and "model backend-func-gnn__all: unchanged" in r.stdout
+
+
+def test_prune_cases_drops_groups_of_dead_labels_with_their_body():
+    from retrieval.backend.adapt import prune_cases
+
+    code = """unsigned f(unsigned K) {
+  switch (K) {
+  case T::dead1:
+  case T::dead2:
+    return 7;
+  case T::live:
+    return 8;
+  }
+  return 0;
+}"""
+    out = prune_cases(code, {"T::dead1", "T::dead2"})
+    assert "return 7;" not in out and "dead" not in out and "case T::live:\n    return 8;" in out
+
+
+# ---------------------------------------------------------------- roles from what the target's classes implement
+_WINCOFF = """#include "llvm/MC/MCWinCOFFObjectWriter.h"
+using namespace llvm;
+namespace {
+class {T}WinCOFFObjectWriter : public MCWinCOFFObjectTargetWriter {
+public:
+  unsigned getRelocType(MCContext &Ctx, const MCValue &Target, const MCFixup &Fixup, bool IsCrossSection,
+                        const MCAsmBackend &MAB) const override {
+    return Fixup.getKind() == FK_Data_4 ? 1u : 0u;
+  }
+};
+} // namespace
+"""
+
+
+def test_roles_follow_the_classes_a_target_implements(tmp_path):
+    """Wren's ELF writer renamed WrenObjectWriter (as Xtensa's is) keeps the ELF writer's role;
+    with a WinCOFF writer in Lark and Wren, a bare `getRelocType` is resolved by each target's
+    own code: Kite implements only the ELF one (LoongArch's case), Lark and Wren both."""
+    from prompts.backend.generate import resolve_role
+    from retrieval.backend.index import ingest_targets
+    from retrieval.backend.search import BackendIndex
+
+    root = tmp_path / "Target"
+    shutil.copytree(TOY_TARGETS, root)
+    ow = root / "Wren" / "MCTargetDesc" / "WrenELFObjectWriter.cpp"
+    ow.write_text(ow.read_text().replace("WrenELFObjectWriter", "WrenObjectWriter")
+                  .replace("createWrenObjectWriter", "createWrenELFObjectWriter"))
+    for t in ("Lark", "Wren"):
+        (root / t / "MCTargetDesc" / f"{t}WinCOFFObjectWriter.cpp").write_text(_WINCOFF.replace("{T}", t))
+    st = Store(tmp_path / "s")
+    ingest_targets(root, st)
+    roles = {r["qualified_name"]: r["role"] for r in st.query("SELECT qualified_name, role FROM functions "
+                                                             "WHERE name = 'getRelocType'")}
+    assert roles["WrenObjectWriter::getRelocType"] == "ELFObjectWriter::getRelocType"
+    assert roles["LarkELFObjectWriter::getRelocType"] == "ELFObjectWriter::getRelocType"
+    assert roles["LarkWinCOFFObjectWriter::getRelocType"] == "WinCOFFObjectWriter::getRelocType"
+    idx = BackendIndex(st)
+    assert resolve_role(idx, "getRelocType", "Kite") == "ELFObjectWriter::getRelocType"
+    with pytest.raises(BackendInputError, match=r"ambiguous \(Lark implements 2 of them\).*ELFObjectWriter"):
+        resolve_role(idx, "getRelocType", "Lark")
+    with pytest.raises(BackendInputError, match="ambiguous: ELFObjectWriter::getRelocType, WinCOFF"):
+        resolve_role(idx, "getRelocType")
+    # a target that has not written the function yet: its declared class decides
+    st.query("DELETE FROM functions WHERE target = 'Kite' AND name = 'getRelocType'")
+    assert resolve_role(BackendIndex(st), "getRelocType", "Kite") == "ELFObjectWriter::getRelocType"
+    # idempotent, and undone when the reason goes away (Lark and Kite renamed their writers too)
+    from retrieval.backend.index import canonical_roles
+
+    canonical_roles(st)
+    assert st.scalar("SELECT role FROM functions WHERE qualified_name = 'WrenObjectWriter::getRelocType'") \
+        == "ELFObjectWriter::getRelocType"
+    for t in ("Lark", "Kite"):
+        f = root / t / "MCTargetDesc" / f"{t}ELFObjectWriter.cpp"
+        f.write_text(f.read_text().replace(f"{t}ELFObjectWriter", f"{t}ObjectWriter")
+                     .replace(f"create{t}ObjectWriter", f"create{t}ELFObjectWriter"))
+    ingest_targets(root, st)
+    assert {r["role"] for r in st.query("SELECT role FROM functions WHERE name = 'getRelocType' AND "
+                                        "qualified_name NOT LIKE '%WinCOFF%'")} == {"ObjectWriter::getRelocType"}
