@@ -9,7 +9,7 @@ on the adversarial workloads `mining/probe.py` derives from the definition's axe
 *expert's* own constants (tiles, vector widths, geometry bounds, each at the boundary and one
 past it). A probe the expert itself fails lies outside the expert's domain and says nothing
 about the walk; an end point *regresses* only on a probe the expert passes. Table to stdout,
-JSON only where --out names it.
+JSON (stamped: eval/stamp.py) only where --out names it.
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
+
+from eval.stamp import stamp, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,8 +74,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--store", type=Path, required=True, help="the store the walk saved its lineages in")
     ap.add_argument("--only", default=None)
     ap.add_argument("--max-probes", type=int, default=10)
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here (eval/results/... to record it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.end_point_probes", raw_argv)
     try:
         res = json.loads(args.result.read_text())
     except (OSError, ValueError) as exc:
@@ -97,8 +101,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"total: {summary['experts']} end points on their probes, {summary['regressed']} regressed, "
           f"{summary['not_checked']} not checked")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"result": str(args.result), "rows": rows, "summary": summary}, indent=1))
+        write_result({**origin, "result": str(args.result), "rows": rows, "summary": summary}, args.out,
+                     "end_point_probes.json")
     return 1 if bad else 0
 
 

@@ -16,7 +16,8 @@ from eval.stamp import STAMP_KEYS, default_path, read_json, stamp, write_json, w
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "eval" / "results"
 FILES = sorted(p for p in RESULTS.iterdir() if p.name.endswith((".json", ".json.gz")))
-BENCHMARKS = sorted(p for p in (ROOT / "eval").glob("*.py") if p.stem.startswith("bench_") or p.stem == "gate_soundness")
+# every eval tool that writes a result (it takes --out)
+BENCHMARKS = sorted(p for p in (ROOT / "eval").glob("*.py") if 'add_argument("--out"' in p.read_text())
 
 
 def test_every_result_is_in_the_readme_and_every_listed_file_exists():
@@ -41,6 +42,11 @@ def test_every_result_is_stamped_and_kept_small(path):
     assert data["command"].startswith(("python -m eval.", "bash scripts/")) and data["machine"]
     if path.suffix == ".json":  # summaries; rows are compressed
         assert path.stat().st_size < 200_000, f"{path.name}: {path.stat().st_size} bytes raw; compress its rows"
+
+
+def test_the_benchmark_list_is_found():
+    assert {"bench_gate", "bench_mining", "bench_optimize", "bench_backend", "gate_soundness", "end_point_probes"} <= \
+        {p.stem for p in BENCHMARKS}
 
 
 @pytest.mark.parametrize("bench", BENCHMARKS, ids=lambda p: p.stem)
