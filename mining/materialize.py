@@ -41,8 +41,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from tree_sitter import Node
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name, declarator_name, enclosing
+from corpora.code.source import Source
 from mining.carriers import LOAD_INTRINSICS, grid_stride_loops
 from corpora.code.parse import FunctionSig, parse_cuda, syntax_issues, text, walk
 

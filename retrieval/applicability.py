@@ -21,8 +21,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from corpora.code.nodes import call_name, declarator_name, enclosing, is_written
 from corpora.code.source import Source
-from corpora.code.nodes import call_name, declarator_name, enclosing
 from mining.carriers import DETECTORS, grid_stride_loops
 from corpora.code.parse import text, walk
 
@@ -133,18 +133,6 @@ def _pointer_names(src: Source, f, fn) -> tuple[dict[str, bool], dict[str, str]]
     return const, elem
 
 
-def _is_write(node) -> bool:
-    p = node.parent
-    while p is not None and p.type == "parenthesized_expression":
-        node, p = p, p.parent
-    if p is None:
-        return False
-    if p.type == "assignment_expression" and p.child_by_field_name("left") is not None and \
-            p.child_by_field_name("left").id == node.id:
-        return True
-    return p.type == "update_expression"
-
-
 def _in_call(node, names: set[str]) -> bool:
     p = node.parent
     while p is not None and p.type not in ("expression_statement", "compound_statement"):
@@ -167,7 +155,7 @@ def _global_accesses(src: Source):
                 continue
             if node.parent is not None and node.parent.type == "pointer_expression" and text(node.parent)[:1] == "&":
                 continue
-            yield f, node, name, const[name], elem.get(name, ""), _is_write(node)
+            yield f, node, name, const[name], elem.get(name, ""), is_written(node)
 
 
 # --------------------------------------------------------------------------- detectors

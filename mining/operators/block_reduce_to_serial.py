@@ -36,8 +36,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name, same
+from corpora.code.source import Source
 from mining.carriers import block_reduce_shared_sites
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import norm, rename_identifiers

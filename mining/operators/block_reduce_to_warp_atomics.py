@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name, same
+from corpora.code.source import Source
 from mining.carriers import block_reduce_shared_sites
 from mining.operators.base import Edit, Operator
 

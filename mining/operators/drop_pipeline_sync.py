@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator
 
 from mining.operators.rewrite_util import structural

@@ -43,8 +43,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.carriers import decoupled_lookback_sites
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex

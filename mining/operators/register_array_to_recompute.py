@@ -38,8 +38,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name, contains, same, writer_of
+from corpora.code.source import Source
 from mining.carriers import pointer_roots
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, reads_global, tokens, loops_around, subscript_chain

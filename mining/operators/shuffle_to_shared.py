@@ -32,8 +32,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name
+from corpora.code.source import Source
 from mining.carriers import warp_scan_sites
 from mining.operators.base import Edit, Operator
 from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects, line_indent,

@@ -25,8 +25,8 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.source import Source
 from corpora.code.nodes import call_name, same
+from corpora.code.source import Source
 from mining.operators.base import Edit, Operator
 from mining.operators.fill_forwarding import FunctionIndex, norm
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
