@@ -168,7 +168,8 @@ def mine(
 
     from corpora.problem import ProblemError, load_problem
     from mining.gate import BadInput
-    from mining.mine import MineConfig, make_pool, mine_problem, stop_pool
+    from mining.checker import make_pool, stop_pool
+    from mining.mine import MineConfig, mine_problem
     from skills.kernel_store import LineageNotSaved, MinedLineages
     from skills.store import StoreError
 
@@ -507,7 +508,7 @@ def backend_generate(
                                            "skills (skeleton + mined skills; with --model, the LLM gets them) | llm."),
     prompt_only: bool = typer.Option(False, "--prompt-only", help="Print the few-shot prompt, generate nothing."),
     repair: int = typer.Option(0, "--repair", min=0, help="With an LLM: feed compile errors back up to N times."),
-    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the clang-15 compile gate."),
+    no_gate: bool = typer.Option(False, "--no-gate", help="Skip the compile gate (clang of the corpus's LLVM version)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -523,6 +524,11 @@ def backend_generate(
     try:
         result = generate(_store(store), req)
     except (BackendInputError, SearchError, GateInputError) as exc:
+        details = getattr(exc, "details", "")
+        if details:  # a tool's full diagnostics (TableGen on a tree it cannot read) after the one-line error
+            typer.echo(f"error: {exc}", err=True)
+            typer.echo(details.rstrip(), err=True)
+            raise typer.Exit(2)
         fail(str(exc))
     except GateUnavailable as exc:
         fail(str(exc), 2)
@@ -760,6 +766,10 @@ def query_cmd(
     no_server: bool = typer.Option(False, "--no-server", help="Answer in this process even if `skills serve` runs."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON (docs/query.md)."),
+    rank: str = typer.Option("value", "--rank", help="value (what each skill is expected to buy here) | similarity"),
+    plan: bool = typer.Option(False, "--plan", help="Add a short plan: the applicable steps in an order that can be applied."),
+    op_type: Optional[str] = typer.Option(None, "--op-type", help="The kernel's op type (gemm, norm, ...) for measured effects; "
+                                                                  "guessed from the code when absent."),
 ) -> None:
     """Which skills apply to this kernel, where, and why (uses a running `skills serve` when there is one)."""
     _blas_one_thread()
@@ -784,14 +794,15 @@ def query_cmd(
     from retrieval.query_client import ask_server, build_request
 
     root = resolve_root(store)
-    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode)
+    req = build_request(src, text, str(code) if code else "", k, _parse_axes(axes), mode, rank, plan, op_type)
     ans = None if no_server else ask_server(root, req)  # None: no live server, or it failed: answer here
     if ans is None:
         from retrieval.skill_search import QueryError, Searcher, SkillIndex, stale_warning
 
         try:
             idx = SkillIndex.open(root)
-            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode)
+            ans = Searcher(idx).query(code=src, text=text, path=req["path"], k=k, axes=req.get("axes"), mode=mode,
+                                      rank=rank, plan=plan, op_type=op_type)
             w = stale_warning(idx)
             ans["warnings"] = [w] if w else []
             ans["served_by"] = {"kind": "cli"}

@@ -44,6 +44,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Optional
 
+from eval.stamp import stamp, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ROOT / "eval" / "agent_problems.toml"
 ARMS = ("bare", "gate", "skills")
@@ -355,8 +357,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--store", type=Path, help="skills store for the skills arm and `skills optimize`")
     ap.add_argument("--optimize-budget", type=int, default=10)
     ap.add_argument("--keep", type=Path, help="make the work folders under this folder and keep them (else removed)")
-    ap.add_argument("--out", type=Path, help="write the JSON here (eval/results/...)")
+    ap.add_argument("--out", type=Path, help="write the JSON here (eval/results/... to record it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_agent", raw_argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or set(arms) - set(ARMS):
         print(f"error: --arms: expected some of {', '.join(ARMS)}, got {args.arms!r}", file=sys.stderr)
@@ -376,11 +380,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not args.keep:  # the work folders are kept only on request
         shutil.rmtree(res["workdir"], ignore_errors=True)
         res["workdir"] = None
-    text = json.dumps(res, indent=2, default=str)
+    res = {**origin, **res, "machine": {**origin["machine"], **res["machine"]}}
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    print(text)
+        write_result(res, args.out, "bench_agent.json", indent=2)
+    print(json.dumps(res, indent=2, default=str))
     return 0
 
 

@@ -27,9 +27,15 @@ Ceilings of the one-donor fork-and-adapt design (``generation.fork_adapt.ceiling
 of the top-5 ranked donors chosen with hindsight, the chosen donor with an ideal identifier
 mapping, and both; each also divided by fork-flow's accuracy (eval/backend_studies.py).
 
-``--selection-study`` and ``--selector-study`` replace the benchmark by the studies of
-eval/backend_studies.py: how to pick the donor, on development targets only (hand-made signals,
-and learned linear selectors cross-validated leave-one-target-out against the rule).
+``--selection-study`` and ``--selector-study`` replace the benchmark by studies of how to pick
+the donor (eval/backend_studies.py), on development targets only: hand-made signals, and
+learned linear selectors (retrieval/backend/selection.py) cross-validated leave-one-target-out
+against the rule.
+
+Output: the summary table (or ``--json``: the summary) on stdout; the result JSON, stamped
+(eval/stamp.py), to ``--out`` or else an untracked temporary file, with every function's scores
+beside it in ``<name>.functions.json.gz`` (``load_result`` joins them again); the generated code
+to ``<store>/bench/``. eval/results/README.md lists the committed results.
 """
 from __future__ import annotations
 
@@ -48,6 +54,7 @@ from eval.backend_studies import (
     ORACLE_K, ceilings_summary, donor_ceilings, mask_target_names, selection_study, selector_data, selector_held_out,
     selector_study,
 )
+from eval.stamp import default_path, machine as stamp_machine, read_json, stamp, write_json, write_result
 
 RECALL1_TARGET = 0.85
 STATEMENT_RATIO_TARGET = 2.0
@@ -92,20 +99,23 @@ def summarize_ranks(ranks: list[Optional[int]]) -> dict:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """The stamp's machine (eval/stamp.py) with Python's version and the load when the run ended."""
     try:
         load = os.getloadavg()
     except OSError:
         load = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": None, "python": platform.python_version(),
-            "platform": platform.platform(), "load_average_at_end": load}
+    return {**stamp_machine(), "python": platform.python_version(), "load_average_at_end": load}
+
+
+def load_result(path: Path) -> dict:
+    """A result file with its per-function rows (``functions_file``, gzip JSON beside it) put back
+    under each target's ``functions``."""
+    res = read_json(path)
+    if res.get("functions_file"):
+        rows = read_json(Path(path).with_name(res["functions_file"]))
+        for T, t in res["targets"].items():
+            t["functions"] = rows.get(T, [])
+    return res
 
 
 # --------------------------------------------------------------------------- the run
@@ -545,12 +555,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--fork-flow-source", default=FORK_FLOW_SOURCE, help="the fixed backend fork-flow copies")
     ap.add_argument("--epochs", type=int, default=8, help="function GNN training epochs")
     ap.add_argument("--out", type=Path, default=None,
-                    help="result file (default eval/results/backend_llvm<version>.json)")
+                    help="result file, per-function rows beside it as .functions.json.gz (default: an untracked "
+                         "temporary backend_llvm<version>.json; eval/results/... to record it)")
     ap.add_argument("--json", action="store_true", help="print the summary JSON (without per-function rows)")
     ap.add_argument("--skills", action="store_true",
                     help="add skill-guided generation (--strategy skills): walk the picked sources backward under the "
-                         "compile gate first (stored lineages are reused); results go to "
-                         "eval/results/backend_lineages_llvm<version>.json")
+                         "compile gate first (stored lineages are reused); the default result name becomes "
+                         "backend_lineages_llvm<version>.json")
     ap.add_argument("--mine-time-limit", type=float, default=240.0, help="seconds per function walk (with --skills)")
     ap.add_argument("--mine-budget", type=float, default=None,
                     help="stop walking new functions after this many seconds (with --skills; the rest fall back to "
@@ -561,13 +572,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--selector-study", default=None, metavar="TARGETS",
                     help="instead of the benchmark: collect donor features and labels on these development "
                          "targets and cross-validate learned selectors (retrieval/backend/selection.py) against the "
-                         "rule; the result goes under 'learned_selector' in the --out file (default "
-                         "eval/results/backend_selection_study.json), the collected data to the store (reused while "
+                         "rule; the result goes under 'learned_selector' in the --out file (default: an untracked "
+                         "temporary backend_selection_study.json), the collected data to the store (reused while "
                          "the targets and feature names match; delete <store>/bench/selector_features.json to "
                          "collect again)")
     ap.add_argument("--no-held-out-eval", action="store_true",
                     help="with --selector-study: skip scoring the chosen selector on --targets")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_backend", raw_argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from corpora.backends.tree import BackendInputError
@@ -594,9 +607,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         except (BackendInputError, SearchError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        out = args.out or Path(__file__).parent / "results" / "backend_selection_study.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(study, indent=1))
+        write_result({**origin, **study}, args.out, "backend_selection_study.json")
         print(json.dumps(study, indent=2))
         return 0
     if args.selector_study:
@@ -650,12 +661,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                 note="evaluated once after the choice; adoption is decided on the development targets only")
         study["held_out_of_training"] = targets
         study["data_file"] = str(data_path)
-        study["machine"] = machine()
-        out = args.out or Path(__file__).parent / "results" / "backend_selection_study.json"
-        doc = json.loads(out.read_text()) if out.is_file() else {}
+        study = {**origin, **study, "machine": machine()}
+        out = args.out or default_path("backend_selection_study.json")
+        doc = read_json(out) if out.is_file() else {}
         doc["learned_selector"] = study
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1))
+        write_result(doc, args.out, out.name)
         print(json.dumps(study, indent=2))
         return 0
     try:
@@ -670,9 +680,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if fetch.is_file():
         version = str(json.loads(fetch.read_text()).get("version", "15")).split(".")[0]
     stem = "backend_lineages_llvm" if args.skills else "backend_llvm"
-    out_path = args.out or Path(__file__).parent / "results" / f"{stem}{version}.json"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    # The result file keeps every function's scores; the generated code (MBs) goes to the store.
+    out_path = args.out or default_path(f"{stem}{version}.json")
+    # The summary file is small; every function's scores go beside it gzip-compressed (~0.6 MB of
+    # JSON for two LLVM targets), the generated code (MBs) to the store.
     from corpora.store_root import resolve_root
 
     strats = ("fork_adapt", "fork_flow") + (("skills",) if args.skills else ())
@@ -685,12 +695,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             for s in strats:
                 e[s].pop("code", None)
     res["generated_code_file"] = str(code_path)
-    out_path.write_text(json.dumps(res, indent=1))
+    res = {**origin, **res}
+    rows = {T: t.pop("functions") for T, t in res["targets"].items()}
+    functions_path = out_path.with_name(out_path.name.removesuffix(".json") + ".functions.json.gz")
+    res["functions_file"] = functions_path.name
+    write_json(functions_path, rows)
+    write_result(res, args.out, out_path.name, quiet=args.json)
     if args.json:
-        slim = {k: v for k, v in res.items() if k != "targets"}
-        slim["targets"] = {T: {k: v for k, v in t.items() if k != "functions"} for T, t in res["targets"].items()}
-        slim["result_file"] = str(out_path)
-        print(json.dumps(slim, indent=2))
+        print(json.dumps({**res, "result_file": str(out_path)}, indent=2))
     else:
         print(summary_table(res))
         print(f"(full results: {out_path})")

@@ -1,6 +1,6 @@
 """Measure every corpus expert and naive kernel on a GPU against PyTorch eager and the roofline.
 
-    python -m eval.bench_corpus [--problems a,b] [--store DIR] [--json]      (needs a CUDA GPU)
+    python -m eval.bench_corpus [--problems a,b] [--store DIR] [--json] [--out FILE]   (needs a CUDA GPU)
 
 Kernel times come from the gate's profile stage (CUDA events around the entry, L2 flushed
 before each repeat, median of repeats) on each problem's primary large workload (the first
@@ -8,7 +8,8 @@ tagged "large"). PyTorch eager is timed the same way (events, flush, median). Me
 problems are compared with the measured device-to-device copy bandwidth, GEMMs with cuBLAS
 (torch.matmul; TF32 off for fp32). Targets (issue 3): memory-bound experts >= 70% of copy
 bandwidth and >= 1.0x eager; sgemm >= 60% of cuBLAS fp32; every expert >= 3x its naive.
-Writes eval/results/corpus_h200.json (name from the device).
+The table goes to stdout; the JSON (stamped: eval/stamp.py) to --out, else to an untracked
+temporary corpus_<device>.json (eval/results/corpus_h200.json is the committed record).
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from eval.stamp import stamp, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpora" / "kernels"
-RESULTS = ROOT / "eval" / "results"
 
 F32, F16, I32 = 4, 2, 4
 
@@ -158,7 +160,7 @@ def bench_problem(name: str, store: Path, copy_gbs: float) -> dict[str, Any]:
     tensors = torch_inputs(problem, primary)
     axes = {**primary.axes, **primary.scalars}
     fn = eager_reference(name)
-    eager = time_cuda(lambda: fn(tensors, axes))
+    eager = time_cuda(lambda t=tensors: fn(t, axes))
     row["eager_ms"] = eager["median_ms"]
     work = _work(name, primary.axes)
     row.update(work)
@@ -193,7 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--store", type=Path, default=ROOT / ".skills")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here (eval/results/... to record it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_corpus", raw_argv)
     import torch
 
     if not torch.cuda.is_available():
@@ -210,11 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - one broken problem must not hide the others
             rows.append({"problem": name, "error": f"{type(exc).__name__}: {exc}"})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    out = {"device": device, "copy_bandwidth_gbs": copy_gbs, "method": "CUDA events, L2 flush before each repeat, "
+    out = {**origin, "device": device, "copy_bandwidth_gbs": copy_gbs, "method": "CUDA events, L2 flush before each repeat, "
            "median of 30 after 5 warm-up; expert/naive via the gate's profile stage", "problems": rows}
-    RESULTS.mkdir(parents=True, exist_ok=True)
     tag = "h200" if "H200" in device else device.lower().replace(" ", "_")
-    (RESULTS / f"corpus_{tag}.json").write_text(json.dumps(out, indent=2))
+    write_result(out, args.out, f"corpus_{tag}.json", indent=2)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

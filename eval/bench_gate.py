@@ -1,18 +1,19 @@
 """Gate wall time for the tiled_matmul example: cold and cached, per executor, and (on a GPU)
 the time a KernelBench-style harness spends building the same kernel with load_inline.
 
-    python -m eval.bench_gate [--executor cpu|cuda] [--repeats 3] [--json]
+    python -m eval.bench_gate [--executor cpu|cuda] [--repeats 3] [--json] [--out FILE]
 
 Cold = a fresh store (no cached stage results, no cached binaries); the CPU runtime object,
 built once per machine and toolchain, is reported separately. Cached = the same call again.
 Targets (issue 2): CPU cold <= 5 s, cached <= 50 ms; a cold GPU gate faster than load_inline's
-build alone. Writes eval/results/bench_gate_<executor>.json.
+build alone. The table goes to stdout; the JSON (stamped: eval/stamp.py) to --out, else to an
+untracked temporary file (eval/results/bench_gate_<executor>.json is the committed record).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import json
-import platform
 import shutil
 import statistics
 import sys
@@ -20,12 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from eval.stamp import stamp, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpora" / "kernels" / "tiled_matmul"
-RESULTS = ROOT / "eval" / "results"
 
 
-def _gate_times(executor: str, repeats: int) -> dict:
+def _gate_times(executor: str, repeats: int, trust: bool = False) -> dict:
     from mining.gate import GateConfig, run_gate
 
     cold, cached, stage_times = [], [], []
@@ -46,9 +48,9 @@ def _gate_times(executor: str, repeats: int) -> dict:
             # another kernel, so "cold" below means what a user sees for a kernel not seen before.
             warm = Path(tempfile.mkdtemp(prefix="ks-bench-warm-"))
             run_gate(PROBLEM.parent / "vector_add", kernel=Path("naive.cu"),
-                     config=GateConfig(executor="cpu", stages=("correctness",), store=warm))
+                     config=GateConfig(executor="cpu", stages=("correctness",), store=warm, trust=trust))
             shutil.rmtree(warm, ignore_errors=True)
-        cfg = GateConfig(executor=executor, store=store)
+        cfg = GateConfig(executor=executor, store=store, trust=trust)
         t = time.perf_counter()
         r = run_gate(PROBLEM, config=cfg)
         cold.append(time.perf_counter() - t)
@@ -95,19 +97,67 @@ def _load_inline_build_s() -> float:
     return elapsed
 
 
+def sandbox_cost(executor: str, rounds: int) -> dict:
+    """What the bubblewrap sandbox costs (issue 18: at most 10% of the cold and the cached gate):
+    the same gate with and without isolation (KS_BWRAP=none + trust), alternated round by round
+    so both see the same machine load; medians and their ratios."""
+    from mining.gate.sandbox import isolation, isolation_problem
+
+    if not isolation():
+        raise SystemExit(f"error: --sandbox-cost needs a working sandbox here: {isolation_problem()}")
+    runs: dict[str, list[dict]] = {"sandboxed": [], "unsandboxed": []}
+    saved = os.environ.get("KS_BWRAP")
+    try:
+        for _ in range(rounds):
+            for name in ("sandboxed", "unsandboxed"):
+                if name == "unsandboxed":
+                    os.environ["KS_BWRAP"] = "none"
+                elif saved is None:
+                    os.environ.pop("KS_BWRAP", None)
+                else:
+                    os.environ["KS_BWRAP"] = saved
+                runs[name].append(_gate_times(executor, 1, trust=(name == "unsandboxed")))
+    finally:
+        if saved is None:
+            os.environ.pop("KS_BWRAP", None)
+        else:
+            os.environ["KS_BWRAP"] = saved
+    out: dict = {}
+    for name, rs in runs.items():
+        out[name] = {"cold_s": statistics.median(r["cold_s"] for r in rs), "cold_all_s": [r["cold_s"] for r in rs],
+                     "cached_s": statistics.median(r["cached_s"] for r in rs), "cached_all_s": [r["cached_s"] for r in rs]}
+    for k in ("cold_s", "cached_s"):
+        out[f"{k[:-2]}_ratio"] = out["sandboxed"][k] / out["unsandboxed"][k]
+    out["targets"] = {"cold_within_10pct": out["cold_ratio"] <= 1.10, "cached_within_10pct": out["cached_ratio"] <= 1.10}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--executor", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-load-inline", action="store_true", help="skip the load_inline comparison (cuda)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--sandbox-cost", type=int, metavar="ROUNDS", default=0,
+                    help="instead: the gate with and without the sandbox, alternated ROUNDS times")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here (eval/results/... to record it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    if args.sandbox_cost:
+        res = {**stamp("eval.bench_gate", raw_argv), "executor": args.executor, "problem": "tiled_matmul",
+               "rounds": args.sandbox_cost, "load_1min_before": os.getloadavg()[0]}
+        res.update(sandbox_cost(args.executor, args.sandbox_cost))
+        res["load_1min_after"] = os.getloadavg()[0]
+        write_result(res, args.out, f"bench_gate_sandbox_{args.executor}.json", indent=2)
+        print(json.dumps(res, indent=2) if args.json else
+              f"sandbox cost, {args.executor}, {args.sandbox_cost} rounds: cold {res['sandboxed']['cold_s']:.2f} s vs "
+              f"{res['unsandboxed']['cold_s']:.2f} s unsandboxed (x{res['cold_ratio']:.3f}); cached "
+              f"{res['sandboxed']['cached_s'] * 1000:.0f} ms vs {res['unsandboxed']['cached_s'] * 1000:.0f} ms "
+              f"(x{res['cached_ratio']:.3f}); load {res['load_1min_before']:.1f} -> {res['load_1min_after']:.1f}")
+        return 0
 
-    from mining.gate.executors import gpu_info
-
-    res = {"executor": args.executor, "problem": "tiled_matmul", "repeats": args.repeats,
-           "machine": {"cpu": platform.processor() or platform.machine(), "cores": __import__("os").cpu_count(),
-                       "gpu": (gpu_info() or {}).get("name")}}
+    res = {**stamp("eval.bench_gate", raw_argv), "executor": args.executor, "problem": "tiled_matmul",
+           "repeats": args.repeats}
     res.update(_gate_times(args.executor, args.repeats))
     targets = {}
     if args.executor == "cpu":
@@ -116,13 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         res["load_inline_build_s"] = _load_inline_build_s()
         targets = {"cold_gate_faster_than_load_inline_build": res["cold_s"] < res["load_inline_build_s"]}
     res["targets"] = targets
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"bench_gate_{args.executor}.json").write_text(json.dumps(res, indent=2))
+    write_result(res, args.out, f"bench_gate_{args.executor}.json", indent=2)
     if args.json:
         print(json.dumps(res, indent=2))
     else:
         print(f"gate benchmark: tiled_matmul, {len(res['workloads'])} workloads x {len(res['seeds'])} seeds, "
-              f"executor {args.executor}, machine {res['machine']}")
+              f"executor {args.executor}, machine {res['machine']['cpu']} ({res['machine']['cores']} cores, "
+              f"GPU {res['machine']['gpu'] or 'none'})")
         print(f"{'measure':40} {'seconds':>10}")
         print(f"{'cold gate (median of ' + str(args.repeats) + ')':40} {res['cold_s']:10.3f}")
         print(f"{'cached gate (median)':40} {res['cached_s']:10.4f}")

@@ -27,14 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
+
+from eval.stamp import STAMP_KEYS, read_json, stamp, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUSE_CORPUS = ROOT / "corpora" / "kernels"
@@ -201,27 +200,6 @@ def aggregate(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any
     return by_source, agg(rows)
 
 
-def stamp(executor: str, argv: list[str]) -> dict[str, Any]:
-    def git(*a: str) -> str:
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-    machine = f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores"
-    if executor == "cuda":
-        from mining.gate.executors import gpu_info
-
-        machine = f"{(gpu_info() or {}).get('name', 'GPU')}, " + machine
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = (0.0, 0.0, 0.0)
-    return {"executor": executor, "machine": machine, "load_at_start": [round(x, 2) for x in load],
-            "commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "command": "python -m eval.bench_lineage " + " ".join(shlex.quote(a) for a in argv),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
 # --------------------------------------------------------------------------- driver
 def select(experts: list, only: Optional[list[str]], gpu_only: bool = False) -> list:
     if gpu_only:
@@ -258,7 +236,7 @@ def run(executor: str, only: Optional[list[str]], store: Path, house_store: Path
     from corpora.kernel_sources import SourceMissing
     from corpora.real import list_experts
     from mining.gate.executors import resolve_executor
-    from mining.mine import make_pool
+    from mining.checker import make_pool
 
     executor = resolve_executor(executor)
     experts = select(list_experts(real_root) if real_root else list_experts(), only, gpu_only)
@@ -331,13 +309,16 @@ def prepare(only: Optional[list[str]], store: Path, house_store: Path, dest: Pat
     DEST/house_skills.json from the house store (skill identity does not depend on the executor)."""
     from corpora.real import list_experts, materialize
 
-    if not (Path(house_store) / "store.duckdb").is_file():
-        raise SystemExit(f"error: {house_store}: no house store (run a CPU bench_lineage first, or pass --house-store)")
     experts = select(list_experts(), only, gpu_only)
     dest.mkdir(parents=True, exist_ok=True)
     for e in experts:
         materialize(e, store.resolve() / "sources", dest / e.source / e.problem)
         log(f"[bench_lineage] prepared {dest / e.source / e.problem}")
+    if not (Path(house_store) / "store.duckdb").is_file():
+        # the walk itself does not need it: the GPU run then leaves skills new/merged empty
+        # (--no-house) and they are scored here later with --rescore
+        log(f"[bench_lineage] {house_store}: no house store, so no house_skills.json (score later with --rescore)")
+        return
     info = dump_house(house_store, dest / "house_skills.json")
     log(f"[bench_lineage] {len(info['skills'])} house skills -> {dest / 'house_skills.json'}")
 
@@ -402,7 +383,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--combine", type=Path, nargs="+", default=None,
                     help="combine result files (a later file's expert replaces an earlier one's), write --out, exit")
     ap.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_lineage", raw_argv)
     only = [p for p in args.only.split(",") if p] or None
     store = args.store or Path(os.environ.get("SKILLS_STORE") or ".skills")
     executor = args.executor
@@ -421,10 +404,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"{'' if info['complete'] else ' (partial)'} -> {args.dump_house}")
         return 0
     if args.combine:
-        _finish(combine(args.combine), args)
+        _finish(combine(args.combine, origin), args)
         return 0
     if args.rescore:
-        res = json.loads(args.rescore.read_text())
+        res = read_json(args.rescore)
         if args.house_skills:
             house, about = load_house(args.house_skills)
         else:
@@ -432,9 +415,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         score_skills(res["experts"], house)
         res["by_source"], res["totals"] = aggregate(res["experts"])
         res["house"] = {**about, "skills": len(house)}
+        res["rescored"] = {k: origin[k] for k in STAMP_KEYS}
         _finish(res, args)
         return 0
-    res: dict[str, Any] = stamp(executor, argv)
+    res: dict[str, Any] = {**origin, "executor": executor}
     res["strategy"] = args.strategy or ("smallest_effect" if executor == "cuda" else "priority")
     def partial(rows_so_far: list[dict[str, Any]]) -> None:
         # a long run on a loaded machine: what is done so far survives an interruption
@@ -448,12 +432,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy, timeout_s=args.timeout,
                progress=partial)
     if args.merge and args.merge.is_file():
-        old = json.loads(args.merge.read_text())
+        old = read_json(args.merge)
         now = {(r["source"], r["problem"]) for r in rows}
         rows = [r for r in old.get("experts", []) if (r["source"], r["problem"]) not in now] + rows
         res["merged_from"] = str(args.merge)
-        res["runs"] = old.get("runs", [{k: old.get(k) for k in ("commit", "command", "date", "load_at_start")}]) + \
-            [{k: res[k] for k in ("commit", "command", "date", "load_at_start")}]
+        res["runs"] = old.get("runs", [_run_stamp(old)]) + [_run_stamp(res)]
     rows.sort(key=lambda r: (r["source"], r["problem"]))
     by_source, totals = aggregate(rows)
     res.update(experts=rows, by_source=by_source, totals=totals)
@@ -461,29 +444,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def combine(paths: list[Path]) -> dict[str, Any]:
+def _run_stamp(res: dict[str, Any]) -> dict[str, Any]:
+    """One run's stamp (results made before eval/stamp.py said `date` and `load_at_start`)."""
+    return {k: res.get(k) for k in STAMP_KEYS + ("date", "load_at_start") if k in res}
+
+
+def combine(paths: list[Path], origin: dict[str, Any]) -> dict[str, Any]:
     """One result from several runs over parts of the corpus (runs on a loaded machine are split)."""
-    runs = [json.loads(Path(p).read_text()) for p in paths]
+    runs = [read_json(p) for p in paths]
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     stamps = []
     for path, r in zip(paths, runs):
-        stamps += r.get("runs") or [{k: r.get(k) for k in ("commit", "command", "date", "load_at_start")}]
+        stamps += r.get("runs") or [_run_stamp(r)]
         for row in r["experts"]:
             rows[(row["source"], row["problem"])] = {**row, "from": Path(path).name}
     first = runs[-1]
-    res = {k: first.get(k) for k in ("executor", "machine", "strategy")}
-    res.update(commit=first.get("commit"), command="python -m eval.bench_lineage --combine " +
-               " ".join(str(p) for p in paths), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               runs=stamps, experts=sorted(rows.values(), key=lambda r: (r["source"], r["problem"])))
+    # the combine's own stamp; the runs' executor, machine and strategy (where the figures were measured)
+    res = {**origin, **{k: first.get(k) for k in ("executor", "machine", "strategy")}}
+    res.update(runs=stamps, experts=sorted(rows.values(), key=lambda r: (r["source"], r["problem"])))
     res["by_source"], res["totals"] = aggregate(res["experts"])
     return res
 
 
 def _write(out: Path, res: dict[str, Any]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n")
-    os.replace(tmp, out)
+    write_json(out, res)
 
 
 def _finish(res: dict[str, Any], args) -> None:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,29 +26,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
+from eval.stamp import stamp, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "corpora" / "kernels"
-
-
-def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": None, "python": platform.python_version(),
-            "platform": platform.platform(), "load_average": list(os.getloadavg())}
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def _reasons(items: list[tuple[str, str]]) -> dict:
@@ -208,7 +188,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--roles", default="ELFObjectWriter::getRelocType,RegisterInfo::getFrameRegister")
     ap.add_argument("--repair", type=int, default=1, help="backend generate: repair rounds")
     ap.add_argument("--out", type=Path, help="write the JSON here (else print it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_llm", raw_argv)
+    origin["machine"]["python"] = platform.python_version()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["SKILLS_LLM_MAX_TOKENS"] = str(args.max_tokens)
@@ -236,10 +219,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         os.environ["SKILLS_LLM_API_BASE"] = api_base
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     result: dict[str, Any] = {
+        **origin,
         "what": "the LLM paths against a real model server: per path, calls, answers parsed, rejected and why, "
                 "tokens, seconds (no claim about answer quality)",
-        "commit": commit(), "command": "python -m eval.bench_llm " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine(), "model": model, "server": server_info, "max_tokens_per_call": args.max_tokens,
+        "model": model, "server": server_info, "max_tokens_per_call": args.max_tokens,
         "paths": {}}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
@@ -263,13 +246,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     result["ledger"] = LEDGER.to_dict()
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     result["machine"]["load_average_at_end"] = list(os.getloadavg())
-    text = json.dumps(result, indent=2)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_result(result, args.out, "bench_llm.json", indent=2)
         print(f"wrote {args.out}", file=sys.stderr)
     else:
-        print(text)
+        print(json.dumps(result, indent=2))
     return 0
 
 

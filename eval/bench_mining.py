@@ -1,6 +1,6 @@
 """Measure `skills mine` over the expert corpus: carrier recall, end points, cost, skills.
 
-    python -m eval.bench_mining --executor cpu [--problems a,b] [--store DIR] [--jobs N] [--json]
+    python -m eval.bench_mining --executor cpu [--problems a,b] [--store DIR] [--jobs N] [--json] [--out FILE]
     python -m eval.bench_mining --executor cuda ...            (on a GPU: end point timed vs naive.cu)
 
 Per expert (problems tagged "example" are skipped), the backward walk runs from kernel.cu:
@@ -14,8 +14,9 @@ Per expert (problems tagged "example" are skipped), the backward walk runs from 
   (0 in deterministic mode);
 - skills: count, merged (evidence from more than one problem), share with a discovered
   precondition.
-Exits 1 when the recall target is missed. Writes eval/results/bench_mining_<executor>.json
-(or --out). A fresh temporary store is used unless --store is given (then cached lineages and
+Exits 1 when the recall target is missed. The table goes to stdout; the JSON (stamped:
+eval/stamp.py) to --out, else to an untracked temporary bench_mining_<executor>.json
+(eval/results/bench_mining_cpu.json is the committed record). A fresh temporary store is used unless --store is given (then cached lineages and
 gate results make a re-run cheap, and the cost column says so).
 """
 from __future__ import annotations
@@ -23,16 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from eval.stamp import STAMP_KEYS, read_json, stamp, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpora" / "kernels"
-RESULTS = ROOT / "eval" / "results"
 RECALL_TARGET = 0.9
 SGEMM_TARGET_S = 300.0
 END_RATIO_TARGET = 2.0
@@ -68,7 +69,8 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
     from corpora.problem import load_problem
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.executors import resolve_executor
-    from mining.mine import MineConfig, make_pool, mine_problem
+    from mining.checker import make_pool
+    from mining.mine import MineConfig, mine_problem
     from skills.kernel_store import KernelStore, MinedLineages
     from skills.store import Store
 
@@ -113,7 +115,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
                    step_preconditions=_step_preconditions(lin, KernelStore(Store(store))),
                    operators_used=sorted({s.operator for s in lin.steps}))
         if executor == "cuda" and end_points:
-            from mining.mine import gpu_timing_lock
+            from mining.checker import gpu_timing_lock
 
             with gpu_timing_lock(store):
                 row["end_point"] = end_point_timing(d, final, store)
@@ -164,7 +166,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
     if executor == "cuda":
         ends = [r["end_point"] for r in mined if "final_over_naive" in r.get("end_point", {})]
         summary["end_within_2x_of_naive"] = f"{sum(e['within_2x'] for e in ends)}/{len(ends)}"
-    return {"executor": executor, "machine": _machine(executor), "cpu_count": os.cpu_count(), "jobs": jobs,
+    return {"executor": executor, "jobs": jobs,
             "parallel_problems": parallel_problems, "strategy": cfg.strategy or ("smallest_effect" if executor == "cuda" else "priority"),
             "model": model or "", "max_steps": max_steps, "seeds": list(seeds), "problems": rows, "summary": summary}
 
@@ -173,7 +175,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     """Combine result files of GPU runs over disjoint problem groups (one device call cannot hold
     the whole corpus). A later file's row replaces an earlier one for the same problem. Skill
     counts are per-run stores and are summed; they are not merged across problems."""
-    runs = [json.loads(Path(p).read_text()) for p in paths]
+    runs = [read_json(p) for p in paths]
     rows: dict[str, dict[str, Any]] = {}
     for path, run_ in zip(paths, runs):
         for r in run_["problems"]:
@@ -196,7 +198,8 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     }
     first = runs[0]
     return {**{k: first[k] for k in ("executor", "machine", "strategy", "model", "max_steps", "seeds")},
-            "merged_from": [str(p) for p in paths], "problems": sorted(rows.values(), key=lambda r: r["problem"]),
+            "merged_from": [str(p) for p in paths],
+            "parts": [{k: r_.get(k) for k in STAMP_KEYS} for r_ in runs], "problems": sorted(rows.values(), key=lambda r: r["problem"]),
             "summary": summary}
 
 
@@ -241,15 +244,6 @@ def _count(items) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def _machine(executor: str) -> str:
-    if executor == "cuda":
-        from mining.gate.executors import gpu_info
-
-        g = gpu_info() or {}
-        return f"{g.get('name', 'GPU')}, {os.cpu_count()} CPU cores"
-    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores"
-
-
 def print_table(res: dict[str, Any]) -> None:
     print(f"{'problem':18} {'recall':>7} {'steps':>5} {'rej':>4} {'end':>6} {'time s':>8}  remaining")
     for r in res["problems"]:
@@ -280,15 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--strategy", default=None, help="priority or smallest_effect (default: by executor)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per walk (termination time_limit)")
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here (eval/results/... to record it)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="merge result files of runs over disjoint problem groups into --out, then exit")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_mining", raw_argv)
     if args.merge:
-        res = merge(args.merge)
-        out = args.out or RESULTS / f"bench_mining_{res['executor']}.json"
-        out.write_text(json.dumps(res, indent=2))
+        res = {**origin, **merge(args.merge)}  # the runs' machine, not the merging one's
+        write_result(res, args.out, f"bench_mining_{res['executor']}.json", indent=2)
         print(json.dumps(res["summary"], indent=2))
         return 0 if res["summary"]["recall_met"] else 1
     problems = [p for p in args.problems.split(",") if p] or None
@@ -298,11 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     if store is None:
         tmp = tempfile.TemporaryDirectory(prefix="ks-bench-mining-")
         store = Path(tmp.name)
-    res = run(args.executor, problems, store.resolve(), args.jobs, args.model, args.max_steps, seeds,
-              args.parallel_problems, not args.no_end_points, args.strategy, args.time_limit)
-    out = args.out or RESULTS / f"bench_mining_{res['executor']}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2))
+    res = {**origin, **run(args.executor, problems, store.resolve(), args.jobs, args.model, args.max_steps, seeds,
+                           args.parallel_problems, not args.no_end_points, args.strategy, args.time_limit)}
+    write_result(res, args.out, f"bench_mining_{res['executor']}.json", indent=2)
     if args.json:
         print(json.dumps(res, indent=2))
     else:

@@ -22,11 +22,28 @@ Arms: `deterministic` (forward rewrites only; no LLM) always; with --model also 
 `flat_memory` (the LLM with past successful diffs, no preconditions or effects), all under the
 same gate and budget (`--arms` picks).
 
+`--corpus real` runs the same on the real corpus' naive kernels (corpora/real/, materialized folders
+under `--real-problems`; leave-one-source-out: every problem of the held-out problem's source is
+excluded from the skills), and adds:
+
+* the share of the expert's speedup each problem recovers on a log scale,
+  share = ln(t_naive / t_final) / ln(t_naive / t_expert) (1: the expert's speedup, 0: none), and
+  their **geometric mean of log-ratio shares** (`geomean_log_ratio_share`; a share is clipped to
+  [0.01, 1.5] first so that a problem with no gain does not zero the mean, and the arithmetic mean
+  is reported beside it); problems whose expert is not faster than naive have no share;
+* two deterministic baselines under the same gate, budget and rewrites: `no_skills_det` (no mined
+  skills: the rewrite library in its fixed order of expected effect) and `flat_memory_det` (the
+  mined skills ordered by token overlap of their past diffs with the kernel: no preconditions,
+  effects or plan), beside `deterministic` (the value plan);
+* every final kernel re-gated on seeds 0,1,2 (`final_correct`), whatever `--seeds` the loop used.
+
 Runs on the GPU machine with numpy, torch, pydantic, tree-sitter and duckdb only: when the
 hybrid retrieval (MiniLM tokenizer, index) cannot load, skills are ranked by a scan of the
 store and the JSON says so (`retrieval.backend`). Results are written after every problem
-(`--out`), and a rerun with the same --out skips problems already done (`--fresh` to redo), so
-the corpus can be run in pieces under a per-command time limit.
+(`--out`, else an untracked temporary optimize_<executor>.json; eval/results/optimize_h200.json
+is the committed record), and a rerun with the same --out skips problems already done (`--fresh`
+to redo), so the corpus can be run in pieces under a per-command time limit. Every result is
+stamped (eval/stamp.py): commit, command, machine.
 """
 from __future__ import annotations
 
@@ -39,12 +56,14 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from eval.stamp import STAMP_KEYS, default_path, read_json, stamp, write_json, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpora" / "kernels"
-RESULTS = ROOT / "eval" / "results"
 FIXTURE_SKILLS = ROOT / "tests" / "fixtures" / "kernel_skills" / "proxy_skills.json"
 CPU_DEFAULT_PROBLEMS = ("vector_add", "reduce_sum", "softmax")
 TARGET_FRACTION = 0.5
+REAL: dict[str, tuple[Path, str]] = {}  # --corpus real: problem name -> (materialized folder, source)
 
 
 def geomean(values: list[float]) -> Optional[float]:
@@ -71,7 +90,7 @@ def _primary(problem) -> Any:
 
 def _profile_ms(problem_dir: Path, kernel: str, source: Optional[str], cache: Path, label: str) -> tuple[Optional[float], str]:
     from mining.gate import GateConfig, run_gate
-    from mining.mine import gpu_timing_lock
+    from mining.checker import gpu_timing_lock
 
     with gpu_timing_lock(cache):  # several benchmark processes may share the GPU: time one at a time
         r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache),
@@ -94,7 +113,7 @@ def _eager_ms(name: str, problem, workload) -> tuple[Optional[float], str]:
         fn = eager_reference(name)
         tensors = torch_inputs(problem, workload)
         axes = {**workload.axes, **workload.scalars}
-        t = time_cuda(lambda: fn(tensors, axes))["median_ms"]
+        t = time_cuda(lambda t=tensors: fn(t, axes))["median_ms"]
         del tensors
         torch.cuda.empty_cache()
         return t, ""
@@ -108,7 +127,42 @@ ARM_CONFIG = {
     "skills_llm": {"mode": "skills", "deterministic": False, "llm": True},
     "no_skills": {"mode": "no_skills", "deterministic": False, "llm": True},
     "flat_memory": {"mode": "flat_memory", "deterministic": False, "llm": True},
+    # deterministic baselines (no LLM): same rewrites and gate, another order (prompts/optimize_plan.py)
+    "no_skills_det": {"mode": "skills", "deterministic": True, "llm": False, "policy": "library"},
+    "flat_memory_det": {"mode": "skills", "deterministic": True, "llm": False, "policy": "memory"},
 }
+SHARE_CLIP = (0.01, 1.5)
+
+
+def library_records() -> list:
+    """One record per carrier the forward rewrites serve, with no mined evidence: what the
+    optimizer can do with its rewrite library alone (the no-skills baseline)."""
+    from mining.operators.registry import PAIRS, all_rewrites, rewrites_for_carrier
+    from mining.records import Skill
+
+    carriers = {p.operator.carrier for p in PAIRS if p.operator is not None}
+    carriers |= {c for r in all_rewrites().values() for c in (r.carrier, *r.serves)}
+    return [Skill(skill_id=f"lib-{c}", key=f"{c}:library", name=f"rewrite library: {c}", intent=f"rewrite library: {c}",
+                  carrier=c, operator="", provides=[c]) for c in sorted(carriers) if rewrites_for_carrier(c)]
+
+
+def real_problems(root: Path) -> dict[str, tuple[Path, str]]:
+    """Materialized real-corpus folders under ``root`` (<source>/<problem>): name -> (dir, source)."""
+    from corpora.real import list_experts
+
+    out = {}
+    for e in list_experts():
+        d = root / e.source / e.problem
+        if (d / "definition.json").is_file() and (d / "naive.cu").is_file():
+            out[json.loads((d / "definition.json").read_text())["name"]] = (d, e.source)
+    return out
+
+
+def log_share(tn: Optional[float], tf: Optional[float], te: Optional[float]) -> Optional[float]:
+    """ln(t_naive / t_final) / ln(t_naive / t_expert); None when the expert is not faster."""
+    if not (tn and tf and te) or te >= tn:
+        return None
+    return math.log(tn / tf) / math.log(tn / te)
 
 
 def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], out_dir: Optional[Path]) -> dict:
@@ -116,9 +170,13 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
     from prompts.optimize import OptimizeConfig, SkillSource, optimize
 
     spec = ARM_CONFIG[arm]
-    problem_dir = CORPUS / name
+    if getattr(args, "corpus", "house") == "real":
+        problem_dir, source = REAL[name]
+        exclude = tuple(sorted(n for n, (_, s) in REAL.items() if s == source))  # leave one source out
+    else:
+        problem_dir = CORPUS / name
+        exclude = (name,)
     problem = load_problem(problem_dir)
-    exclude = (name,)
     cfg = OptimizeConfig(executor=args.executor, mode=spec["mode"], budget_steps=args.budget, per_step=args.per_step,
                          k=args.k, model=args.model if spec["llm"] else None, deterministic=spec["deterministic"],
                          seeds=tuple(int(s) for s in args.seeds.split(",")), jobs=args.jobs, store=skills_path,
@@ -126,6 +184,13 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
                          timeout_s=args.timeout, llm_per_step=args.llm_per_step, time_limit_s=args.problem_minutes * 60,
                          llm_kwargs=tuple(json.loads(args.llm_kwargs).items()) if args.llm_kwargs else ())
     skills = SkillSource(skills_path if spec["mode"] != "no_skills" else None, exclude, args.retrieval)
+    policy = spec.get("policy")
+    if policy:  # a deterministic baseline: same rewrites and gate, another order
+        skills.policy, skills.searcher, skills.backend = policy, None, f"baseline:{policy}"
+        if policy == "library":
+            skills.records, skills.note = library_records(), "no mined skills: the rewrite library in its fixed order"
+        else:
+            skills.note = "mined skills ordered by token overlap of their past diffs (flat memory), no value plan"
     t0 = time.perf_counter()
     res = optimize(problem_dir, Path("naive.cu"), cfg, pool=pool, skills=skills)
     s = res.summary()
@@ -163,6 +228,19 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
             row["speedup_vs_eager"] = tg / tf
         row["loop_time_ms"] = {"input": res.input_time_ms, "final": res.final_time_ms,
                                "metric": "geometric mean of the large workloads' medians"}
+        if getattr(args, "corpus", "house") == "real":
+            row["log_share"] = log_share(tn, tf, te)
+    if getattr(args, "corpus", "house") == "real":
+        from mining.gate import GateConfig, run_gate
+
+        # the loop may gate on fewer seeds for speed: the final kernel is re-gated on three
+        chk = run_gate(problem_dir, Path("naive.cu"), GateConfig(executor=args.executor, stages=("correctness",),
+                                                                  seeds=(0, 1, 2), store=args.cache),
+                       source=res.final_source)
+        row["final_correct"] = bool(chk.passed)
+        if not chk.passed:
+            row["final_reason"] = str(chk.reason)[:300]
+        row["source"] = REAL[name][1]
     return row
 
 
@@ -176,6 +254,13 @@ def aggregate(rows: list[dict], executor: str) -> dict:
     if executor == "cuda":
         for key in ("speedup_vs_naive", "fraction_of_expert", "speedup_vs_eager", "expert_vs_naive"):
             out[f"geomean_{key}"] = geomean([r.get(key) for r in ok])
+        shares = [r["log_share"] for r in ok if isinstance(r.get("log_share"), (int, float))]
+        if shares:
+            lo, hi = SHARE_CLIP
+            out["geomean_log_ratio_share"] = geomean([min(hi, max(lo, s)) for s in shares])
+            out["mean_log_ratio_share"] = sum(shares) / len(shares)
+            out["log_ratio_share_note"] = ("share = ln(t_naive/t_final) / ln(t_naive/t_expert) per problem; geometric "
+                                           f"mean over {len(shares)} problems of the shares clipped to [{lo}, {hi}]")
         gm = out.get("geomean_fraction_of_expert")
         out["target"] = {"geomean_fraction_of_expert_ge": TARGET_FRACTION, "met": bool(gm is not None and gm >= TARGET_FRACTION
                                                                                         and out["all_final_correct"])}
@@ -213,19 +298,22 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
-def merge(paths: list[Path], out_path: Optional[Path], as_json: bool) -> int:
+def merge(paths: list[Path], out_path: Optional[Path], as_json: bool, origin: dict[str, Any]) -> int:
     """One result file from runs over disjoint problem groups (parallel processes on one GPU)."""
     parts = []
     for p in paths:
         try:
-            parts.append(json.loads(p.read_text()))
+            parts.append(read_json(p))
         except (OSError, ValueError) as exc:
             print(f"bench_optimize: {p}: not a results file ({exc})", file=sys.stderr)
             return 2
     if not parts:
         return 2
-    out = {k: v for k, v in parts[0].items() if k not in ("arms", "incomplete", "wall_s")}
+    # the merge's own stamp, the parts' machine (where the figures were measured)
+    out = {**origin, **{k: v for k, v in parts[0].items() if k not in ("arms", "incomplete", "wall_s", "commit",
+                                                                        "command", "date_utc")}}
     out["merged_from"] = [str(p) for p in paths]
+    out["parts"] = [{k: p.get(k) for k in STAMP_KEYS} for p in parts]
     out["wall_s_per_part"] = [p.get("wall_s") for p in parts]
     if any(p.get("incomplete") for p in parts):
         out["incomplete"] = True
@@ -234,9 +322,7 @@ def merge(paths: list[Path], out_path: Optional[Path], as_json: bool) -> int:
         rows = {r["problem"]: r for p in parts for r in p.get("arms", {}).get(arm, {}).get("problems", [])}
         rows_sorted = [rows[n] for n in sorted(rows)]
         out["arms"][arm] = {"problems": rows_sorted, "aggregate": aggregate(rows_sorted, out.get("executor", "cuda"))}
-    out_path = out_path or (RESULTS / f"optimize_{out.get('executor', 'cuda')}.json")
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=2))
+    write_result(out, out_path, f"optimize_{out.get('executor', 'cuda')}.json", indent=2)
     print(json.dumps(out, indent=2) if as_json else markdown(out))
     rows = [r for a in out["arms"].values() for r in a["problems"]]
     return 0 if rows and all("error" not in r and r.get("final_correct") for r in rows) else 1
@@ -245,6 +331,12 @@ def merge(paths: list[Path], out_path: Optional[Path], as_json: bool) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--executor", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--corpus", default="house", choices=("house", "real"),
+                    help="house: corpora/kernels (leave one problem out); real: the real corpus' naive kernels "
+                         "(leave one source out), materialized under --real-problems")
+    ap.add_argument("--real-problems", type=Path, default=None,
+                    help="materialized real-corpus folders <source>/<problem> (eval/next_step_stores.py mine, or "
+                         "corpora.real.materialize)")
     ap.add_argument("--store", type=Path, default=None,
                     help="skills store (or a JSON list of skill records / a SKILL.md folder). Default: ./.skills when "
                          "it holds a store, else (cpu only) the shipped proxy skills fixture")
@@ -267,15 +359,18 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="no new problem starts after this (the results so far are saved; rerun to continue)")
     ap.add_argument("--retrieval", default="auto", choices=("auto", "search", "scan"))
     ap.add_argument("--cache", type=Path, default=None, help="gate cache root (default /tmp/ks-optimize-cache)")
-    ap.add_argument("--out", type=Path, default=None, help="results JSON (default eval/results/optimize_<executor>.json)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results JSON (eval/results/... to record it; default: an untracked temporary file)")
     ap.add_argument("--out-dir", type=Path, default=None, help="also write each run's folder (final kernel, lineage, attempts)")
     ap.add_argument("--fresh", action="store_true", help="redo problems already in --out")
     ap.add_argument("--json", action="store_true", help="print the results JSON")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
                     help="merge result files of runs over disjoint problem groups into --out, then exit")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_optimize", raw_argv)
     if args.merge:
-        return merge(args.merge, args.out, args.json)
+        return merge(args.merge, args.out, args.json, origin)
 
     cuda = args.executor == "cuda"
     if cuda:
@@ -306,9 +401,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not store.exists():
         print(f"bench_optimize: {store}: no such store", file=sys.stderr)
         return 2
-    names = all_problems() if (args.problems == "all" or (not args.problems and cuda)) else \
+    universe = all_problems()
+    if args.corpus == "real":
+        if args.real_problems is None or not args.real_problems.is_dir():
+            print("bench_optimize: --corpus real needs --real-problems DIR (materialized <source>/<problem> folders)",
+                  file=sys.stderr)
+            return 2
+        REAL.update(real_problems(args.real_problems))
+        from corpora.real import list_experts
+
+        gpu_only = {e.problem for e in list_experts() if e.gpu_only}
+        universe = sorted(n for n, (d, _) in REAL.items() if cuda or d.name not in gpu_only)
+    names = universe if (args.problems == "all" or (not args.problems and (cuda or args.corpus == "real"))) else \
         [n for n in (args.problems.split(",") if args.problems else CPU_DEFAULT_PROBLEMS) if n]
-    unknown = [n for n in names if n not in all_problems()]
+    unknown = [n for n in names if n not in universe]
     if unknown:
         print(f"bench_optimize: unknown problem(s) {', '.join(unknown)}", file=sys.stderr)
         return 2
@@ -318,19 +424,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad:
         print(f"bench_optimize: arm(s) {', '.join(bad)} unknown or need --model", file=sys.stderr)
         return 2
-    out_path = args.out or (RESULTS / f"optimize_{args.executor}.json")
+    out_path = args.out or default_path(f"optimize_{args.executor}.json" if args.corpus == "house"
+                                        else f"optimize_real_{args.executor}.json")
     prev = {}
     if out_path.is_file() and not args.fresh:
         try:
-            prev = json.loads(out_path.read_text())
-        except ValueError:
+            prev = read_json(out_path)
+        except (OSError, ValueError):
             prev = {}
     device = "cpu executor (g++ fibers): correctness only"
     if cuda:
         import torch
 
         device = torch.cuda.get_device_name(0)
-    out = {"device": device, "executor": args.executor, "store": str(store), "store_note": store_note,
+    out = {**origin, "device": device, "executor": args.executor, "corpus": args.corpus, "store": str(store), "store_note": store_note,
            "budget": args.budget, "per_step": args.per_step, "k": args.k, "model": args.model or "",
            "method": ("leave-one-problem-out: each problem starts from naive.cu with the skills mined from the other "
                       "problems; times from the gate's profile stage on the primary large workload (CUDA events, L2 "
@@ -338,7 +445,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                       "leave-one-problem-out, cpu executor: every kept step and final kernel passes the gate on every "
                       "workload and seed; no timing, no speed claim"),
            "arms": {}}
-    from prompts.optimize import make_pool
+    if args.corpus == "real":
+        out["method"] = out["method"].replace("leave-one-problem-out", "leave-one-source-out (the real corpus; every "
+                                              "problem of the held-out problem's source excluded)").replace(
+            "the other problems", "the other sources and the house corpus")
+    if prev.get("arms"):  # rows kept from an earlier run of this file: say which code made them
+        out["resumed_from"] = prev.get("resumed_from") or {k: prev.get(k) for k in STAMP_KEYS}
+    from mining.checker import make_pool
 
     pool = make_pool(args.jobs)
     t0 = time.perf_counter()
@@ -365,8 +478,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 out["arms"][arm] = {"problems": others + rows, "aggregate": aggregate(others + rows, args.executor)}
                 out["retrieval"] = {"backend": rows[-1].get("retrieval_backend", ""), "note": rows[-1].get("retrieval_note", "")}
                 out["wall_s"] = round(time.perf_counter() - t0, 1)
-                out_path.parent.mkdir(parents=True, exist_ok=True)
-                out_path.write_text(json.dumps(out, indent=2))
+                write_json(out_path, out, indent=2)
             others = [r for r in prev.get("arms", {}).get(arm, {}).get("problems", []) if r["problem"] not in names]
             out["arms"][arm] = {"problems": others + rows, "aggregate": aggregate(others + rows, args.executor)}
             if out.get("incomplete"):
@@ -377,8 +489,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for arm, data in prev.get("arms", {}).items():
         out["arms"].setdefault(arm, data)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(out, indent=2))
+    write_result(out, args.out, out_path.name, indent=2)
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import shutil
 import statistics
@@ -44,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Optional
+
+from eval.stamp import stamp, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpora" / "kernels"
@@ -281,7 +282,6 @@ def warm_server(scale_root: Path, n_repeat: int = 200, n_novel: int = 30, log=pr
         repeat = []
         for q in range(n_repeat):
             name, code = codes[q % len(codes)]
-            load = os.getloadavg()[0]
             t = time.perf_counter()
             request(info, "POST", "/query", {"code": code, "path": name, "k": 5})
             repeat.append((time.perf_counter() - t) * 1e3)
@@ -385,14 +385,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="keep the scale set's store here and reuse it on later runs (default: a temporary folder)")
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: cold,reads,server,index")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON here (eval/results/... to record it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_query", raw_argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     skip = set(filter(None, args.skip.split(",")))
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    res: dict = {"benchmark": "kernel-skill query latency and indexing throughput", "store": str(args.store),
-                 "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg()),
-                             "blas_threads": os.environ.get("SKILLS_BLAS_THREADS", "1")}}
+    res: dict = {**origin, "benchmark": "kernel-skill query latency and indexing throughput", "store": str(args.store)}
+    res["machine"] = {**origin["machine"], "loadavg_start": list(os.getloadavg()),
+                      "blas_threads": os.environ.get("SKILLS_BLAS_THREADS", "1")}
     if "cold" not in skip:
         res["cold_cli"] = cold_cli(args.store, args.repeats, log)
     if "reads" not in skip:
@@ -419,8 +421,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         res["indexing"] = indexing(args.store, args.index_skills, log)
     res["machine"]["loadavg_end"] = list(os.getloadavg())
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(res, indent=1))
+        write_result(res, args.out, "bench_query.json")
     if args.json:
         print(json.dumps(res, indent=1))
     return 0

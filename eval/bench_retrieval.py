@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from eval.stamp import stamp, write_result
+
 MODES = ("bm25", "text", "graph", "fused")
 EXTRA = {"fused_equal": {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 1.0},  # reported, not checked
          "fused_no_prior": {"bm25": 1.0, "text": 1.0, "graph": 1.0, "prior": 0.0},
@@ -200,8 +202,10 @@ def run(store: Path, corpus: Path, k: int = 5, steps: Optional[int] = None, seed
                 for m in MODES + tuple(EXTRA):
                     mode, weights = ("fused", EXTRA[m]) if m in EXTRA else (m, None)
                     if label != "unfiltered":
+                        # one hit per skill in the modality's order: what this benchmark measures (the
+                        # value ranking, one entry per carrier, is eval/bench_next_step.py's)
                         ans = searcher.query(code=code, path=f"{p}/naive.cu", k=searcher.index.n_skills, mode=mode,
-                                             weights=weights, include_filtered=False)
+                                             weights=weights, include_filtered=False, rank="similarity")
                         ranked = [h["skill_id"] for h in ans["hits"]]
                     else:
                         sc, _ = searcher.scores(code=code, units=searcher.units(code))
@@ -265,8 +269,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cache-dir", type=Path, default=None,
                     help="keep each fold's index here and reuse it when the fold is unchanged")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here (eval/results/... to record it)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    origin = stamp("eval.bench_retrieval", raw_argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if not (args.store / "store.duckdb").is_file():
         print(f"error: no store at {args.store}: build one with `skills mine corpora/kernels --executor cpu "
@@ -275,9 +281,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     res = run(args.store, args.corpus, steps=args.steps, seed=args.seed,
               problems=args.problems.split(",") if args.problems else None, cache_dir=args.cache_dir, log=log)
+    res = {**origin, **res, "machine": {**origin["machine"], **res["machine"]}}
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(res, indent=1))
+        write_result(res, args.out, "bench_retrieval.json")
     if args.json:
         print(json.dumps(res, indent=1))
     else:

@@ -12,8 +12,9 @@ Every entry goes through the gate's correctness stage (library API, fresh store,
 verdict is reused). A planted bug counts as rejected when the verdict is anything but pass; the
 entry records why (wrong_values, unwritten, race, oob, barrier_divergence, deadlock, timeout, ...).
 A correct kernel that does not pass is a false reject. Exit status 0 only when every planted bug
-is rejected and no correct kernel is rejected. The JSON summary is also written to
-eval/results/gate_soundness_<executor>.json (to ``--out FILE`` instead when given).
+is rejected and no correct kernel is rejected. The JSON summary (stamped: eval/stamp.py) is
+written to ``--out FILE``, else to an untracked temporary gate_soundness_<executor>.json
+(eval/results/gate_soundness_{cpu,cpu_sanitize,cuda}.json are the committed records).
 """
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Optional
 
+from eval.stamp import stamp, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "eval" / "soundness"
 MANIFEST = SUITE / "manifest.json"
-RESULTS = ROOT / "eval" / "results"
 
 
 def load_manifest(path: Path = MANIFEST) -> list[dict[str, Any]]:
@@ -244,34 +246,6 @@ def run_suite(executor: str = "cpu", jobs: int = 1, store: Optional[Path] = None
     return summary
 
 
-def stamp(argv: list[str], executor: str, jobs: int) -> dict[str, Any]:
-    """Where a result came from: commit, command, machine and its load."""
-    import os
-    import platform
-    import subprocess
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", False
-    machine = f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPU cores"
-    if executor == "cuda":
-        from mining.gate.executors import gpu_info
-
-        info = gpu_info() or {}
-        machine += f", {info.get('name', 'GPU')} (driver {info.get('driver', '?')})"
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
-    return {"commit": commit + ("+dirty" if dirty else ""), "command": "python -m eval.gate_soundness " + " ".join(argv),
-            "machine": machine, "load_1min": load, "jobs": jobs,
-            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
 # --- output --------------------------------------------------------------------------------------
 
 def format_table(summary: dict[str, Any], executor: str) -> str:
@@ -300,7 +274,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--executor", default="cpu", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--json", action="store_true", help="print the JSON summary instead of a table")
     ap.add_argument("--jobs", type=int, default=1, help="entries gated in parallel (processes)")
-    ap.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
+    ap.add_argument("--out", type=Path, default=None, help="write the JSON summary here (eval/results/... to record it)")
     ap.add_argument("--store", type=Path, default=None, help="gate store (default: a fresh temp dir, removed after)")
     ap.add_argument("--timeout", type=float, default=60.0, help="per harness run, seconds")
     ap.add_argument("--sanitize", action="store_true", help="gate in the executor's sanitizer mode")
@@ -325,19 +299,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                   file=sys.stderr, flush=True)
 
     start = time.perf_counter()
-    origin = stamp(raw_argv, executor, args.jobs)  # the code that runs, before anything can change
+    origin = {**stamp("eval.gate_soundness", raw_argv), "jobs": args.jobs}  # before anything can change
     summary = run_suite(executor, jobs=max(1, args.jobs), store=args.store, timeout_s=args.timeout,
                         sanitize=args.sanitize, only=args.only, manifest=args.manifest, progress=progress)
     wall = time.perf_counter() - start
     summary = {**origin, "wall_s": round(wall, 1), **summary}
     text = json.dumps(summary, indent=1)
-    if not args.only and not args.out:  # a subset, or a run told where to write (tests), leaves the record alone
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        suffix = "_sanitize" if args.sanitize else ""
-        (RESULTS / f"gate_soundness_{executor}{suffix}.json").write_text(text + "\n")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    write_result(summary, args.out, f"gate_soundness_{executor}{'_sanitize' if args.sanitize else ''}.json",
+                 quiet=args.json)
     if args.json:
         print(text)
     else:

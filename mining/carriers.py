@@ -20,6 +20,7 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name, declarator_name, enclosing, is_assignment_target, same
 from corpora.code.parse import FunctionSig, text
 from corpora.code.source import Site, Source
+from mining.carriers_meaning import LOAD_INTRINSICS, STORE_INTRINSICS, extend_detectors
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -27,8 +28,6 @@ from corpora.code.source import Site, Source
 VEC_TYPE = r"(?:u?int|float|double|u?short|u?char|u?long|longlong|ulonglong)[234]|__half2|half2|__nv_bfloat162"
 _VEC_CAST = re.compile(rb"^reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?(" + VEC_TYPE.encode() +
                        rb")\s*(?:const\s*)?\*\s*(?:__restrict__\s*)?>$")
-LOAD_INTRINSICS = {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}
-STORE_INTRINSICS = {"__stcg", "__stcs", "__stwt", "__stwb"}
 
 
 # --------------------------------------------------------------------------- vector accesses
@@ -818,3 +817,7 @@ def detect_carriers(source: str | bytes, flags: Sequence[str] = ()) -> dict[str,
 
 def carrier_names(source: str | bytes, flags: Sequence[str] = ()) -> set[str]:
     return set(detect_carriers(source, flags))
+
+
+# detection by meaning (issue 19): what mining/carriers_meaning.py finds extends the detectors above
+extend_detectors(DETECTORS)

@@ -52,7 +52,18 @@ CARRIER_SKILLS: dict[str, tuple[str, str]] = {
     "privatized_atomics": ("Privatize atomics in shared memory", "Accumulate into a per-block shared copy with fast shared atomics and merge once to global."),
     "halo_tile": ("Stage a halo tile for a stencil", "Load the tile plus its halo into shared memory once per block."),
     "coalesced_transpose": ("Coalesced transpose through shared memory", "Reorder in shared memory so both the global reads and the global writes are coalesced."),
+    # carriers of the generic simplifications found by meaning (issue 19)
+    "specialized_dispatch": ("Dispatch to a specialized kernel instance at run time", "Check at run time what a faster instance of the kernel needs (16-byte aligned pointers, a size divisible by its vector width) and launch that instance, keeping the general one as the fallback."),
+    "block_per_row": ("One block per row", "Give each row a whole block: its threads sweep the row together in block-stride steps (coalesced) and combine their partial results with a block reduction, instead of one thread walking the row alone."),
+    "packed_half2_math": ("Packed half2 arithmetic", "Compute two half (or bfloat16) values per instruction with the half2 intrinsics (__hadd2, __hmul2, __hfma2) instead of one lane at a time."),
+    "block_swizzle": ("Swizzle the order of the blocks", "Map the launch's block index to the tile a block works on through a permutation (diagonal order against partition camping, raster swizzles for cache reuse) instead of the natural order."),
+    "coalesced_access": ("Coalesce global accesses across a warp", "Map the thread index that varies fastest within a warp (threadIdx.x) to the contiguous dimension of the global arrays, so a warp's accesses fall on consecutive addresses (one transaction per 128 bytes) instead of one per thread."),
+    "thread_coarsening": ("Coarsen the per-thread work", "Give each thread several elements (a pack, a tile, several rows) sized by a compile-time constant: more independent work per thread, wider accesses, fewer threads and less index arithmetic."),
 }
+
+from mining.operators.cache_hints import HINT_SKILLS  # noqa: E402  (cache hints, each its own skill)
+
+CARRIER_SKILLS.update(HINT_SKILLS)
 
 # operators whose skill is not the carrier's main one
 OPERATOR_SKILLS: dict[str, tuple[str, str]] = {

@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from corpora.code.edit import Edit, changed_span
+
 OPERATOR_NAME = "llm_deoptimize"
 PROMPT_FILE = Path(__file__).resolve().parent / "deoptimize.md"
 MAX_BLOCKS = 4
@@ -57,15 +59,12 @@ CUTTABLE = ("Already tried and rejected", "Optimizations still present", "The pr
 # --------------------------------------------------------------------------- results
 @dataclass
 class Candidate:
-    """One applied proposal. `start`/`end` are UTF-8 byte offsets of the changed region in the
-    OLD source and `replacement` is what stands there in the new one, so
-    ``old[:start] + replacement + old[end:] == new_source`` (an operators.Edit)."""
+    """One applied proposal. `edit` is the changed byte range of the OLD source and what stands there
+    in the new one: ``old[:edit.start] + edit.replacement + old[edit.end:] == new_source``."""
     new_source: str
     carrier: str
     description: str
-    start: int
-    end: int
-    replacement: str
+    edit: Edit
     line: int  # 1-based line of `start` in the old source
     excerpt: str  # the old code of the changed region (first lines, stripped)
     diff: str  # unified diff old -> new
@@ -79,12 +78,24 @@ class Candidate:
     call: int = 0  # which of the n calls produced it
 
     @property
+    def start(self) -> int:
+        return self.edit.start
+
+    @property
+    def end(self) -> int:
+        return self.edit.end
+
+    @property
+    def replacement(self) -> str:
+        return self.edit.replacement
+
+    @property
     def start_byte(self) -> int:  # the names Site and Step use
-        return self.start
+        return self.edit.start
 
     @property
     def end_byte(self) -> int:
-        return self.end
+        return self.edit.end
 
     @property
     def removes_carrier(self) -> Optional[bool]:
@@ -460,24 +471,6 @@ def apply_blocks(source: str, blocks: Sequence[tuple[list[str], list[str]]]) -> 
     return out
 
 
-def changed_span(old: str, new: str) -> tuple[int, int, str]:
-    """(start, end, replacement): the smallest byte range of `old` whose replacement gives `new`."""
-    a, b = old.encode(), new.encode()
-    p = 0
-    lim = min(len(a), len(b))
-    while p < lim and a[p] == b[p]:
-        p += 1
-    s = 0
-    while s < lim - p and a[len(a) - 1 - s] == b[len(b) - 1 - s]:
-        s += 1
-    # keep the range on UTF-8 character boundaries
-    while p > 0 and (a[p:p + 1] and (a[p] & 0xC0) == 0x80):
-        p -= 1
-    while s > 0 and (len(a) - s < len(a)) and (a[len(a) - s] & 0xC0) == 0x80:
-        s -= 1
-    return p, len(a) - s, b[p:len(b) - s].decode("utf-8")
-
-
 _INCLUDE = re.compile(r"^\s*#\s*(include|import)\b", re.M)
 _ASM = re.compile(r"\b(asm|__asm__)\b")
 
@@ -531,10 +524,10 @@ def candidate_from_reply(source: str, reply: str, *, model: str = "", call: int 
         raise ReplyError("unknown_carrier", f"unknown carrier {parsed.carrier!r} (not in the vocabulary){hint}")
     new = apply_blocks(source, parsed.blocks)
     _check(source, new)
-    start, end, replacement = changed_span(source, new)
+    edit = changed_span(source, new)
     old_b = source.encode()
-    line = old_b.count(b"\n", 0, start) + 1
-    region = old_b[start:end].decode("utf-8", "replace")
+    line = old_b.count(b"\n", 0, edit.start) + 1
+    region = old_b[edit.start:edit.end].decode("utf-8", "replace")
     excerpt = " ".join(region.strip().split("\n")[0].split())[:160] if region.strip() else \
         " ".join(source.split("\n")[line - 1].split())[:160]
     diff = "".join(difflib.unified_diff(source.splitlines(keepends=True), new.splitlines(keepends=True),
@@ -542,7 +535,7 @@ def candidate_from_reply(source: str, reply: str, *, model: str = "", call: int 
     cache = _cache if _cache is not None else {}
     return Candidate(new_source=new, carrier=parsed.carrier,
                      description=parsed.description or f"remove {parsed.carrier}",
-                     start=start, end=end, replacement=replacement, line=line, excerpt=excerpt, diff=diff,
+                     edit=edit, line=line, excerpt=excerpt, diff=diff,
                      raw=reply, blocks=len(parsed.blocks),
                      carrier_sites_before=_site_count(source, parsed.carrier, cache),
                      carrier_sites_after=_site_count(new, parsed.carrier, cache), model=model, call=call)
@@ -625,5 +618,5 @@ def propose(source: str, *, problem_summary: str, carriers_present: Any = None, 
 
 
 __all__ = ["Candidate", "Failure", "OPERATOR_NAME", "ProposalResult", "ReplyError", "apply_blocks", "build_prompt",
-           "candidate_from_reply", "changed_span", "enabled", "parse_reply", "propose", "resolve_model",
+           "candidate_from_reply", "enabled", "parse_reply", "propose", "resolve_model",
            "summarize_problem", "vocabulary"]

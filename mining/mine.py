@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from corpora.problem import Problem, ProblemError, load_problem
 from corpora.code.source import Source
 from mining.carriers import detect_carriers
-from mining.gate import BadInput, GateConfig, run_gate
+from mining.checker import KernelGateChecker, gate_summary, run_many
+from mining.gate import BadInput, GateConfig
 from mining.gate.gate import kernel_inputs_hash, read_kernel
-from mining.gate.sandbox import gate_worker_init, require_isolation
+from mining.gate.sandbox import require_isolation
 from mining.gate.cache import TOOL_VERSION
 from mining.gate.cases import reduce_workload
 from mining.gate.executors import make_executor, resolve_executor
@@ -43,31 +42,8 @@ from mining.operators import all_operators
 from mining.probe import (force_guard, site_guards, hypotheses, induce, induce_step_bound, outcomes_from_gate,
                           probe_problem_dir,
                           probe_workloads)
-from mining.walk import Candidate, Verdict, WalkEvent, WalkResult, backward_walk
+from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
 from mining.records import Lineage, Skill, Step, lineage_identity, sha256
-
-# The CPU strategy's fixed priority: local, declarative carriers first (a pragma, a qualifier,
-# an intrinsic), then access-width and data-movement rewrites, then structural ones. Removing
-# vector accesses and double buffers first is what makes a shared tile's fill simple enough for
-# shared_tile_to_global. Operators not listed run after these, in registry order.
-PRIORITY = ("drop_unroll_pragma", "drop_launch_bounds", "drop_restrict", "ldg_to_plain_load", "fast_math_to_precise",
-            "drop_shared_padding", "vector_store_to_scalar", "vector_load_to_scalar", "async_copy_to_sync",
-            "drop_pipeline_sync", "double_to_single_buffer", "register_cache_to_reload", "shuffle_to_shared",
-            "scan_shuffle_to_shared", "block_reduce_to_warp_atomics", "warp_atomic_to_thread_atomics",
-            "privatized_to_global_atomics", "shrink_register_tile", "shared_tile_to_global", "drop_grid_clamp",
-            "grid_stride_to_single")
-# single-level / recomputed / two-pass forms, after the operators above; a block-stride loop is
-# split into per-thread chunks only where one element per thread was refused, and before the
-# softmax max gets a pass of its own (a max over a subset of the row still normalizes correctly:
-# one element per thread in that pass would pass the gate while computing another max)
-PRIORITY += ("block_reduce_to_serial", "register_array_to_recompute", "block_stride_to_chunks",
-             "online_softmax_to_two_pass", "chan_stats_to_two_pass")
-# outer-product register tiles, transposed operand tiles, decoupled look-back, block scan (helper A2)
-PRIORITY += ("register_tile_to_dot", "untranspose_tile", "lookback_to_chained", "block_scan_to_thread_totals")
-# last: splitting a flash-style sweep into a max pass and an accumulation pass duplicates the
-# sweep, so every other simplification of it comes first (helper A1)
-PRIORITY += ("online_rescale_to_two_pass",)
-
 
 @dataclass(frozen=True)
 class MineConfig:
@@ -129,104 +105,7 @@ class MineOutcome:
     undetected_carriers: list[str] = field(default_factory=list)  # listed, never detected in the expert
 
 
-# --------------------------------------------------------------------------- gate in worker processes
-def _gate_worker(args: tuple) -> dict[str, Any]:
-    problem_dir, kernel, cfg, source = args
-    try:
-        res = run_gate(Path(problem_dir), Path(kernel), cfg, source=source)
-        return res.to_dict()
-    except BadInput as exc:
-        return {"passed": False, "verdict": "error", "reason": str(exc), "stages": {}, "wall_s": 0.0}
-
-
-def _environment_build_failure(d: dict[str, Any]) -> bool:
-    c = d.get("stages", {}).get("correctness", {})
-    return bool(c.get("transient")) and str(c.get("reason", "")).startswith("build failed")
-
-
-def _summary(d: dict[str, Any]) -> dict[str, Any]:
-    st = d.get("stages", {})
-    c = st.get("correctness", {})
-    return {"verdict": d.get("verdict"), "stages": {k: v.get("status") for k, v in st.items()},
-            "cases": f"{c.get('cases_passed', 0)}/{c.get('cases_total', 0)}" if c else "",
-            "wall_s": d.get("wall_s")}
-
-
-class KernelGateChecker:
-    """The kernel gate as the walk's Checker: static + correctness in a process pool; profile
-    (GPU timing) one at a time in this process."""
-
-    def __init__(self, problem: Problem, kernel: Path, gate_cfg: GateConfig, jobs: int, pool: Optional[ProcessPoolExecutor],
-                 profile_dir: Optional[Path] = None, profile_repeats: int = 20):
-        self.problem, self.kernel, self.cfg, self.jobs, self.pool = problem, kernel, gate_cfg, jobs, pool
-        self.can_time = gate_cfg.executor == "cuda"
-        self.profile_dir = profile_dir or problem.root
-        self.profile_repeats = profile_repeats
-        self.results: dict[str, dict[str, Any]] = {}  # source hash -> full gate dict
-        self.profiles: dict[str, dict[str, Any]] = {}
-
-    def check_many(self, sources: Sequence[str]) -> list[Verdict]:
-        args = [(str(self.problem.root), str(self.kernel), self.cfg, s) for s in sources]
-        if self.pool is not None and len(args) > 1:
-            dicts = list(self.pool.map(_gate_worker, args))
-        else:
-            dicts = [_gate_worker(a) for a in args]
-        # A build that failed for the machine's sake (compiler timed out on a loaded machine, a
-        # missing header) says nothing about the candidate: retry it once with more time rather
-        # than record a rejection (issue 22: environment failures are not verdicts).
-        for i, d in enumerate(dicts):
-            if _environment_build_failure(d):
-                cfg = GateConfig(**{**asdict(self.cfg), "timeout_s": self.cfg.timeout_s * 3})
-                dicts[i] = _gate_worker((args[i][0], args[i][1], cfg, args[i][3]))
-        out = []
-        for s, d in zip(sources, dicts):
-            self.results[sha256(s)] = d
-            out.append(Verdict(passed=bool(d.get("passed")), verdict=d.get("verdict", "error"),
-                               reason=d.get("reason", ""), summary=_summary(d),
-                               static=d.get("stages", {}).get("static", {}), raw=d, wall_s=d.get("wall_s", 0.0)))
-        return out
-
-    def profile(self, source: str) -> Optional[dict[str, Any]]:
-        if not self.can_time:
-            return None
-        h = sha256(source)
-        if h not in self.profiles:
-            cfg = GateConfig(**{**asdict(self.cfg), "stages": ("profile",), "profile_repeats": self.profile_repeats})
-            with gpu_timing_lock(Path(self.cfg.store or ".skills")):
-                d = run_gate(self.profile_dir, self.kernel, cfg, source=source).to_dict()
-            self.profiles[h] = d.get("stages", {}).get("profile", {})
-        p = self.profiles[h]
-        return p if p.get("status") == "pass" else None
-
-    def time(self, source: str) -> Optional[float]:
-        p = self.profile(source)
-        if not p or not p.get("workloads"):
-            return None
-        meds = [w["median_ms"] for w in p["workloads"].values() if w.get("median_ms", 0) > 0]
-        return math.exp(sum(map(math.log, meds)) / len(meds)) if meds else None
-
-
-def gpu_timing_lock(store_root: Path):
-    """Serialize GPU timing across threads and processes that mine into one store: two kernels
-    timed at once would each measure the other. Processes mining into different stores on one
-    GPU share a lock by naming the same file in SKILLS_GPU_LOCK."""
-    import contextlib
-    import fcntl
-
-    @contextlib.contextmanager
-    def _lock():
-        shared = os.environ.get("SKILLS_GPU_LOCK")
-        path = Path(shared) if shared else Path(store_root).resolve() / "cache" / "gpu-timing.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-    return _lock()
-
-
+# --------------------------------------------------------------------------- gate
 def primary_profile_dir(problem: Problem, cache_root: Path) -> Path:
     """The problem with only its primary large workload (the one effects are reported on)."""
     from mining.probe import workload_subset_dir
@@ -248,14 +127,14 @@ def _vol(axes: dict[str, int]) -> int:
 
 # --------------------------------------------------------------------------- candidates
 def operator_order(names: Optional[Sequence[str]]) -> list:
+    """The operators the walk proposes from, in the registry's priority order (mining/operators/registry.py)."""
     ops = all_operators()
     if names:
         unknown = set(names) - {op.name for op in ops}
         if unknown:
             raise BadInput(f"--operators: unknown operator {sorted(unknown)[0]!r}")
         ops = [op for op in ops if op.name in names]
-    rank = {n: i for i, n in enumerate(PRIORITY)}
-    return sorted(ops, key=lambda op: (rank.get(op.name, len(PRIORITY)), [o.name for o in all_operators()].index(op.name)))
+    return ops
 
 
 def deterministic_candidates(source: str, operators: list) -> list[Candidate]:
@@ -341,12 +220,6 @@ def llm_candidates(source: str, problem: Problem, model: str, rejected: list[tup
     return out, failures
 
 
-def _run_many(problem_dir: Path, kernel: Path, cfg: GateConfig, sources: list[str],
-              pool: Optional[ProcessPoolExecutor]) -> list[dict[str, Any]]:
-    args = [(str(problem_dir), str(kernel), cfg, s) for s in sources]
-    return list(pool.map(_gate_worker, args)) if pool is not None and len(args) > 1 else [_gate_worker(a) for a in args]
-
-
 # --------------------------------------------------------------------------- probes
 def _probe(problem: Problem, kernel: Path, cfg: GateConfig, sources: list[str], jobs: int,
            pool: Optional[ProcessPoolExecutor]):
@@ -354,7 +227,7 @@ def _probe(problem: Problem, kernel: Path, cfg: GateConfig, sources: list[str], 
     pdir = probe_problem_dir(problem, probes, (cfg.store or Path(".skills")).resolve() / "cache")
     # probes vary sizes; the value-adversarial cases already ran in the walk's gate
     pcfg = GateConfig(**{**asdict(cfg), "stages": ("correctness",), "seeds": cfg.seeds[:1], "adversarial": False})
-    dicts = _run_many(pdir, kernel, pcfg, sources, pool)
+    dicts = run_many(pdir, kernel, pcfg, sources, pool)
     return probes, [outcomes_from_gate(d, probes) for d in dicts]
 
 
@@ -400,7 +273,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
     profile_dir = None
     if executor == "cuda" and not config.profile_all_workloads:
         profile_dir = primary_profile_dir(problem, store_root.resolve() / "cache")
-    checker = KernelGateChecker(problem, kernel_path, gate_cfg, config.jobs, pool, profile_dir, config.profile_repeats)
+    checker = KernelGateChecker(problem.root, kernel_path, gate_cfg, pool, profile_dir, config.profile_repeats)
     operators = operator_order(config.operators)
     naive_ms, max_cost = _cost_ceiling(problem, checker, config.slowdown_ceiling)
     rejected_so_far: list = []
@@ -446,7 +319,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                 guard_info[k] = {"text": text, "outcomes": outs}
 
     static_cfg = GateConfig(**{**asdict(gate_cfg), "stages": ("static",)})
-    static_dicts = _run_many(problem.root, kernel_path, static_cfg, walk.states, pool)
+    static_dicts = run_many(problem.root, kernel_path, static_cfg, walk.states, pool)
     statics = {sha256(s): d.get("stages", {}).get("static", {}) for s, d in zip(walk.states, static_dicts)}
 
     # GPU timings of every state (the walk timed some already; the checker caches them)
@@ -508,7 +381,7 @@ def mine_problem(problem_dir: Path, config: MineConfig = MineConfig(), kernel: O
                 "listed_carriers": listed, "naive_ms": naive_ms, "cost_ceiling_ms": max_cost,
                 "llm_failures": [{"step": k, "reason": r} for k, r in llm_failures],
                 "llm_usage": {k: round(v, 6) if isinstance(v, float) else v for k, v in llm_usage.items()}})
-    gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": _summary(d)}
+    gate_runs = [{"source_hash": h, "verdict": d.get("verdict", ""), "reason": d.get("reason", ""), "summary": gate_summary(d)}
                  for h, d in checker.results.items()]
     problem_info = {"definition": problem.definition.model_dump(mode="json")}
     merged, existing_ids = lineages.save(lineage, skills, problem_info, gate_runs) if lineages is not None \
@@ -598,25 +471,3 @@ def carrier_accounting(listed: Sequence[str], expert: str, final: str,
             [c for c in listed if c not in expert_carriers])
 
 
-def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
-    """Worker processes for gate runs (spawned: the parent holds threads and a duckdb handle)."""
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=gate_worker_init) if jobs > 1 else None
-
-
-def stop_pool(pool: Optional[ProcessPoolExecutor], grace_s: float = 5.0) -> None:
-    """Stop the gate workers now (Ctrl-C): queued work is cancelled, running gates are unwound."""
-    import multiprocessing
-
-    if pool is None:
-        return
-    pool.shutdown(wait=False, cancel_futures=True)
-    children = multiprocessing.active_children()
-    for p in children:
-        p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in children:
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join(1.0)

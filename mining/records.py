@@ -17,6 +17,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mining.axes_check import precondition_verdict
+
 TOOL_VERSION = "kernel-skills-mining-1"
 
 Termination = Literal["complete", "step_limit", "rejection_limit", "time_limit", "start_failed"]
@@ -47,6 +49,10 @@ class Precondition(_Record):
     source: Literal["probe", "code_guard", "optimization"] = "probe"
     probes: list[dict[str, Any]] = Field(default_factory=list)  # workload axes tried and their verdicts
     status: Literal["discovered", "guarded_in_code", "not_needed", "required"] = "discovered"
+
+    def check(self, axes: Optional[dict[str, int]]) -> tuple[str, str]:
+        """This precondition against one workload's axes: (satisfied | violated | unknown | not_needed, why)."""
+        return precondition_verdict(self.kind, self.axis, self.value, self.status, axes)
 
 
 class Risk(_Record):

@@ -1,4 +1,4 @@
-"""The backward walk, independent of what is being simplified.
+"""The walk, independent of what is being changed: backward (mining) and forward (optimize).
 
 From a start text (an expert kernel, a backend function), repeat: ask `propose` for candidate
 simplifications of the current text, evaluate them with a `Checker` (the kernel gate, or the
@@ -15,9 +15,17 @@ Strategies:
   the passing ones (at most `profile_top`, in priority order) are timed one at a time, and the
   one whose removal costs the least time is accepted, so the lineage peels optimizations from
   the least to the most important.
+* `fastest` (needs timings; the forward walk of `skills optimize`): every candidate is checked,
+  every passing one is timed, and the fastest is accepted when it beats the current state's cost
+  by `min_gain`.
 
 A candidate rejected once is not re-evaluated while the code it touches (its enclosing
 function) is unchanged: `Candidate.retry_key` says what "unchanged" means.
+
+The forward loop (`skills optimize`) runs with `keep_going`: a step that accepts nothing does not
+end the walk; the next step proposes again from the same state (the proposer leaves out what was
+tried) and the walk ends `complete` when the proposer has nothing left. `stop(step)` is a budget
+check at the start of every step that can end the walk with its own termination reason.
 
 `max_cost` (timed walks only) is a ceiling on the cost of an accepted state, e.g. twice the
 time of the problem's naive kernel: a simplification that passes the gate but lands far below
@@ -70,7 +78,7 @@ class Checker(Protocol):
 
 @dataclass
 class WalkEvent:
-    kind: str  # step_start | evaluated | accepted | done
+    kind: str  # step_start | evaluated | accepted | step_end | done
     step: int
     candidate: Optional[Candidate] = None
     verdict: Optional[Verdict] = None
@@ -90,14 +98,19 @@ class WalkResult:
     tokens: int = 0
 
 
+STRATEGIES = ("priority", "smallest_effect", "fastest")
+
+
 def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], checker: Checker, *,
-                  strategy: str = "priority", jobs: int = 2, max_steps: int = 100, max_rejections: int = 200,
+                  strategy: str = "priority", jobs: int = 2, max_steps: int = 100, max_rejections: Optional[int] = 200,
                   time_limit_s: Optional[float] = None, profile_top: int = 6, check_start: bool = True,
-                  max_cost: Optional[float] = None, on_event: Callable[[WalkEvent], None] = lambda e: None) -> WalkResult:
-    if strategy not in ("priority", "smallest_effect"):
-        raise ValueError(f"unknown strategy {strategy!r} (priority, smallest_effect)")
-    if strategy == "smallest_effect" and not checker.can_time:
-        raise ValueError("strategy smallest_effect needs timings (a GPU executor)")
+                  max_cost: Optional[float] = None, min_gain: float = 0.0, keep_going: bool = False,
+                  stop: Callable[[int], Optional[str]] = lambda step: None,
+                  on_event: Callable[[WalkEvent], None] = lambda e: None) -> WalkResult:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} ({', '.join(STRATEGIES)})")
+    if strategy != "priority" and not checker.can_time:
+        raise ValueError(f"strategy {strategy} needs timings (a GPU executor)")
     t0 = time.perf_counter()
     states = [start]
     accepted: list[tuple[Candidate, Verdict]] = []
@@ -113,7 +126,7 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
             return WalkResult(states, accepted, rejected, "start_failed", time.perf_counter() - t0, start_verdict)
     if max_cost is not None and not checker.can_time:
         max_cost = None  # a ceiling needs timings; without them the walk is unbounded as before
-    if strategy == "smallest_effect" or max_cost is not None:
+    if strategy != "priority" or max_cost is not None:
         times[0] = checker.time(start)
 
     def over_ceiling(step: int, c: Candidate, v: Verdict, t: Optional[float]) -> bool:
@@ -138,6 +151,10 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
         if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
             termination = "time_limit"
             break
+        budget = stop(step)
+        if budget:
+            termination = budget
+            break
         current = states[-1]
         cands = propose(current, step)
         tokens += sum(c.tokens for c in cands)
@@ -152,8 +169,9 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
         chosen: Optional[tuple[Candidate, Verdict]] = None
         passing: list[tuple[Candidate, Verdict]] = []
         limit_hit = False
-        for i in range(0, len(pool), max(1, jobs)):
-            batch = pool[i:i + max(1, jobs)]
+        batch_size = len(pool) if strategy == "fastest" else max(1, jobs)  # fastest: every candidate at once
+        for i in range(0, len(pool), max(1, batch_size)):
+            batch = pool[i:i + max(1, batch_size)]
             verdicts = checker.check_many([c.source for c in batch])
             for c, v in zip(batch, verdicts):
                 on_event(WalkEvent("evaluated", step, c, v))
@@ -163,7 +181,7 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
                     rejected.append((step, c, v))
                     if c.retry_key:
                         rejected_keys.add(c.retry_key)
-            if len(rejected) >= max_rejections:
+            if max_rejections is not None and len(rejected) >= max_rejections:
                 limit_hit = True
                 break
             if strategy == "priority" and passing:
@@ -180,6 +198,20 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
                     break
             if chosen is None and not limit_hit:
                 continue  # every passing candidate was too slow: they are rejected now, propose again
+        elif passing and strategy == "fastest":
+            base = times.get(len(states) - 1)
+            timed = []
+            for c, v in passing:
+                t = checker.time(c.source)
+                if t is None:
+                    continue
+                v.summary["time"] = t
+                timed.append((t, len(timed), c, v))
+            if timed:
+                t, _, c, v = min(timed)
+                if base is None or t < base * (1.0 - min_gain):
+                    chosen = (c, v)
+                    times[len(states)] = t
         elif passing:
             base = times.get(len(states) - 1)
             timed = []
@@ -195,7 +227,12 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
                 times[len(states)] = t
             elif not limit_hit:
                 continue
+        on_event(WalkEvent("step_end", step, chosen[0] if chosen else None, chosen[1] if chosen else None,
+                           n_candidates=len(pool)))
         if chosen is None:
+            if keep_going and pool and not limit_hit:
+                step += 1  # nothing kept this time: propose again from the same state
+                continue
             termination = "rejection_limit" if limit_hit else "complete"
             break
         accepted.append(chosen)

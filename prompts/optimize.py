@@ -7,14 +7,17 @@ each step kept only when the gate accepts it.
 
 One step: retrieve the skills that apply to the current kernel (`retrieve`: the hybrid search of
 retrieval/skill_search.py when its index and encoders are usable, else a scan of the store's
-skill records ranked by applicability), materialize them (deterministic forward rewrites of
-mining/materialize.py; with a model, an LLM materializer for skills no rewrite covers), gate
-the candidates (correctness on every workload and seed, in worker processes; on a GPU the
-profile stage times the passing ones), and keep one: on a GPU the fastest correct candidate that
-beats the current kernel by `min_gain`, on the CPU executor (no timing, no speed claim) the
-first correct one in priority order. Every candidate is an attempt in the log, kept or dropped
-with the reason. It stops when the step budget (or the token / dollar / attempt budget) is
-spent or when nothing applies any more.
+skill records ranked by applicability), materialize them (the forward halves of the operator
+pairs, mining/operators/forward.py; with a model, an LLM materializer for skills no rewrite
+covers), gate the candidates (correctness on every workload and seed, in worker processes; on a
+GPU the profile stage times the passing ones), and keep one: on a GPU the fastest correct
+candidate that beats the current kernel by `min_gain`, on the CPU executor (no timing, no speed
+claim) the first correct one in priority order. The steps are the walk of mining/walk.py run
+forward (strategy `fastest` or `priority`, `keep_going`), with the kernel gate checker of
+mining/checker.py that mining uses too (one definition of a kernel's time). Every candidate is an
+attempt in the log, kept or dropped with the reason. It stops when the step budget (or the token
+/ dollar / attempt budget) is spent or when nothing applies any more. Skills are read as records
+(`mining.records.Skill`) from a store, a JSON list or a SKILL.md export.
 
 Modes (the benchmark's arms, all under the same gate and budget):
 * ``skills``      retrieved skills; deterministic materializers, plus the LLM materializer when a
@@ -31,29 +34,29 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import math
 import os
 import re
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
-from multiprocessing import get_context
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from mining.gate import BadInput, GateConfig, run_gate
-from mining.gate.sandbox import gate_worker_init
+from mining.checker import KernelGateChecker, gate_summary, make_pool
+from mining.gate import BadInput, GateConfig
+from mining.operators import get_rewrite
+from mining.operators.base import Context
+from mining.operators.forward import materialize
+from mining.walk import Candidate as WalkCandidate
+from mining.walk import Verdict, WalkEvent, WalkResult, backward_walk
+from mining.records import Anchor, Skill
+from prompts.optimize_plan import candidate_key, expand_hits, fit_to_deadline, order_retrieved
 
 MODES = ("skills", "no_skills", "flat_memory")
 
-# Expected effect of a forward rewrite when the skill carries no GPU measurement: the order in
-# which candidates are gated (structural rewrites move the most data; qualifiers least).
-REWRITE_PRIOR = {
-    "warp_scan": 9.0, "warp_per_row": 8.0, "privatize_atomics": 8.0, "stage_matmul_tiles": 6.0,
-    "stage_transpose_tile": 5.0, "vectorize_elementwise": 2.0, "vectorize_loop": 1.8, "grid_stride": 1.5,
-    "to_fast_math": 1.3, "add_ldg": 1.1, "add_restrict": 1.1, "add_unroll": 1.05, "add_launch_bounds": 1.02,
-    "add_shared_padding": 1.02, "llm": 1.5,
-}
+# Expected effect of an LLM materialization when the skill carries no GPU measurement (a forward
+# rewrite's is its `Rewrite.prior`): the order in which candidates are gated.
+LLM_PRIOR = 1.5
 
 
 def sha256(text: str) -> str:
@@ -117,19 +120,23 @@ class Attempt:
 
 
 @dataclass
-class Candidate:
-    source: str
-    materializer: str
-    rewrite: str
-    skill: dict = field(default_factory=dict)
-    description: str = ""
+class Candidate(WalkCandidate):
+    """A forward candidate: a walk candidate whose `operator` is the rewrite (or the LLM job) and
+    whose `proposer` is the materializer (deterministic | llm), plus what the attempt log needs."""
+    skill: Optional[Skill] = None
     guards: list[str] = field(default_factory=list)
-    site_line: int = 0
     prior: float = 1.0
     rank: int = 0
-    tokens: int = 0
     cost_usd: float = 0.0
     llm: dict = field(default_factory=dict)
+
+    @property
+    def rewrite(self) -> str:
+        return self.operator
+
+    @property
+    def materializer(self) -> str:
+        return self.proposer
 
 
 @dataclass
@@ -196,7 +203,7 @@ class OptimizeResult:
 # --------------------------------------------------------------------------- retrieval
 @dataclass
 class Retrieved:
-    skill: dict  # the skill record (leave-one-out sanitized)
+    skill: Skill  # the skill record (leave-one-out sanitized)
     rank: int
     score: float = 0.0
     status: str = "applicable"  # applicable | no_site | already_applied | ...
@@ -215,7 +222,8 @@ class SkillSource:
         self.backend = "none"
         self.note = ""
         self.searcher = None
-        self.records: list[dict] = []
+        self.records: list[Skill] = []
+        self._json: dict[str, dict] = {}
         if self.root is None:
             self.note = "no store given: no skills"
             return
@@ -246,11 +254,17 @@ class SkillSource:
         return {"backend": self.backend, "note": self.note, "store": str(self.root) if self.root else "",
                 "skills": len(self.records), "excluded_problems": sorted(self.exclude)}
 
-    def by_id(self) -> dict[str, dict]:
-        return {r["skill_id"]: r for r in self.records}
+    def by_id(self) -> dict[str, Skill]:
+        return {r.skill_id: r for r in self.records}
+
+    def as_json(self, skill: Skill) -> dict:
+        """The record's JSON form, for the query-side applicability pass (which reads skills as JSON)."""
+        if skill.skill_id not in self._json:
+            self._json[skill.skill_id] = skill.model_dump(mode="json")
+        return self._json[skill.skill_id]
 
 
-def load_skill_records(root: Path) -> list[dict]:
+def load_skill_records(root: Path) -> list[Skill]:
     """Kernel skill records from a store (its duckdb table, read only; else the index snapshot's
     skills.jsonl), a JSON file holding a list of records, or a SKILL.md export folder."""
     if root.is_file():
@@ -261,10 +275,10 @@ def load_skill_records(root: Path) -> list[dict]:
         recs = data.get("skills", data) if isinstance(data, dict) else data
         if not isinstance(recs, list) or not all(isinstance(r, dict) and "skill_id" in r for r in recs):
             raise BadInput(f"{root}: not a JSON list of skill records")
-        return recs
+        return _validated(recs, root)
     if not (root / "store.duckdb").is_file() and not (root / "index").is_dir() and \
             any(root.glob("*/skill.json")):
-        return [json.loads(p.read_text()) for p in sorted(root.glob("*/skill.json"))]
+        return [_validated([json.loads(p.read_text())], p)[0] for p in sorted(root.glob("*/skill.json"))]
     snap = None
     try:
         from retrieval.snapshot import current_snapshot
@@ -285,46 +299,57 @@ def load_skill_records(root: Path) -> list[dict]:
                 rows = con.execute("SELECT record FROM skills WHERE kind = 'kernel' ORDER BY skill_id").fetchall()
             finally:
                 con.close()
-            return [json.loads(r[0]) for r in rows]
+            return _validated([json.loads(r[0]) for r in rows], db)
+        except BadInput:
+            raise
         except Exception as exc:  # noqa: BLE001 - locked by a writer, no skills table, or no duckdb here
             if snap is None:
                 raise BadInput(f"{root}: cannot read skills from store.duckdb ({type(exc).__name__}: "
                                f"{str(exc).splitlines()[0][:160]})") from None
     if snap is not None and (Path(snap) / "skills.jsonl").is_file():
-        return [json.loads(line) for line in open(Path(snap) / "skills.jsonl") if line.strip()]
+        path = Path(snap) / "skills.jsonl"
+        return _validated([json.loads(line) for line in open(path) if line.strip()], path)
     raise BadInput(f"{root}: holds no skills (no store.duckdb and no index snapshot)")
 
 
-def sanitize(rec: dict, exclude: set[str]) -> Optional[dict]:
+def _validated(recs: list[dict], where: Path) -> list[Skill]:
+    from pydantic import ValidationError
+
+    out = []
+    for i, r in enumerate(recs):
+        try:
+            out.append(Skill.model_validate(r))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field_ = ".".join(str(x) for x in err.get("loc", ()))
+            raise BadInput(f"{where}: skill {r.get('skill_id', i)!s}: {field_}: {err.get('msg', 'invalid')}") from None
+    return out
+
+
+def sanitize(rec: Skill, exclude: set[str]) -> Optional[Skill]:
     """A skill record without what the excluded problems contributed (None if nothing is left)."""
-    if rec.get("kind", "kernel") != "kernel":
+    if rec.kind != "kernel":
         return None
     if not exclude:
         return rec
-    ev = rec.get("evidence") or []
-    keep = [e for e in ev if e.get("problem") not in exclude]
+    ev = rec.evidence
+    keep = [e for e in ev if e.problem not in exclude]
     if ev and not keep:
         return None
-    probs = set((rec.get("scope") or {}).get("problems") or [])
+    probs = set(rec.scope.get("problems") or [])
     if probs and probs <= exclude:
         return None
     if len(keep) == len(ev):
         return rec
-    out = dict(rec)
-    out["evidence"] = keep
-    out["scope"] = dict(rec.get("scope") or {})
-    out["scope"]["problems"] = sorted({e.get("problem", "") for e in keep})
-    dropped = [e for e in ev if e.get("problem") in exclude]
-    if any(rec.get("diff") and rec.get("diff") == e.get("diff") for e in dropped) or \
-            any(rec.get("before") and rec.get("before") == e.get("before") for e in dropped):
-        out["before"], out["after"], out["diff"] = keep[0].get("before", ""), keep[0].get("after", ""), keep[0].get("diff", "")
-        out["anchor"] = {"function": "", "ast_path": [], "enclosing_loop": "", "line": 0,
-                         "excerpt": (keep[0].get("after", "").strip().splitlines() or [""])[0][:160]}
-    out["effect"] = [x for e in keep for x in e.get("effect", [])] or [
-        x for x in rec.get("effect", []) if not dropped]
-    out["risks"] = rec.get("risks", []) if not dropped else [r for r in rec.get("risks", [])
-                                                             if not any(d.get("problem", "") in json.dumps(r) for d in dropped)]
-    return out
+    dropped = [e for e in ev if e.problem in exclude]
+    update: dict[str, Any] = {"evidence": keep,
+                              "scope": {**rec.scope, "problems": sorted({e.problem for e in keep})}}
+    if any(rec.diff and rec.diff == e.diff for e in dropped) or any(rec.before and rec.before == e.before for e in dropped):
+        update |= {"before": keep[0].before, "after": keep[0].after, "diff": keep[0].diff,
+                   "anchor": Anchor(excerpt=(keep[0].after.strip().splitlines() or [""])[0][:160])}
+    update["effect"] = [x for e in keep for x in e.effect]
+    update["risks"] = [r for r in rec.risks if not any(d.problem in r.model_dump_json() for d in dropped)]
+    return rec.model_copy(update=update)
 
 
 def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = None, k: int = 8) -> list[Retrieved]:
@@ -339,7 +364,7 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
         try:
             ans = skills.searcher.query(code=source, k=k, axes=None, include_filtered=True,
                                         exclude_problems=skills.exclude or None)
-            for h in ans.get("hits", []):
+            for h in expand_hits(ans):  # an "also" entry stands for its qualifier skills
                 rec = by_id.get(h["skill_id"])
                 if rec is not None:
                     out.append(Retrieved(rec, len(out) + 1, h.get("score", 0.0), "applicable", h.get("applies_at", []),
@@ -347,25 +372,28 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
             for f in ans.get("filtered", []):
                 rec = by_id.get(f["skill_id"])
                 if rec is not None and f.get("reason") in ("no_site", "already_applied") and \
-                        all(r.skill["skill_id"] != rec["skill_id"] for r in out):
+                        all(r.skill.skill_id != rec.skill_id for r in out):
                     out.append(Retrieved(rec, len(out) + 1, 0.0, f["reason"]))
         except Exception as exc:  # noqa: BLE001 - a query failure falls back to the scan
             skills.note = f"search failed ({type(exc).__name__}: {str(exc)[:120]}); scan used for this query"
             out = []
     if not out:
-        out = _scan(skills.records, source, k)
+        out = _scan(skills, source, k)
     # every other skill after these (a forward rewrite decides whether it applies)
-    seen = {r.skill["skill_id"] for r in out}
-    rest = [r for r in _scan(skills.records, source, len(skills.records)) if r.skill["skill_id"] not in seen]
+    seen = {r.skill.skill_id for r in out}
+    rest = [r for r in _scan(skills, source, len(skills.records)) if r.skill.skill_id not in seen]
     for r in rest:
         r.rank = len(out) + 1
         out.append(r)
+    # the value plan (prompts/optimize_plan.py); the benchmark's deterministic baselines set another policy
+    out = order_retrieved(out, source, exclude_problems=sorted(skills.exclude), policy=getattr(skills, "policy", "value"),
+                          as_json=skills.as_json)
     for r in out:
         r.preconditions = check_preconditions(r.skill, axes or [])
     return out
 
 
-def _scan(records: list[dict], source: str, k: int) -> list[Retrieved]:
+def _scan(skills: SkillSource, source: str, k: int) -> list[Retrieved]:
     try:
         from retrieval.applicability import Checker
 
@@ -373,17 +401,17 @@ def _scan(records: list[dict], source: str, k: int) -> list[Retrieved]:
     except Exception:  # noqa: BLE001 - no applicability module: evidence order only
         checker = None
     scored = []
-    for rec in records:
+    for rec in skills.records:
         status, sites = "applicable", []
         if checker is not None:
             try:
-                app = checker.check(rec)
+                app = checker.check(skills.as_json(rec))
                 status, sites = app.status, [s.to_dict() for s in app.sites]
             except Exception:  # noqa: BLE001
                 pass
-        ratios = [e.get("time_ratio") for e in rec.get("effect", []) if e.get("time_ratio")]
+        ratios = _time_ratios(rec)
         key = ({"applicable": 0, "no_site": 1, "already_applied": 2}.get(status, 3), -len(sites) if sites else 0,
-               -(max(ratios) if ratios else 1.0), -len(rec.get("evidence") or []), rec.get("name", ""))
+               -(max(ratios) if ratios else 1.0), -len(rec.evidence), rec.name)
         scored.append((key, Retrieved(rec, 0, 0.0, status, sites)))
     scored.sort(key=lambda t: t[0])
     out = [r for _, r in scored if r.status in ("applicable", "no_site", "already_applied")][:k]
@@ -392,26 +420,20 @@ def _scan(records: list[dict], source: str, k: int) -> list[Retrieved]:
     return out
 
 
-def check_preconditions(skill: dict, workloads: Sequence[dict]) -> list[dict]:
+def _time_ratios(rec: Skill) -> list[float]:
+    return [e.time_ratio for e in rec.effect if e.time_ratio]
+
+
+def check_preconditions(skill: Skill, workloads: Sequence[dict]) -> list[dict]:
     """Each precondition of the skill against every workload: satisfied on all, or the workloads
     that violate it (the materialization must then guard it at run time)."""
     out = []
-    try:
-        from retrieval.applicability import check_precondition
-    except Exception:  # noqa: BLE001
-        check_precondition = None
-    for p in skill.get("preconditions") or []:
-        if p.get("kind") == "none_found" or p.get("status") == "not_needed":
+    for p in skill.preconditions:
+        if p.kind == "none_found" or p.status == "not_needed":
             continue
-        verdicts = []
-        for axes in workloads:
-            if check_precondition is not None:
-                c = check_precondition(p, axes)
-                verdicts.append(c.check)
-            else:
-                verdicts.append("unknown")
+        verdicts = [p.check(axes)[0] for axes in workloads]
         violated = [i for i, v in enumerate(verdicts) if v == "violated"]
-        out.append({"text": p.get("text", ""), "status": p.get("status", ""),
+        out.append({"text": p.text, "status": p.status,
                     "check": "violated" if violated else ("satisfied" if verdicts and all(v == "satisfied" for v in verdicts)
                                                           else "unknown"),
                     "violated_by_workloads": violated, "needs_guard": bool(violated) or not verdicts or
@@ -423,16 +445,15 @@ def check_preconditions(skill: dict, workloads: Sequence[dict]) -> list[dict]:
 _TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
 
 
-def flat_memory(records: list[dict]) -> list[dict]:
+def flat_memory(records: list[Skill]) -> list[dict]:
     """Past successful changes as bare diffs (simpler -> optimized), one per piece of evidence:
     no intent, preconditions, effects or risks."""
     out, seen = [], set()
     for r in records:
-        for e in r.get("evidence") or []:
-            d = e.get("diff") or ""
-            if d and d not in seen:
-                seen.add(d)
-                out.append({"problem": e.get("problem", ""), "diff": d})
+        for e in r.evidence:
+            if e.diff and e.diff not in seen:
+                seen.add(e.diff)
+                out.append({"problem": e.problem, "diff": e.diff})
     return out
 
 
@@ -447,65 +468,6 @@ def rank_memory(memory: list[dict], source: str, k: int = 3) -> list[dict]:
     return [memory[i] for _, i in scored[:k]]
 
 
-# --------------------------------------------------------------------------- gate in worker processes
-def _gate_worker(args: tuple) -> dict[str, Any]:
-    problem_dir, kernel, cfg, source = args
-    try:
-        return run_gate(Path(problem_dir), Path(kernel), cfg, source=source).to_dict()
-    except BadInput as exc:
-        return {"passed": False, "verdict": "error", "reason": str(exc), "stages": {}, "wall_s": 0.0}
-
-
-def make_pool(jobs: int) -> Optional[ProcessPoolExecutor]:
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=gate_worker_init) if jobs > 1 else None
-
-
-def _gate_summary(d: dict) -> dict:
-    st = d.get("stages", {})
-    c = st.get("correctness", {})
-    return {"verdict": d.get("verdict"), "stages": {k: v.get("status") for k, v in st.items()},
-            "cases": f"{c.get('cases_passed', 0)}/{c.get('cases_total', 0)}" if c else "",
-            "workloads": c.get("workloads", []), "seeds": c.get("seeds", []), "wall_s": d.get("wall_s")}
-
-
-def profile_time(profile: dict) -> Optional[float]:
-    """Geometric mean of the median times of the workloads tagged large (all when none is)."""
-    w = profile.get("workloads") or {}
-    large = [v["median_ms"] for v in w.values() if "large" in v.get("tags", []) and v.get("median_ms", 0) > 0]
-    meds = large or [v["median_ms"] for v in w.values() if v.get("median_ms", 0) > 0]
-    return math.exp(sum(map(math.log, meds)) / len(meds)) if meds else None
-
-
-class Gate:
-    def __init__(self, problem_dir: Path, kernel: Path, cfg: GateConfig, pool: Optional[ProcessPoolExecutor]):
-        self.problem_dir, self.kernel, self.cfg, self.pool = problem_dir, kernel, cfg, pool
-        self.can_time = cfg.executor == "cuda"
-        self.profiles: dict[str, Optional[float]] = {}
-        self.profile_raw: dict[str, dict] = {}
-
-    def check(self, sources: list[str]) -> list[dict]:
-        args = [(str(self.problem_dir), str(self.kernel), self.cfg, s) for s in sources]
-        if self.pool is not None and len(args) > 1:
-            return list(self.pool.map(_gate_worker, args))
-        return [_gate_worker(a) for a in args]
-
-    def time(self, source: str) -> Optional[float]:
-        if not self.can_time:
-            return None
-        h = sha256(source)
-        if h not in self.profiles:
-            from mining.mine import gpu_timing_lock
-
-            cfg = replace(self.cfg, stages=("profile",))
-            with gpu_timing_lock(Path(self.cfg.store or ".skills")):  # other processes may time on this GPU
-                d = _gate_worker((str(self.problem_dir), str(self.kernel), cfg, source))
-            p = d.get("stages", {}).get("profile", {})
-            self.profile_raw[h] = p
-            self.profiles[h] = profile_time(p) if p.get("status") == "pass" else None
-        return self.profiles[h]
-
-
 # --------------------------------------------------------------------------- LLM materializer
 PROMPT_FILE = Path(__file__).resolve().parent / "optimize.md"
 # prompt sections cut (in this order) when the prompt does not fit the model's context window
@@ -516,29 +478,27 @@ def _render(template: str, **values: str) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: str(values[m.group(1)]), template)
 
 
-def skill_card(rec: dict, site: Optional[dict] = None, preconditions: Sequence[dict] = ()) -> str:
-    lines = [f"### Skill `{rec.get('name', '')}` ({rec.get('skill_id', '')}, carrier `{rec.get('carrier', '')}`)",
-             f"- intent: {rec.get('intent', '')}"]
-    pre = [p for p in rec.get("preconditions") or [] if p.get("kind") != "none_found"]
+def skill_card(rec: Skill, site: Optional[dict] = None, preconditions: Sequence[dict] = ()) -> str:
+    lines = [f"### Skill `{rec.name}` ({rec.skill_id}, carrier `{rec.carrier}`)", f"- intent: {rec.intent}"]
+    pre = [p for p in rec.preconditions if p.kind != "none_found"]
     if pre:
         for p in pre:
-            chk = next((c for c in preconditions if c.get("text") == p.get("text")), None)
+            chk = next((c for c in preconditions if c.get("text") == p.text), None)
             extra = ""
             if chk and chk.get("violated_by_workloads"):
                 extra = " -- VIOLATED by some of this problem's workloads: guard it with a runtime check and keep the original code as the fallback"
             elif chk and chk.get("needs_guard"):
                 extra = " -- not provable from the workloads: guard it at run time"
-            lines.append(f"- precondition: {p.get('text', '')} ({p.get('status', '')}){extra}")
+            lines.append(f"- precondition: {p.text} ({p.status}){extra}")
     else:
         lines.append("- preconditions: none found by probing (still keep every size the problem allows correct)")
-    for r in (rec.get("risks") or [])[:3]:
-        lines.append(f"- risk: {r.get('text', '')}")
-    eff = [e for e in rec.get("effect") or [] if e.get("time_ratio")]
+    for r in rec.risks[:3]:
+        lines.append(f"- risk: {r.text}")
+    eff = [e for e in rec.effect if e.time_ratio]
     if eff:
-        lines.append(f"- measured effect: x{eff[0]['time_ratio']} ({eff[0].get('device', '')})")
-    ex = rec.get("diff") or ""
-    if ex:
-        lines.append("- exemplar (simpler -> optimized, from another kernel):\n```diff\n" + ex.strip()[:2500] + "\n```")
+        lines.append(f"- measured effect: x{eff[0].time_ratio} ({eff[0].device})")
+    if rec.diff:
+        lines.append("- exemplar (simpler -> optimized, from another kernel):\n```diff\n" + rec.diff.strip()[:2500] + "\n```")
     if site:
         lines.append(f"- where it applies in this kernel: line {site.get('line')}"
                      + (f"-{site.get('end_line')}" if site.get("end_line") and site.get("end_line") != site.get("line") else "")
@@ -648,7 +608,6 @@ def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeC
              on_event: Callable[[str, dict], None] = lambda kind, data: None) -> OptimizeResult:
     from corpora.problem import ProblemError, load_problem
     from mining.gate.executors import resolve_executor
-    from mining.materialize import Context, materialize
 
     t0 = time.perf_counter()
     if config.mode not in MODES:
@@ -678,10 +637,10 @@ def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeC
     if own_pool:
         pool = make_pool(config.jobs)
     try:
-        gate = Gate(problem.root, kernel_path, gate_cfg, pool)
-        start = gate.check([source0])[0]
-        if not start.get("passed"):
-            raise BadInput(f"{kernel_path}: the input kernel does not pass the gate ({start.get('reason', '')[:300]}); "
+        checker = KernelGateChecker(problem.root, kernel_path, gate_cfg, pool)
+        start = checker.check_many([source0])[0]
+        if not start.passed:
+            raise BadInput(f"{kernel_path}: the input kernel does not pass the gate ({start.reason[:300]}); "
                            "optimize starts from a correct kernel")
         if skills is None:
             store = config.store or (Path(os.environ["SKILLS_STORE"]) if os.environ.get("SKILLS_STORE") else None)
@@ -691,70 +650,118 @@ def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeC
                                  config.retrieval)
         if config.mode == "skills" and not skills.records and not model:
             raise BadInput("no skills to materialize: give --store DIR with mined skills (`skills mine ... --store DIR`)")
-        return _loop(problem, kernel_path, source0, start, config, model, executor, gate, skills, t0, on_event,
-                     Context.from_problem(problem), materialize)
+        run = _Run(problem, kernel_path, config, model, checker, skills, on_event, t0)
+        walk = backward_walk(source0, run.propose, checker, strategy="fastest" if checker.can_time else "priority",
+                             jobs=config.jobs, max_steps=config.budget_steps, max_rejections=None, check_start=False,
+                             min_gain=config.min_gain, keep_going=True, stop=run.stop, on_event=run.on_walk_event)
+        return run.result(walk, source0, executor)
     finally:
         if own_pool and pool is not None:
             pool.shutdown()
 
 
-def _loop(problem, kernel_path: Path, source0: str, start: dict, config: OptimizeConfig, model: Optional[str],
-          executor: str, gate: Gate, skills: SkillSource, t0: float, on_event, ctx, materialize) -> OptimizeResult:
-    from mining.llm_operator import summarize_problem
+# the walk's termination -> the optimize loop's
+_TERMINATION = {"step_limit": "budget_steps", "complete": "nothing_applies", "time_limit": "budget_time"}
 
-    llm_kwargs = dict(config.llm_kwargs)
-    summary_text = summarize_problem(problem)
-    axes = [dict(w.axes) for w in problem.workloads]
-    memory = flat_memory(skills.records) if config.mode == "flat_memory" else []
-    cur = source0
-    cur_time = gate.time(cur)
-    lineage = [{"step": 0, "source": cur, "source_hash": sha256(cur), "what": "input", "time_ms": cur_time,
-                "speedup_vs_input": 1.0 if cur_time else None}]
-    attempts: list[Attempt] = []
-    tried: set[str] = {sha256(cur)}
-    tokens = 0
-    cost = 0.0
-    llm_calls = 0
-    llm_usage = {"prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0, "parsed": 0, "rejected": {}}
-    termination = "budget_steps"
-    step_log = []
-    steps_used = 0
-    record: dict[str, list[str]] = {}  # (rewrite, site) -> outcomes at earlier steps
-    for step in range(1, config.budget_steps + 1):
-        if config.max_attempts is not None and _gated(attempts) >= config.max_attempts:
-            termination = "budget_attempts"
-            break
-        if config.max_tokens is not None and tokens >= config.max_tokens:
-            termination = "budget_tokens"
-            break
-        if config.max_usd is not None and cost >= config.max_usd:
-            termination = "budget_usd"
-            break
-        if config.time_limit_s is not None and time.perf_counter() - t0 >= config.time_limit_s:
-            termination = "budget_time"
-            break
-        steps_used = step
+
+class _Run:
+    """One optimization as the walk's proposer and listener (mining/walk.py, forward): each step
+    retrieves skills for the current kernel and proposes their materializations (deterministic
+    rewrites, LLM jobs), best expected effect first, at most `per_step` of them and none tried
+    before; the walk gates them and keeps one (CPU: the first correct in order; GPU: the fastest
+    correct that beats the current kernel by `min_gain`); this object keeps the attempt log."""
+
+    def __init__(self, problem, kernel_path: Path, config: OptimizeConfig, model: Optional[str],
+                 checker: KernelGateChecker, skills: SkillSource, on_event: Callable[[str, dict], None], t0: float):
+        from mining.llm_operator import summarize_problem
+
+        self.problem, self.kernel_path, self.config, self.model = problem, kernel_path, config, model
+        self.checker, self.skills, self.notify, self.t0 = checker, skills, on_event, t0
+        self.ctx = Context.from_problem(problem)
+        self.llm_kwargs = dict(config.llm_kwargs)
+        self.summary_text = summarize_problem(problem)
+        self.axes = [dict(w.axes) for w in problem.workloads]
+        self.memory = flat_memory(skills.records) if config.mode == "flat_memory" else []
+        self.cur = ""
+        self.cur_time: Optional[float] = None
+        self.lineage: list[dict] = []
+        self.attempts: list[Attempt] = []
+        self.tried: set[str] = set()
+        self.tokens, self.cost, self.llm_calls = 0, 0.0, 0
+        self.llm_usage = {"prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0, "parsed": 0, "rejected": {}}
+        self.step_log: list[dict] = []
+        self.steps_used = 0
+        self.record: dict[str, list[str]] = {}  # (rewrite, site) -> outcomes at earlier steps
+        self.entry: dict = {}  # this step's log entry
+        self.step_attempts: list[tuple[Candidate, Attempt]] = []
+        self.gate_seconds: list[float] = []  # wall seconds per batch of `jobs` gated candidates (fit_to_deadline)
+        self.t_gate = 0.0
+
+    # ----------------------------------------------------------------- budgets
+    def stop(self, step: int) -> Optional[str]:
+        c = self.config
+        if c.max_attempts is not None and _gated(self.attempts) >= c.max_attempts:
+            return "budget_attempts"
+        if c.max_tokens is not None and self.tokens >= c.max_tokens:
+            return "budget_tokens"
+        if c.max_usd is not None and self.cost >= c.max_usd:
+            return "budget_usd"
+        if c.time_limit_s is not None and time.perf_counter() - self.t0 >= c.time_limit_s:
+            return "budget_time"
+        return None
+
+    # ----------------------------------------------------------------- proposing
+    def propose(self, cur: str, step: int) -> list[Candidate]:
+        config = self.config
+        if not self.lineage:  # the walk's start state
+            self._start(cur)
+        self.steps_used = step
         cands: list[Candidate] = []
         retrieved: list[Retrieved] = []
         unmaterialized = []
-        if config.mode == "skills" and skills.records:
-            retrieved = retrieve(skills, cur, axes, config.k)
+        if config.mode == "skills" and self.skills.records:
+            retrieved = retrieve(self.skills, cur, self.axes, config.k)
             if config.deterministic:
                 for r in retrieved:
-                    ms = materialize(r.skill, cur, ctx)
+                    ms = materialize(r.skill, cur, self.ctx)
                     if not ms:
                         unmaterialized.append(r)
                     for m in ms:
-                        ratios = [e.get("time_ratio") for e in r.skill.get("effect", []) if e.get("time_ratio")]
-                        prior = max(REWRITE_PRIOR.get(m.rewrite, 1.0), max(ratios) if ratios else 0.0)
-                        cands.append(Candidate(m.source, "deterministic", m.rewrite, r.skill, m.description, m.guards,
-                                               m.site_line, prior, r.rank))
+                        ratios = _time_ratios(r.skill)
+                        prior = max(get_rewrite(m.rewrite).prior, max(ratios) if ratios else 0.0)
+                        cands.append(Candidate(m.rewrite, r.skill.carrier, m.source, "deterministic",
+                                               site_line=m.site_line, description=m.description, skill=r.skill,
+                                               guards=m.guards, prior=prior, rank=r.rank))
             else:
                 unmaterialized = list(retrieved)
-        # LLM materializations
-        n_llm = config.llm_per_step if model else 0
-        history = attempts[-8:]
-        llm_jobs: list[tuple[str, dict, str]] = []
+        cands += self._llm_candidates(cur, step, cands, unmaterialized)
+        # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
+        uniq: dict[str, Candidate] = {}
+        for c in sorted(cands, key=candidate_key):  # structural steps first, in plan order
+            h = sha256(c.source)
+            outcomes = self.record.get(_key(c), [])
+            if outcomes.count("fail") >= 2 or outcomes.count("slower") >= 2:
+                continue
+            if h not in self.tried and h not in uniq:
+                uniq[h] = c
+        todo = list(uniq.values())
+        if config.max_attempts is not None:
+            todo = todo[:max(0, config.max_attempts - _gated(self.attempts))]
+        todo = fit_to_deadline(todo[:config.per_step], self.t0, config.time_limit_s, self.gate_seconds, config.jobs,
+                               time.perf_counter())
+        self.t_gate = time.perf_counter()
+        self.entry = {"step": step, "retrieved": [{"skill_id": r.skill.skill_id, "name": r.skill.name,
+                                                   "status": r.status, "rank": r.rank} for r in retrieved[:config.k]],
+                      "candidates": len(uniq), "gated": len(todo)}
+        self.step_attempts = []
+        return todo
+
+    def _llm_candidates(self, cur: str, step: int, cands: list[Candidate], unmaterialized: list[Retrieved]
+                        ) -> list[Candidate]:
+        config = self.config
+        n_llm = config.llm_per_step if self.model else 0
+        history = self.attempts[-8:]
+        llm_jobs: list[tuple[str, Optional[Skill], str]] = []
         if n_llm:
             if config.mode == "skills":
                 for r in [r for r in unmaterialized if r.status == "applicable"][:n_llm] or unmaterialized[:n_llm]:
@@ -764,99 +771,155 @@ def _loop(problem, kernel_path: Path, source0: str, start: dict, config: Optimiz
                     llm_jobs.append(("llm_skill", r.skill, g))
             elif config.mode == "no_skills":
                 g = "## Guidance\n(none: choose the single most valuable optimization yourself)"
-                llm_jobs += [("llm_task", {}, g)] * n_llm
+                llm_jobs += [("llm_task", None, g)] * n_llm
             else:
-                mem = rank_memory(memory, cur, 3)
+                mem = rank_memory(self.memory, cur, 3)
                 g = ("## Past successful changes\nDiffs (simpler -> faster) that worked on other kernels:\n\n" +
                      "\n\n".join(f"```diff\n{m['diff'].strip()[:2000]}\n```" for m in mem)) if mem else \
                     "## Past successful changes\n(none yet)"
-                llm_jobs += [("llm_memory", {}, g)] * n_llm
+                llm_jobs += [("llm_memory", None, g)] * n_llm
+        out: list[Candidate] = []
         for kind, rec, guidance in llm_jobs:
-            if config.max_tokens is not None and tokens >= config.max_tokens:
+            if config.max_tokens is not None and self.tokens >= config.max_tokens:
                 break
-            if config.max_usd is not None and cost >= config.max_usd:
+            if config.max_usd is not None and self.cost >= config.max_usd:
                 break
             # what this step's earlier calls proposed, so the next answer differs
             this_step = [Attempt(step, -1, "llm", c.rewrite, description=c.description,
                                  why="proposed earlier in this step; propose a different optimization")
-                         for c in cands if c.materializer == "llm"]
+                         for c in cands + out if c.materializer == "llm"]
             usage: dict = {}
             new, carrier, desc, tk, usd, raw_reply = llm_materialize(
-                cur, guidance=guidance, problem_summary=summary_text, model=model, history=history + this_step,
-                entry=problem.solution.entry, timeout_s=config.timeout_s, llm_kwargs=dict(llm_kwargs),
-                kernel_name=kernel_path.name, usage=usage,
-                token_budget=None if config.max_tokens is None else config.max_tokens - tokens)
-            llm_calls += 1 if usage.get("attempts") else 0
-            llm_usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
-            llm_usage["completion_tokens"] += usage.get("completion_tokens", 0)
-            llm_usage["seconds"] += usage.get("seconds", 0.0)
-            tokens += tk
-            cost += usd
+                cur, guidance=guidance, problem_summary=self.summary_text, model=self.model,
+                history=history + this_step, entry=self.problem.solution.entry, timeout_s=config.timeout_s,
+                llm_kwargs=dict(self.llm_kwargs), kernel_name=self.kernel_path.name, usage=usage,
+                token_budget=None if config.max_tokens is None else config.max_tokens - self.tokens)
+            self.llm_calls += 1 if usage.get("attempts") else 0
+            self.llm_usage["prompt_tokens"] += usage.get("prompt_tokens", 0)
+            self.llm_usage["completion_tokens"] += usage.get("completion_tokens", 0)
+            self.llm_usage["seconds"] += usage.get("seconds", 0.0)
+            self.tokens += tk
+            self.cost += usd
+            sid, sname, scarrier = (rec.skill_id, rec.name, rec.carrier) if rec is not None else ("", "", "")
             if new is None:
                 reason_kind = usage.get("rejected", "call_error")
-                llm_usage["rejected"][reason_kind] = llm_usage["rejected"].get(reason_kind, 0) + 1
-                attempts.append(Attempt(step, len(attempts), "llm", kind, rec.get("skill_id", ""), rec.get("name", ""),
-                                        rec.get("carrier", ""), desc, tokens=tk, cost_usd=usd, verdict="not_gated",
-                                        why=desc, llm=usage))
+                self.llm_usage["rejected"][reason_kind] = self.llm_usage["rejected"].get(reason_kind, 0) + 1
+                self.attempts.append(Attempt(step, len(self.attempts), "llm", kind, sid, sname, scarrier, desc,
+                                             tokens=tk, cost_usd=usd, verdict="not_gated", why=desc, llm=usage))
                 continue
-            llm_usage["parsed"] += 1
-            cands.append(Candidate(new, "llm", kind, rec, desc, [], 0, REWRITE_PRIOR["llm"], 0, tk, usd, usage))
-        # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
-        uniq: dict[str, Candidate] = {}
-        for c in sorted(cands, key=lambda c: (-c.prior, c.rank)):
-            h = sha256(c.source)
-            outcomes = record.get(_key(c), [])
-            if outcomes.count("fail") >= 2 or outcomes.count("slower") >= 2:
-                continue
-            if h not in tried and h not in uniq:
-                uniq[h] = c
-        todo = list(uniq.values())
-        if config.max_attempts is not None:
-            todo = todo[:max(0, config.max_attempts - _gated(attempts))]
-        todo = todo[:config.per_step]
-        entry = {"step": step, "retrieved": [{"skill_id": r.skill["skill_id"], "name": r.skill.get("name", ""),
-                                              "status": r.status, "rank": r.rank} for r in retrieved[:config.k]],
-                 "candidates": len(uniq), "gated": len(todo)}
-        if not todo:
-            step_log.append(entry | {"kept": None})
-            termination = "nothing_applies"
-            on_event("step", entry)
-            break
-        step_attempts = _gate_step(todo, cur, cur_time, gate, step, attempts, config, executor, kernel_path.name)
-        entry["gated"] = len(step_attempts)
-        for a in step_attempts:
-            tried.add(a.source_hash)
-        for c, a in zip(todo, step_attempts):
+            self.llm_usage["parsed"] += 1
+            out.append(Candidate(kind, scarrier, new, "llm", description=desc, tokens=tk, skill=rec, prior=LLM_PRIOR,
+                                 cost_usd=usd, llm=usage))
+        return out
+
+    def _start(self, source0: str) -> None:
+        self.cur = source0
+        self.cur_time = self.checker.time(source0)
+        self.lineage = [{"step": 0, "source": source0, "source_hash": sha256(source0), "what": "input",
+                         "time_ms": self.cur_time, "speedup_vs_input": 1.0 if self.cur_time else None}]
+        self.tried = {sha256(source0)}
+
+    # ----------------------------------------------------------------- the walk's events
+    def on_walk_event(self, e: WalkEvent) -> None:
+        if e.kind == "evaluated" and e.candidate is not None and e.verdict is not None:
+            self._attempt(e.step, e.candidate, e.verdict)
+        elif e.kind == "step_end":
+            self._step_end(e.candidate)
+        elif e.kind == "accepted" and e.candidate is not None:
+            self._keep(e.step, e.candidate)
+
+    def _attempt(self, step: int, c: Candidate, v: Verdict) -> None:
+        d = v.raw
+        diff = "".join(difflib.unified_diff(self.cur.splitlines(True), c.source.splitlines(True),
+                                            f"a/{self.kernel_path.name}", f"b/{self.kernel_path.name}", n=2))
+        sk = c.skill
+        a = Attempt(step, len(self.attempts), c.materializer, c.rewrite, sk.skill_id if sk else "",
+                    sk.name if sk else "", sk.carrier if sk else "", c.description, c.guards, c.site_line,
+                    sha256(c.source), diff[:20000], c.tokens, c.cost_usd, d.get("verdict", "error"),
+                    "" if d.get("passed") else (d.get("reason") or d.get("verdict", ""))[:1000],
+                    gate_summary(d, detail=True), llm=c.llm)
+        self.attempts.append(a)
+        self.step_attempts.append((c, a))
+        self.tried.add(a.source_hash)
+
+    def _step_end(self, kept: Optional[Candidate]) -> None:
+        """Say why each attempt of this step was kept or dropped; remember what failed or did not pay off."""
+        if self.step_attempts:  # the gating time of this step, per batch of `jobs` (fit_to_deadline)
+            self.gate_seconds.append((time.perf_counter() - self.t_gate) / len(self.step_attempts)
+                                     * max(1, self.config.jobs))
+        timed = self.checker.can_time
+        for c, a in self.step_attempts:
             if a.verdict != "pass":
-                record.setdefault(_key(c), []).append("fail")
+                a.why = "dropped: the gate rejected it (" + a.reason[:200] + ")"
+                continue
+            if timed:
+                a.time_ms = self.checker.time(c.source)
+                if a.time_ms is None:
+                    a.why = "dropped: correct, but the profile failed (" + \
+                        str(self.checker.profile_stage(c.source).get("reason", ""))[:200] + ")"
+                    continue
+                a.speedup_vs_current = (self.cur_time / a.time_ms) if self.cur_time else None
+            if c is kept:
+                a.kept = True
+        if timed:
+            passing = [a for _, a in self.step_attempts if a.verdict == "pass" and a.time_ms is not None]
+            best = min(passing, key=lambda a: a.time_ms, default=None)
+            for a in passing:
+                if a.kept:
+                    a.why = f"kept: correct and the fastest of this step ({a.time_ms:.4g} ms vs {self.cur_time:.4g} ms now)" \
+                        if self.cur_time else "kept: correct"
+                elif a is best:
+                    a.why = f"dropped: correct but not faster ({a.time_ms:.4g} ms vs {self.cur_time:.4g} ms now; " \
+                            f"needs {self.config.min_gain:.0%} gain)"
+                else:
+                    a.why = f"dropped: correct but slower than another candidate ({a.time_ms:.4g} ms vs {best.time_ms:.4g} ms)"
+        else:
+            for _, a in self.step_attempts:
+                if a.verdict == "pass":
+                    a.why = "kept: correct on every workload and seed (cpu executor: correctness only, no timing)" \
+                        if a.kept else "dropped: a higher-priority candidate of this step was kept"
+        for c, a in self.step_attempts:
+            if a.verdict != "pass":
+                self.record.setdefault(_key(c), []).append("fail")
             elif not a.kept and a.time_ms is not None:
-                record.setdefault(_key(c), []).append("slower")
-        kept = next((a for a in step_attempts if a.kept), None)
-        if kept is not None:
-            c = next(c for c in todo if sha256(c.source) == kept.source_hash)
-            cur = c.source
-            cur_time = kept.time_ms if kept.time_ms is not None else cur_time
-            lineage.append({"step": step, "source": cur, "source_hash": kept.source_hash, "what": kept.description,
-                            "skill_id": kept.skill_id, "skill_name": kept.skill_name, "carrier": kept.carrier,
-                            "rewrite": kept.rewrite, "materializer": kept.materializer, "guards": kept.guards,
-                            "time_ms": kept.time_ms, "diff": kept.diff,
-                            "speedup_vs_input": (lineage[0]["time_ms"] / kept.time_ms)
-                            if kept.time_ms and lineage[0]["time_ms"] else None})
-            if config.mode == "flat_memory":  # the memory grows with this run's successes
-                memory.append({"problem": problem.name, "diff": kept.diff})
-        entry["kept"] = kept.description if kept else None
-        step_log.append(entry)
-        on_event("step", entry)
-    return OptimizeResult(
-        problem=problem.name, kernel=str(kernel_path), executor=executor, mode=config.mode, input_source=source0,
-        final_source=cur, lineage=lineage, attempts=attempts, steps_used=steps_used, termination=termination,
-        input_time_ms=lineage[0]["time_ms"], final_time_ms=cur_time, retrieval=skills.info(),
-        llm={"model": model or "", "calls": llm_calls, "tokens": tokens, "cost_usd": round(cost, 6)}
-        | llm_usage | {"seconds": round(llm_usage["seconds"], 3)},
-        wall_s=time.perf_counter() - t0,
-        config={k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
-                for k, v in asdict(config).items() if k != "llm_kwargs"},
-        step_log=step_log)
+                self.record.setdefault(_key(c), []).append("slower")
+        entry = dict(self.entry)
+        if self.step_attempts:
+            entry["gated"] = len(self.step_attempts)
+        kept_attempt = next((a for _, a in self.step_attempts if a.kept), None)
+        entry["kept"] = kept_attempt.description if kept_attempt else None
+        self.step_log.append(entry)
+        self.notify("step", entry)
+
+    def _keep(self, step: int, c: Candidate) -> None:
+        kept = next(a for x, a in self.step_attempts if x is c)
+        self.cur = c.source
+        self.cur_time = kept.time_ms if kept.time_ms is not None else self.cur_time
+        self.lineage.append({"step": step, "source": self.cur, "source_hash": kept.source_hash, "what": kept.description,
+                             "skill_id": kept.skill_id, "skill_name": kept.skill_name, "carrier": kept.carrier,
+                             "rewrite": kept.rewrite, "materializer": kept.materializer, "guards": kept.guards,
+                             "time_ms": kept.time_ms, "diff": kept.diff,
+                             "speedup_vs_input": (self.lineage[0]["time_ms"] / kept.time_ms)
+                             if kept.time_ms and self.lineage[0]["time_ms"] else None})
+        if self.config.mode == "flat_memory":  # the memory grows with this run's successes
+            self.memory.append({"problem": self.problem.name, "diff": kept.diff})
+
+    # ----------------------------------------------------------------- the result
+    def result(self, walk: WalkResult, source0: str, executor: str) -> OptimizeResult:
+        if not self.lineage:  # the walk stopped before its first step
+            self._start(source0)
+        config = self.config
+        llm = {"model": self.model or "", "calls": self.llm_calls, "tokens": self.tokens, "cost_usd": round(self.cost, 6)}
+        return OptimizeResult(
+            problem=self.problem.name, kernel=str(self.kernel_path), executor=executor, mode=config.mode,
+            input_source=source0, final_source=self.cur, lineage=self.lineage, attempts=self.attempts,
+            steps_used=self.steps_used, termination=_TERMINATION.get(walk.termination, walk.termination),
+            input_time_ms=self.lineage[0]["time_ms"], final_time_ms=self.cur_time, retrieval=self.skills.info(),
+            llm=llm | self.llm_usage | {"seconds": round(self.llm_usage["seconds"], 3)},
+            wall_s=time.perf_counter() - self.t0,
+            config={k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+                    for k, v in asdict(config).items() if k != "llm_kwargs"},
+            step_log=self.step_log)
 
 
 def _gated(attempts: list[Attempt]) -> int:
@@ -866,64 +929,3 @@ def _gated(attempts: list[Attempt]) -> int:
 def _key(c: Candidate) -> str:
     return c.rewrite + "|" + re.sub(r"\d+", "#", c.description)[:100] if c.materializer == "deterministic" else \
         "llm|" + sha256(c.source)
-
-
-def _gate_step(todo: list[Candidate], cur: str, cur_time: Optional[float], gate: Gate, step: int,
-               attempts: list[Attempt], config: OptimizeConfig, executor: str, kernel_name: str) -> list[Attempt]:
-    """Gate this step's candidates; mark the one kept. CPU: in priority order, stop at the first
-    correct one. GPU: all of them; the fastest correct one that beats the current kernel."""
-    out: list[Attempt] = []
-
-    def attempt(c: Candidate, d: dict) -> Attempt:
-        diff = "".join(difflib.unified_diff(cur.splitlines(True), c.source.splitlines(True),
-                                            f"a/{kernel_name}", f"b/{kernel_name}", n=2))
-        a = Attempt(step, len(attempts), c.materializer, c.rewrite, c.skill.get("skill_id", ""),
-                    c.skill.get("name", ""), c.skill.get("carrier", ""), c.description, c.guards, c.site_line,
-                    sha256(c.source), diff[:20000], c.tokens, c.cost_usd, d.get("verdict", "error"),
-                    "" if d.get("passed") else (d.get("reason") or d.get("verdict", ""))[:1000], _gate_summary(d),
-                    llm=c.llm)
-        attempts.append(a)
-        out.append(a)
-        return a
-
-    if not gate.can_time:
-        batch = max(1, config.jobs)
-        for i in range(0, len(todo), batch):
-            group = todo[i:i + batch]
-            for c, d in zip(group, gate.check([c.source for c in group])):
-                a = attempt(c, d)
-                if not d.get("passed"):
-                    a.why = "dropped: the gate rejected it (" + a.reason[:200] + ")"
-                elif not any(x.kept for x in out):
-                    a.kept = True
-                    a.why = "kept: correct on every workload and seed (cpu executor: correctness only, no timing)"
-                else:
-                    a.why = "dropped: a higher-priority candidate of this step was kept"
-            if any(x.kept for x in out):
-                break
-        return out
-    passing = []
-    for c, d in zip(todo, gate.check([c.source for c in todo])):
-        a = attempt(c, d)
-        if d.get("passed"):
-            a.time_ms = gate.time(c.source)
-            if a.time_ms is None:
-                a.why = "dropped: correct, but the profile failed (" + \
-                    str(gate.profile_raw.get(a.source_hash, {}).get("reason", ""))[:200] + ")"
-                continue
-            a.speedup_vs_current = (cur_time / a.time_ms) if cur_time else None
-            passing.append(a)
-        else:
-            a.why = "dropped: the gate rejected it (" + a.reason[:200] + ")"
-    best = min(passing, key=lambda a: a.time_ms, default=None)
-    for a in passing:
-        if a is best and (cur_time is None or a.time_ms < cur_time * (1.0 - config.min_gain)):
-            a.kept = True
-            a.why = f"kept: correct and the fastest of this step ({a.time_ms:.4g} ms vs {cur_time:.4g} ms now)" \
-                if cur_time else "kept: correct"
-        elif a is best:
-            a.why = f"dropped: correct but not faster ({a.time_ms:.4g} ms vs {cur_time:.4g} ms now; " \
-                    f"needs {config.min_gain:.0%} gain)"
-        else:
-            a.why = f"dropped: correct but slower than another candidate ({a.time_ms:.4g} ms vs {best.time_ms:.4g} ms)"
-    return out

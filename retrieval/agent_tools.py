@@ -297,7 +297,8 @@ def lineage(problem: str, store: Optional[Path] = None) -> dict[str, Any]:
 
 def query_skills(searcher, code: Optional[str] = None, text: Optional[str] = None, path: str = "", k: int = 5,
                  axes: Optional[dict[str, int]] = None, mode: str = "fused",
-                 include_filtered: bool = True) -> dict[str, Any]:
+                 include_filtered: bool = True, rank: str = "value", plan: bool = False,
+                 op_type: Optional[str] = None) -> dict[str, Any]:
     """The answer of docs/query.md from a resident searcher (the caller adds warnings / served_by)."""
     from retrieval.skill_search import QueryError
 
@@ -305,7 +306,7 @@ def query_skills(searcher, code: Optional[str] = None, text: Optional[str] = Non
         raise ToolError("bad_input", "axes must be an object of integers, e.g. {\"N\": 1000}")
     try:
         return searcher.query(code=code, text=text, path=path, k=int(k), axes=axes or None, mode=mode,
-                              include_filtered=include_filtered)
+                              include_filtered=include_filtered, rank=rank, plan=bool(plan), op_type=op_type or None)
     except QueryError as exc:
         err = exc.to_dict()["error"]
         raise ToolError(err.pop("kind"), err.pop("message"), **err) from None

@@ -18,13 +18,14 @@ skill out.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence
 
 from corpora.code.nodes import call_name, declarator_name, enclosing, is_written
 from corpora.code.source import Source
 from mining.carriers import DETECTORS, grid_stride_loops
 from corpora.code.parse import text, walk
+from mining.axes_check import precondition_verdict
 
 PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
                 "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",
@@ -86,7 +87,7 @@ def _node_site(src: Source, node, reason: str, fn: str = "") -> SiteMatch:
     return SiteMatch(a, b, fn or (f.name if f else ""), src.excerpt(node.start_byte, node.end_byte), reason)
 
 
-def _device_funcs(src: Source):
+def device_funcs(src: Source):
     """Kernels and __device__ functions (where device-code optimizations apply)."""
     for f in src.funcs:
         fn = src.func_node(f)
@@ -142,9 +143,9 @@ def _in_call(node, names: set[str]) -> bool:
     return False
 
 
-def _global_accesses(src: Source):
+def global_accesses(src: Source):
     """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global accesses."""
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         const, elem = _pointer_names(src, f, fn)
         for node in src.nodes("subscript_expression", within=fn):
             arg = node.child_by_field_name("argument")
@@ -174,7 +175,7 @@ def finder(*names: str):
 @finder("restrict")
 def _restrict_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         plain = [p for p in _param_nodes(fn) if "*" in text(p) and "__restrict" not in text(p)]
         if plain:
             names = [declarator_name(p) or text(p) for p in plain]
@@ -190,7 +191,7 @@ def _restrict_sites(src: Source) -> list[SiteMatch]:
 def _launch_bounds_sites(src: Source) -> list[SiteMatch]:
     out = []
     raw = src.code.decode("utf-8", "replace")
-    for f, fn, head in _device_funcs(src):
+    for f, fn, head in device_funcs(src):
         if not f.is_kernel or b"__launch_bounds__" in head:
             continue
         m = re.search(r"\b%s\s*<<<\s*([^,>]+),\s*([^,>]+)" % re.escape(f.name), raw)
@@ -205,7 +206,7 @@ def _launch_bounds_sites(src: Source) -> list[SiteMatch]:
 def _unroll_sites(src: Source) -> list[SiteMatch]:
     out = []
     lines = src.code.decode("utf-8", "replace").splitlines()
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
             line = src.line_of(loop.start_byte)
             prev = next((lines[i].strip() for i in range(line - 2, -1, -1) if lines[i].strip()), "")
@@ -226,7 +227,7 @@ def _unroll_sites(src: Source) -> list[SiteMatch]:
 _CAST = re.compile(r"\(\s*(?:const\s+)?(?:unsigned\s+)?(?:size_t|int|long|long long|int64_t|uint32_t|int32_t|unsigned)\s*\)")
 
 
-def _loop_var(loop) -> str:
+def loop_var(loop) -> str:
     """The variable a for loop declares or assigns in its initializer ('' for while loops)."""
     init = loop.child_by_field_name("initializer") if loop.type == "for_statement" else None
     if init is None:
@@ -261,7 +262,7 @@ def access_stride(node) -> tuple[str, str]:
     ("invariant", var) when it does not appear, ("none", "") outside loops (one element per thread,
     consecutive across threads)."""
     loop = enclosing(node, "for_statement", "while_statement")
-    var = _loop_var(loop) if loop is not None else ""
+    var = loop_var(loop) if loop is not None else ""
     if not var:
         return "none", ""
     idx = node.child_by_field_name("index")
@@ -279,15 +280,24 @@ def access_stride(node) -> tuple[str, str]:
 
 def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
     out, seen = [], set()
-    for f, node, name, is_const, elem, write in _global_accesses(src):
+    defs: dict[str, Optional[dict]] = {}
+    for f, node, name, is_const, elem, write in global_accesses(src):
         if write or _in_call(node, {"__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"}):
             continue
         if carrier == "ldg" and not is_const:
             continue
-        if carrier == "vector_load" and elem and not _SCALAR_ELEM.match(elem):
+        if carrier == "vector_load" and elem and not _SCALAR_ELEM.match(elem) and elem not in _template_types(src):
             continue
+        lanes = False
         if carrier == "vector_load" and access_stride(node)[0] in ("strided", "invariant"):
-            continue  # a float4 needs four consecutive elements per thread (unit stride in the loop)
+            # a float4 needs four consecutive elements per thread (unit stride in the loop), or a loop
+            # whose lanes read neighbouring elements (each lane can take four, the loop stride x4)
+            if defs.get(f.name) is None:
+                defs[f.name] = local_definitions(src, f)
+            idx = _subscript_index(node)
+            if not idx or x_stride(expand_index(idx, defs[f.name], src)) != "unit":
+                continue
+            lanes = True
         line = src.line_of(node.start_byte)
         if (line, name) in seen:
             continue
@@ -296,6 +306,9 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
         where = f" in loop `{' '.join(src.raw[loop.start_byte:loop.end_byte].decode('utf-8', 'replace').splitlines()[0].split())[:60]}`" if loop else ""
         if carrier == "ldg":
             reason = f"`{text(node)}` reads through const pointer `{name}` on the coherent path{where}"
+        elif lanes:
+            reason = (f"scalar load `{text(node)}`{where}: neighbouring lanes read neighbouring elements, so each lane "
+                      "could take four in one 16-byte load (the loop's stride x4), if the base is 16-byte aligned")
         else:
             reason = (f"scalar load `{text(node)}`{where}: consecutive elements per thread (unit stride) could move "
                       f"in one 16-byte load, if the base is 16-byte aligned and the count a multiple of 4 "
@@ -304,6 +317,16 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
         s.code = _line_text(src, line)
         out.append(s)
     return out
+
+
+def _template_types(src: Source) -> set[str]:
+    """Type parameters of the file's templates (``template <typename scalar_t>``): an element type the
+    instantiation decides (float, half ...)."""
+    got = getattr(src, "_template_type_names", None)
+    if got is None:
+        got = set(re.findall(r"\b(?:typename|class)\s+([A-Za-z_]\w*)", src.code.decode("utf-8", "replace")))
+        src._template_type_names = got
+    return got
 
 
 @finder("ldg")
@@ -319,8 +342,8 @@ def _vload_sites(src: Source) -> list[SiteMatch]:
 @finder("vector_store")
 def _vstore_sites(src: Source) -> list[SiteMatch]:
     out, seen = [], set()
-    for f, node, name, is_const, elem, write in _global_accesses(src):
-        if not write or is_const or (elem and not _SCALAR_ELEM.match(elem)):
+    for f, node, name, is_const, elem, write in global_accesses(src):
+        if not write or is_const or (elem and not _SCALAR_ELEM.match(elem) and elem not in _template_types(src)):
             continue
         if access_stride(node)[0] in ("strided", "invariant"):
             continue  # as for loads: four consecutive elements per thread
@@ -338,7 +361,7 @@ def _vstore_sites(src: Source) -> list[SiteMatch]:
 @finder("fast_math")
 def _fast_math_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for call in src.nodes("call_expression", within=fn):
             name = call_name(call)
             if name in PRECISE_MATH:
@@ -362,7 +385,7 @@ def _fast_math_sites(src: Source) -> list[SiteMatch]:
     return dedup
 
 
-_TID = re.compile(r"blockIdx\s*\.\s*x\s*\*\s*blockDim\s*\.\s*x\s*\+\s*threadIdx\s*\.\s*x|"
+_TID = re.compile(r"blockIdx\s*\.\s*x\s*\*\s*(?:blockDim\s*\.\s*x|\w+|\([^()]*\))\s*\+\s*threadIdx\s*\.\s*x|"
                   r"threadIdx\s*\.\s*x\s*\+\s*blockIdx\s*\.\s*x\s*\*\s*blockDim\s*\.\s*x|"
                   r"blockDim\s*\.\s*x\s*\*\s*blockIdx\s*\.\s*x\s*\+\s*threadIdx\s*\.\s*x")
 
@@ -374,7 +397,7 @@ _TWO_D = re.compile(r"\b(blockIdx|threadIdx)\s*\.\s*[yz]\b")
 def _grid_stride_sites(src: Source) -> list[SiteMatch]:
     out = []
     have = {(l.start_byte) for l in grid_stride_loops(src)}
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if not f.is_kernel:
             continue
         if any(f.start_byte <= b < f.end_byte for b in have):
@@ -433,7 +456,7 @@ def _padding_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
-def _thread_coords(src: Source, f) -> tuple[set[str], dict[str, set[str]]]:
+def thread_coords(src: Source, f) -> tuple[set[str], dict[str, set[str]]]:
     """(coordinates, dependence): locals set from threadIdx/blockIdx, and for every local the
     coordinates its value depends on (through other locals, to a fixpoint)."""
     code = src.func_code(f).decode("utf-8", "replace")
@@ -460,7 +483,7 @@ def _shared_tile_sites(src: Source) -> list[SiteMatch]:
     all of them, as a weight vector read by every row): a tile staged in shared memory is reused."""
     out, seen = [], set()
     tvars: dict[str, tuple] = {}
-    for f, node, name, is_const, elem, write in _global_accesses(src):
+    for f, node, name, is_const, elem, write in global_accesses(src):
         if write:
             continue
         loop = enclosing(node, "for_statement")
@@ -475,7 +498,7 @@ def _shared_tile_sites(src: Source) -> list[SiteMatch]:
         if not var or not re.search(r"\b%s\b" % re.escape(var), idx) or "threadIdx" in idx:
             continue
         if f.name not in tvars:
-            tvars[f.name] = _thread_coords(src, f)
+            tvars[f.name] = thread_coords(src, f)
         coords, dep = tvars[f.name]
         used: set[str] = set()
         for v in re.findall(r"\b[A-Za-z_]\w*\b", idx + " " + name):
@@ -496,7 +519,7 @@ def _transposed_copy_sites(src: Source) -> list[SiteMatch]:
     """A global store whose index swaps the roles of a global load's index (y[c * R + r] = x[r * C + c]):
     one of the two is strided; staging a tile in shared memory makes both coalesced."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for a in src.nodes("assignment_expression", within=fn):
             left, right = a.child_by_field_name("left"), a.child_by_field_name("right")
             if left is None or right is None or left.type != "subscript_expression":
@@ -516,6 +539,132 @@ def _transposed_copy_sites(src: Source) -> list[SiteMatch]:
                     s.code = _line_text(src, s.line)
                     out.append(s)
                     break
+    done = {s.function for s in out}
+    return out + [s for s in _strided_transposes(src) if s.function not in done]
+
+
+def local_definitions(src: Source, f) -> dict[str, str]:
+    """Scalar locals assigned once in a function: name -> the expression (what index expressions are
+    built from: ``int xIndex = blockIdx.x * TILE + threadIdx.x``)."""
+    code = src.func_code(f).decode("utf-8", "replace")
+    seen: dict[str, list[str]] = {}
+    for m in re.finditer(r"(?:\b(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|int64_t|uint32_t|int32_t|auto)\s+)?"
+                         r"\b([A-Za-z_]\w*)\s*=(?!=)\s*([^;{}]+);", code):
+        seen.setdefault(m.group(1), []).append(m.group(2))
+    return {k: v[0] for k, v in seen.items() if len(v) == 1}
+
+
+def expand_index(expr: str, defs: dict[str, str], src: Source, depth: int = 4) -> str:
+    """An index expression with single-assignment locals and macros substituted (parenthesized)."""
+    expr = _CAST.sub("", expr)
+    for _ in range(depth):
+        new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + _CAST.sub("", defs[m.group(0)]) + ")"
+                     if m.group(0) in defs else m.group(0), expr)
+        if new == expr:
+            break
+        expr = new
+    return src.expand(expr)
+
+
+def _top_factors(term: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in term:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "*" and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    out.append(cur)
+    return [t.strip() for t in out if t.strip()]
+
+
+def _strip_parens(e: str) -> str:
+    e = e.strip()
+    while e.startswith("(") and e.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(e):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(e) - 1:
+                return e
+        e = e[1:-1].strip()
+    return e
+
+
+def x_stride(expr: str) -> str:
+    """How threadIdx.x moves an (expanded) index: "unit" (a term of its own, possibly inside a sum:
+    neighbouring lanes touch neighbouring elements), "strided" (only inside a product with something
+    else: neighbouring lanes are a stride apart), "none"."""
+    unit = strided = False
+    stack = [expr]  # an explicit stack: a recursive closure would leave a reference cycle per call
+    while stack:
+        e = stack.pop()
+        for t in _top_terms(_strip_parens(e)):
+            if "threadIdx.x" not in t.replace(" ", ""):
+                continue
+            fs = _top_factors(t)
+            if len(fs) == 1:
+                inner = _strip_parens(fs[0])
+                if inner.replace(" ", "") == "threadIdx.x":
+                    unit = True
+                elif inner != fs[0] or len(_top_terms(inner)) > 1:
+                    stack.append(inner)
+                else:
+                    unit = True
+            elif all(re.fullmatch(r"\d+", _strip_parens(x)) or "threadIdx.x" in x.replace(" ", "") for x in fs) and \
+                    sum("threadIdx.x" in x.replace(" ", "") for x in fs) == 1 and \
+                    all(_strip_parens(x) == "1" for x in fs if "threadIdx.x" not in x.replace(" ", "")):
+                unit = True
+            else:
+                strided = True
+    return "unit" if unit else ("strided" if strided else "none")
+
+
+def _subscript_index(node) -> str:
+    idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
+    if idx is None:
+        args = [c for c in node.named_children if c.type == "subscript_argument_list"]
+        idx = args[0] if args else None
+    return text(idx).strip("[] ") if idx is not None else ""
+
+
+def _strided_transposes(src: Source) -> list[SiteMatch]:
+    """A copy ``out[i] = in[j]`` between global arrays whose load moves one element per lane and whose
+    store moves a stride per lane (or the reverse): a transposing copy written through index
+    variables (``odata[index_out] = idata[index_in]``)."""
+    out = []
+    for f, fn, _ in device_funcs(src):
+        if not f.is_kernel:
+            continue
+        const, _ = _pointer_names(src, f, fn)
+        defs = None
+        for a in src.nodes("assignment_expression", within=fn):
+            left, right = a.child_by_field_name("left"), a.child_by_field_name("right")
+            if left is None or right is None or left.type != "subscript_expression":
+                continue
+            la = left.child_by_field_name("argument")
+            if la is None or text(la) not in const:
+                continue
+            loads = [n for n in walk(right) if n.type == "subscript_expression" and n.child_by_field_name("argument")
+                     is not None and text(n.child_by_field_name("argument")) in const]
+            if not loads:
+                continue
+            if defs is None:
+                defs = local_definitions(src, f)
+            st = x_stride(expand_index(_subscript_index(left), defs, src))
+            lds = {x_stride(expand_index(_subscript_index(n), defs, src)) for n in loads}
+            if (st == "strided" and "unit" in lds) or (st == "unit" and lds == {"strided"}):
+                s = _node_site(src, a, f"`{' '.join(text(a).split())[:70]}`: the load moves "
+                               f"{'one element' if st == 'strided' else 'a stride'} per lane, the store "
+                               f"{'a stride' if st == 'strided' else 'one element'}: a shared tile makes both coalesced",
+                               f.name)
+                s.code = _line_text(src, s.line)
+                out.append(s)
+                break
     return out
 
 
@@ -529,7 +678,7 @@ def _dot_product(loop) -> bool:
     * B[k..]``): one thread computes one output completely (a GEMM's serial k loop). Nothing is left
     to combine across threads, so a warp reduction does not apply; operand reuse (register or shared
     tiles) does."""
-    var = _loop_var(loop)
+    var = loop_var(loop)
     if not var:
         return False
     for node in walk(loop):
@@ -545,33 +694,209 @@ def _dot_product(loop) -> bool:
     return False
 
 
+# --------------------------------------------------------------------------- loops and constants
+def constants(src) -> dict[str, str]:
+    """Compile-time integer names: macros, ``constexpr`` / ``const`` integers with a literal value and
+    template parameters' defaults (``template <const int TM = 8>``), memoized on the source."""
+    got = getattr(src, "_value_constants", None)
+    if got is None:
+        code = src.code.decode("utf-8", "replace")
+        got = dict(src.defines)
+        for m in re.finditer(r"\b(?:static\s+)?(?:constexpr|const)\s+(?:unsigned\s+)?(?:int|size_t|long)\s+(\w+)\s*=\s*"
+                             r"([\w\s()+\-*/<>]+?)\s*[;,>]", code):
+            got.setdefault(m.group(1), m.group(2))
+        for t in re.finditer(r"\btemplate\s*<([^<>]*)>", code):
+            for m in re.finditer(r"(?:const\s+)?(?:unsigned\s+)?(?:int|size_t)\s+(\w+)\s*=\s*([^,]+)", t.group(1)):
+                got.setdefault(m.group(1), m.group(2).strip())
+        src._value_constants = got
+    return got
+
+
+def int_const(src, expr: str) -> Optional[int]:
+    consts = constants(src)
+    e = expr.strip()
+    for _ in range(4):
+        new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: "(" + consts[m.group(0)] + ")" if m.group(0) in consts
+                     else m.group(0), e)
+        if new == e:
+            break
+        e = new
+    # digits and operators only, small: the query is untrusted code (no powers, no huge shifts or literals)
+    if re.fullmatch(r"[\d\s()+\-*/<>]+", e or "") and len(e) <= 200 and "**" not in e and \
+            all(int(n) < 1 << 32 for n in re.findall(r"\d+", e)) and \
+            all(int(n) <= 63 for n in re.findall(r"<<\s*\(*\s*(\d+)", e)) and "<<(" not in e.replace(" ", ""):
+        try:
+            v = eval(compile(e.replace("/", "//"), "<const>", "eval"), {"__builtins__": {}})  # digits and operators only
+            return int(v)
+        except Exception:  # noqa: BLE001 - not a constant expression after all
+            return None
+    return None
+
+
+def runtime_bound(src, loop) -> bool:
+    """A for loop whose bound is not a compile-time constant (a problem axis, a parameter)."""
+    cond = loop.child_by_field_name("condition")
+    if cond is None:
+        return False
+    m = re.search(r"(<=?|>=?|!=)\s*(.+)$", " ".join(text(cond).split()))
+    return bool(m) and int_const(src, m.group(2)) is None
+
+
+def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) -> list[tuple[int, str]]:
+    """(line, why) of the loops where one thread does what many could: an accumulation over a runtime
+    bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
+    or none: a row per thread), and shared-memory tree reductions with a barrier per level."""
+    out = []
+    for f, fn, _ in device_funcs(src):
+        if functions is not None and f.name not in functions:
+            continue
+        defs = None
+        for loop in src.nodes("for_statement", within=fn):
+            upd = " ".join(text(loop.child_by_field_name("update") or loop).split())
+            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+            var = loop_var(loop)
+            if var and re.search(r">>=\s*1|/=\s*2|=\s*\w+\s*>>\s*1|\*=\s*2|<<=\s*1", upd) and \
+                    re.search(r"__syncthreads|\bsync\s*\(|\.sync\s*\(", body) and \
+                    re.search(r"\w+\s*\[[^\]]+\]\s*(\+=|=[^;]*\+)[^;]*\[[^\]]*\b%s\b" % re.escape(var), body):
+                out.append((src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
+                continue
+            if not runtime_bound(src, loop):
+                continue
+            if re.search(r"blockDim|gridDim|stride|\+=\s*[A-Za-z_]", upd) and not re.search(r"\+=\s*1\b", upd):
+                continue
+            if not re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\(|=\s*\w+\s*\+)", body):
+                continue
+            if "atomic" in body or "__syncthreads" in body or "__shfl" in body:
+                continue
+            if _dot_product(loop) and reuse_frac >= 0.99:
+                continue  # a GEMM's k loop: reuse, not a serial row
+            if defs is None:
+                defs = local_definitions(src, f)
+            strides = set()
+            for n in walk(loop):
+                if n.type == "subscript_expression" and enclosing(n, "for_statement") == loop:
+                    idx = n.child_by_field_name("indices") or n.child_by_field_name("index")
+                    if idx is None:
+                        args = [c for c in n.named_children if c.type == "subscript_argument_list"]
+                        idx = args[0] if args else None
+                    arg = n.child_by_field_name("argument")
+                    if idx is not None:
+                        full = text(idx).strip("[] ")
+                        if arg is not None and arg.type == "identifier" and arg.text.decode() in defs:
+                            full = f"({defs[arg.text.decode()]}) + {full}"  # a row pointer: its row
+                        strides.add(x_stride(expand_index(full, defs, src)))
+            if "unit" in strides:
+                continue  # lanes take neighbouring elements: the loop is already spread over threads
+            head = " ".join(text(loop).split("{")[0].split())[:80]
+            out.append((src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
+    return out
+
+
 @finder("warp_shuffle_reduce", "block_reduce_shared")
 def _reduce_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
-        code = src.func_code(f).decode("utf-8", "replace")
-        for loop in src.nodes("for_statement", within=fn):
-            body = text(loop)
-            upd = loop.child_by_field_name("update")
-            halving = upd is not None and re.search(r">>=\s*1|/=\s*2", text(upd))
-            if halving and "__syncthreads" in body:
-                s = _node_site(src, loop, "shared-memory tree reduction with a barrier per level", f.name)
-                s.end_line = s.line
-                s.code = _line_text(src, s.line)
-                out.append(s)
-            elif re.search(r"\b\w+\s*(\+=|=\s*fmaxf?\s*\(|=\s*max\s*\()", body) and "atomicAdd" not in body and \
-                    re.search(r"\bfor\s*\(\s*int\s+\w+\s*=\s*(0|1|threadIdx)", body[:80]) and \
-                    not _dot_product(loop):
-                s = _node_site(src, loop, "serial accumulation loop: partial results could be combined across a warp in "
-                               "registers", f.name)
-                s.end_line = s.line
-                s.code = _line_text(src, s.line)
-                out.append(s)
-        for m in re.finditer(r"atomicAdd\s*\(", code):
-            byte = f.start_byte + len(code[:m.start()].encode())
-            line = src.line_of(byte)
+    for f, fn, _ in device_funcs(src):
+        for line, why in serial_loops(src, functions={f.name}):
+            tree = "tree" in why
             out.append(SiteMatch(line, line, f.name, _line_text(src, line),
-                                 "per-element atomic: reduce within the warp/block first"))
+                                 "shared-memory tree reduction with a barrier per level" if tree else
+                                 "serial accumulation loop: partial results could be combined across a warp in registers"))
+        for call in src.nodes("call_expression", within=fn):
+            if call_name(call) == "atomicAdd" and not single_thread_guarded(call):
+                line = src.line_of(call.start_byte)
+                out.append(SiteMatch(line, line, f.name, _line_text(src, line),
+                                     "per-element atomic: reduce within the warp/block first"))
+    return out
+
+
+_ONE_THREAD = re.compile(r"\b(tid|lane\w*|threadIdx\s*\.\s*x|laneId|lane_id|warp_?id|t)\s*==\s*0\b|"
+                         r"\b0\s*==\s*(tid|lane\w*|threadIdx\s*\.\s*x)")
+
+
+def single_thread_guarded(node) -> bool:
+    """Whether a statement runs in one thread of its block or warp only (``if (lane == 0) ...``):
+    an atomic there publishes an already reduced value."""
+    p = enclosing(node, "if_statement", "conditional_expression")
+    while p is not None:
+        cond = p.child_by_field_name("condition")
+        if cond is not None and _ONE_THREAD.search(" ".join(text(cond).split())):
+            return True
+        p = enclosing(p, "if_statement", "conditional_expression")
+    return False
+
+
+def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
+    """Loops accumulating products of two operands staged in shared memory (a tiled GEMM's inner
+    loop): where the steps that build on a shared tile apply."""
+    out = []
+    shared = set(src.shared_names)
+    for f, fn, _ in device_funcs(src):
+        for loop in src.nodes("for_statement", within=fn):
+            var = loop_var(loop)
+            body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+            if not var or not re.search(r"\+=|fmaf?\s*\(|__hfma|__fmaf", body):
+                continue
+            arrays = set()
+            for node in walk(loop):
+                if node.type == "subscript_expression" and re.search(r"\b%s\b" % re.escape(var), text(node)):
+                    base = node
+                    while base.type == "subscript_expression" and base.child_by_field_name("argument") is not None:
+                        base = base.child_by_field_name("argument")
+                    arrays.add(text(base))
+            if len(arrays & shared) < 2:
+                continue
+            if need_half and not re.search(r"\b(half|__half|half2|__half2|__nv_bfloat16)\b",
+                                           src.func_code(f).decode("utf-8", "replace")):
+                continue
+            s = _node_site(src, loop, f"`{' '.join(text(loop).split('{')[0].split())[:60]}` multiplies operands staged "
+                           "in shared memory", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
+            break
+    return out
+
+
+def _tile_step_finder(carrier: str) -> Finder:
+    """Steps that build on a shared tile (a second stage, a k-major operand tile, 16-byte shared
+    loads, asynchronous copies) apply where a loop multiplies operands staged in shared memory, in a
+    function that does not have the carrier yet; a kernel without such a loop has no site (the plan
+    puts the shared tile first: `after:shared_tile`)."""
+    def find(src: Source) -> list[SiteMatch]:
+        det = DETECTORS.get(carrier)
+        have = set()
+        if det is not None:
+            try:
+                have = {s.function for s in det(src)}
+            except Exception:  # a detector bug must not fail a query
+                have = set()
+        return [s for s in _staged_dot_loops(src) if s.function not in have]
+    return find
+
+
+for _c in ("double_buffer", "transposed_tile", "vector_shared_load", "shared_vector_load", "async_copy",
+           "multi_stage_pipeline"):
+    FINDERS[_c] = _tile_step_finder(_c)
+
+
+@finder("tensor_core_wmma")
+def _tensor_core_sites(src: Source) -> list[SiteMatch]:
+    """Half-precision operands multiplied and accumulated in a loop (global or staged): what a
+    tensor-core fragment can take over. Float kernels have none (wmma takes half / bf16 inputs)."""
+    out = _staged_dot_loops(src, need_half=True)
+    if out:
+        return out
+    for f, fn, _ in device_funcs(src):
+        if not re.search(r"\b(half|__half|half2|__half2|__nv_bfloat16)\b", src.func_code(f).decode("utf-8", "replace")):
+            continue
+        for loop in src.nodes("for_statement", within=fn):
+            if _dot_product(loop):
+                s = _node_site(src, loop, "a half-precision dot-product loop: tensor-core fragments (wmma) can "
+                               "multiply-accumulate whole tiles", f.name)
+                s.end_line = s.line
+                s.code = _line_text(src, s.line)
+                out.append(s)
+                break
     return out
 
 
@@ -580,11 +905,12 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
     """A thread accumulating products of two global operands over a loop (one output per thread):
     computing a small block of outputs per thread reuses every loaded operand from registers."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if any(n.type == "array_declarator" for d in src.nodes("declaration", within=fn) for n in walk(d)) and \
                 re.search(rb"\b\w+\s*\[[^]]+\]\s*\[[^]]+\]\s*\+=", src.func_code(f)):
             continue  # already a 2-D register accumulator
         const, _ = _pointer_names(src, f, fn)
+        operands = set(const) | set(src.shared_names)  # global operands, or tiles staged in shared memory
         for loop in src.nodes("for_statement", within=fn):
             body = loop.child_by_field_name("body")
             if body is None:
@@ -593,8 +919,16 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
                 if a.type != "assignment_expression" or text(a.child_by_field_name("operator") or a.children[1]) != "+=":
                     continue
                 right = a.child_by_field_name("right")
-                reads = [n for n in walk(right) if n.type == "subscript_expression" and
-                         (n.child_by_field_name("argument") is not None and text(n.child_by_field_name("argument")) in const)]
+                reads = []
+                for n in walk(right):
+                    if n.type != "subscript_expression":
+                        continue
+                    base = n
+                    while base.type == "subscript_expression" and base.child_by_field_name("argument") is not None:
+                        base = base.child_by_field_name("argument")
+                    if base is not n and text(base) in operands and n.parent is not None and \
+                            n.parent.type != "subscript_expression":
+                        reads.append(n)
                 if len(reads) >= 2 or (len(reads) == 1 and "*" in text(right)):
                     s = _node_site(src, a, f"one output per thread: `{' '.join(text(a).split())[:60]}` loads its operands "
                                    "for a single accumulation; a register tile reuses each load for several outputs", f.name)
@@ -610,7 +944,7 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
 def _scan_sites(src: Source) -> list[SiteMatch]:
     """A serial running sum written back element by element (a prefix scan done one at a time)."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
             body = " ".join(text(loop.child_by_field_name("body") or loop).split())
             m = re.search(r"\b(\w+)\s*\+=", body)
@@ -626,17 +960,160 @@ def _scan_sites(src: Source) -> list[SiteMatch]:
 @finder("atomic_per_block", "privatized_atomics")
 def _atomic_sites(src: Source) -> list[SiteMatch]:
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         for call in src.nodes("call_expression", within=fn):
             if call_name(call).startswith("atomic"):
                 args = call.child_by_field_name("arguments")
                 first = text(args.named_children[0]) if args is not None and args.named_children else ""
                 if any(re.search(r"\b%s\b" % re.escape(n), first) for n in src.shared_names):
                     continue
+                if single_thread_guarded(call):
+                    continue  # one atomic per block or warp: already aggregated
                 s = _node_site(src, call, f"global `{call_name(call)}` per element/thread: aggregate per block first",
                                f.name)
                 s.code = _line_text(src, s.line)
                 out.append(s)
+    return out
+
+
+# --------------------------------------------------------------------------- two-pass row statistics
+_ASSIGN = re.compile(r"\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*([-+*/]?=)(?!=)\s*([^;]+);")
+
+
+def _reductions(src: Source, f, fn) -> list[tuple[int, str, str, str]]:
+    """(line, result variable, kind "max" | "sum", input text) of the reductions of a device function
+    in source order: a loop that accumulates into a scalar (``s += ...``, ``m = fmaxf(m, ...)``), or
+    a call of a reducing helper (a device function of this file that shuffles across a warp, or whose
+    name says reduce) assigned to a variable."""
+    out = []
+    reducers = {g.name for g, gfn, _ in device_funcs(src)
+                if b"__shfl" in src.func_code(g) or re.search(r"reduce", g.name, re.I)}
+    reducers |= {"__reduce_add_sync", "__reduce_max_sync"}
+    for loop in src.nodes("for_statement", within=fn):
+        if loop.parent is not None and enclosing(loop.parent, "for_statement") is not None:
+            continue  # outermost loops only: an inner loop is part of its loop's pass
+        var = loop_var(loop)
+        body = " ".join(text(loop.child_by_field_name("body") or loop).split())
+        if not var or not re.search(r"\[[^\]]*\b%s\b" % re.escape(var), body):
+            continue
+        m = re.search(r"\b(\w+)\s*=\s*(?:fmaxf|max|fmax)\s*\(\s*\1\s*,\s*([^;]+)\)\s*;", body)
+        if m:
+            out.append((src.line_of(loop.start_byte), m.group(1), "max", m.group(2)))
+            continue
+        for m in re.finditer(r"\b(\w+)\s*\+=\s*([^;]+);", body):
+            # an accumulator lives across iterations: declared before the loop, not in its body
+            if not re.search(r"\b(?:float|double|int|half|__half|auto|float2|float4)\s+%s\b" % re.escape(m.group(1)), body):
+                out.append((src.line_of(loop.start_byte), m.group(1), "sum", m.group(2)))
+                break
+    for call in src.nodes("call_expression", within=fn):
+        name = call_name(call).split("<")[0]
+        if name not in reducers:
+            continue
+        p = call.parent
+        while p is not None and p.type not in ("assignment_expression", "init_declarator", "expression_statement",
+                                               "compound_statement"):
+            p = p.parent
+        if p is None or p.type not in ("assignment_expression", "init_declarator"):
+            continue
+        left = p.child_by_field_name("left") or p.child_by_field_name("declarator")
+        args = call.child_by_field_name("arguments")
+        kind = "max" if re.search(r"max", name, re.I) else "sum"
+        out.append((src.line_of(call.start_byte), declarator_name(left) or text(left).strip(), kind,
+                    text(args) if args is not None else ""))
+    out.sort(key=lambda r: r[0])
+    return out
+
+
+def _depends(code: str) -> dict[str, set[str]]:
+    """Variable -> the variables its assigned values mention, transitively."""
+    dep: dict[str, set[str]] = {}
+    for m in _ASSIGN.finditer(code):
+        dep.setdefault(m.group(1), set()).update(re.findall(r"\b[A-Za-z_]\w*\b", m.group(3)))
+    changed = True
+    while changed:
+        changed = False
+        for v, ds in dep.items():
+            more = set().union(*(dep.get(d, set()) for d in ds)) - ds
+            if more:
+                ds |= more
+                changed = True
+    return dep
+
+
+def _second_passes(src: Source, first_kind: str, second_kind: str, exp: bool) -> list[tuple]:
+    """(function, reduction, earlier reduction) where a reduction of ``second_kind`` reads the result
+    of an earlier one of ``first_kind`` (a statistic that needs the previous pass's result)."""
+    out = []
+    for f, fn, _ in device_funcs(src):
+        reds = _reductions(src, f, fn)
+        if len(reds) < 2:
+            continue
+        dep = _depends(src.func_code(f).decode("utf-8", "replace"))
+        for j, (line, var, kind, inp) in enumerate(reds):
+            if kind != second_kind or (exp and not re.search(r"\b(__)?expf?\s*\(|exp2f?\s*\(", inp + " " + var)):
+                continue
+            names = set(re.findall(r"\b[A-Za-z_]\w*\b", inp))
+            for n in list(names):
+                names |= dep.get(n, set())
+            earlier = [r for r in reds[:j] if r[2] == first_kind and r[1] != var and r[1] in names]
+            if earlier:
+                out.append((f, reds[j], earlier[-1]))
+                break
+    return out
+
+
+def _pass_site(src: Source, f, red, reason: str) -> SiteMatch:
+    line = red[0]
+    return SiteMatch(line, line, f.name, _line_text(src, line), reason)
+
+
+@finder("single_pass_stats")
+def _single_pass_sites(src: Source) -> list[SiteMatch]:
+    """A second sum over the data that needs the first sum's result (a variance after a mean): both
+    statistics can come from one sweep (Welford / Chan, or sum and sum of squares together)."""
+    return [_pass_site(src, f, red, f"`{red[1]}` sums again over the data with `{prev[1]}` (line {prev[0]}) from an "
+                       "earlier pass: mean and variance can come from one sweep")
+            for f, red, prev in _second_passes(src, "sum", "sum", exp=False)]
+
+
+@finder("online_softmax")
+def _online_softmax_sites(src: Source) -> list[SiteMatch]:
+    """A sum of exponentials that needs a maximum from an earlier pass: a running maximum with the
+    sum rescaled when it grows gives both in one sweep."""
+    return [_pass_site(src, f, red, f"`{red[1]}` sums exponentials after a separate max pass (`{prev[1]}`, line "
+                       f"{prev[0]}): an online (running-max) softmax needs one sweep")
+            for f, red, prev in _second_passes(src, "max", "sum", exp=True)]
+
+
+@finder("register_cache")
+def _register_cache_sites(src: Source) -> list[SiteMatch]:
+    """The same global data read again by a later loop of the same thread (a row swept once per
+    pass): loaded once into registers, the later passes read it from there."""
+    out = []
+    for f, fn, _ in device_funcs(src):
+        const, _ = _pointer_names(src, f, fn)
+        seen: dict[str, int] = {}
+        for loop in src.nodes("for_statement", within=fn):
+            if loop.parent is not None and enclosing(loop.parent, "for_statement") is not None:
+                continue
+            var = loop_var(loop)
+            if not var:
+                continue
+            reads = set()
+            for n in walk(loop):
+                if n.type == "subscript_expression" and not is_written(n):
+                    arg = n.child_by_field_name("argument")
+                    if arg is not None and text(arg) in const and re.search(r"\b%s\b" % re.escape(var), text(n)):
+                        reads.add(text(arg))
+            again = sorted(r for r in reads if r in seen)
+            if again:
+                s = _node_site(src, loop, f"`{again[0]}` is read again in this loop after the pass at line "
+                               f"{seen[again[0]]}: keep it in registers from the first pass", f.name)
+                s.end_line = s.line
+                s.code = _line_text(src, s.line)
+                out.append(s)
+            for r in reads:
+                seen.setdefault(r, src.line_of(loop.start_byte))
     return out
 
 
@@ -718,31 +1195,11 @@ def similar_site(src: Source, excerpts: Iterable[str], window: int = 4, windows:
 
 # --------------------------------------------------------------------------- preconditions
 def check_precondition(p: dict, axes: Optional[dict[str, int]]) -> PreconditionCheck:
+    """A precondition in its JSON form against one workload's axes (the rule: mining/axes_check.py)."""
     kind, axis, value = p.get("kind", ""), p.get("axis", ""), int(p.get("value") or 0)
     status = p.get("status", "discovered")
-    text_ = p.get("text", "")
-    if kind == "none_found" or status == "not_needed":
-        return PreconditionCheck(text_, kind, axis, value, status, "not_needed")
-    if status == "required":  # a property of the code, not of sizes: Checker.check decides it from the sites
-        return PreconditionCheck(text_, kind, axis, value, status, "unknown", "a property of the code at the site")
-    if not axes or not axis or axis not in axes:
-        why = "alignment of a pointer is not an axis" if kind == "alignment" and not axis else \
-            (f"axis {axis} not given" if axes else "no --axes given")
-        return PreconditionCheck(text_, kind, axis, value, status, "unknown", why)
-    v = int(axes[axis])
-    if kind in ("divisible", "alignment"):
-        ok = value > 0 and v % value == 0
-    elif kind == "minimum":
-        ok = v >= value
-    elif kind == "maximum":
-        ok = v <= value
-    elif kind == "power_of_two":
-        ok = v > 0 and v & (v - 1) == 0
-    elif kind == "guarded":
-        ok = True
-    else:
-        return PreconditionCheck(text_, kind, axis, value, status, "unknown", f"unknown kind {kind}")
-    return PreconditionCheck(text_, kind, axis, value, status, "satisfied" if ok else "violated", f"{axis}={v}")
+    check, detail = precondition_verdict(kind, axis, value, status, axes)
+    return PreconditionCheck(p.get("text", ""), kind, axis, value, status, check, detail)
 
 
 # --------------------------------------------------------------------------- per query

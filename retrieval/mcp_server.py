@@ -145,15 +145,16 @@ def build_server(root: Path, warm: bool = True, tools_only: Optional[list[str]] 
     @mcp.tool()
     def query_skills(code: Optional[str] = None, text: Optional[str] = None, path: str = "", k: int = 5,
                      axes: Optional[dict[str, int]] = None, mode: str = "fused",
-                     include_filtered: bool = True) -> dict[str, Any]:
+                     include_filtered: bool = True, rank: str = "value", plan: bool = False) -> dict[str, Any]:
         """Skills that apply to a CUDA kernel (give its source as `code`, and its file name as `path`)
         or to a text description (`text`). `axes`: problem sizes, e.g. {"N": 1000}, to check
         preconditions. Returns hits with the matched lines, why, preconditions, effects, risks and
-        exemplar (docs/query.md)."""
+        exemplar (docs/query.md). `rank`: "value" (what each skill is expected to buy on this kernel,
+        qualifiers grouped in one "also" entry) or "similarity"; `plan`: add a short applicable plan."""
         s = searcher()
         try:
             ans = tools.query_skills(s, code=code, text=text, path=path, k=k, axes=axes, mode=mode,
-                                     include_filtered=include_filtered)
+                                     include_filtered=include_filtered, rank=rank, plan=plan)
         except tools.ToolError as exc:
             raise _tool_error(exc) from None
         w = state.stale_warning(s)

@@ -16,7 +16,8 @@ from typing import Optional
 
 # option -> (request field, takes a value)
 _OPTIONS = {"--code": ("code", True), "--text": ("text", True), "--k": ("k", True), "--axes": ("axes", True),
-            "--mode": ("mode", True), "--store": ("store", True), "--json": ("json", False)}
+            "--mode": ("mode", True), "--store": ("store", True), "--json": ("json", False),
+            "--rank": ("rank", True), "--plan": ("plan", False), "--op-type": ("op_type", True)}
 
 
 def parse_axes(text: Optional[str], option: str = "--axes") -> Optional[dict]:
@@ -36,9 +37,10 @@ def parse_axes(text: Optional[str], option: str = "--axes") -> Optional[dict]:
 
 
 def build_request(code: Optional[str], text: Optional[str], path: str, k: int, axes: Optional[dict],
-                  mode: str) -> dict:
+                  mode: str, rank: str = "value", plan: bool = False, op_type: Optional[str] = None) -> dict:
     """The JSON body of POST /query (docs/query.md)."""
-    req = {"code": code, "text": text, "path": path, "k": k, "axes": axes, "mode": mode, "include_filtered": True}
+    req = {"code": code, "text": text, "path": path, "k": k, "axes": axes, "mode": mode, "include_filtered": True,
+           "rank": rank, "plan": plan or None, "op_type": op_type}
     return {key: v for key, v in req.items() if v is not None}
 
 
@@ -107,7 +109,8 @@ def fast_query(argv: list[str]) -> Optional[int]:
             return None
     root = Path(opts.get("store") or os.environ.get("SKILLS_STORE") or ".skills")
     ans = ask_server(root, build_request(code, opts.get("text"), opts.get("code", ""), k, axes,
-                                         opts.get("mode", "fused")))
+                                         opts.get("mode", "fused"), opts.get("rank", "value"),
+                                         bool(opts.get("plan")), opts.get("op_type")))
     if ans is None:
         return None
     as_json = opts.get("json", False)

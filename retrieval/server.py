@@ -99,7 +99,7 @@ class ServerState:
 
     def searcher_now(self):
         """The searcher for the live snapshot (reloaded when it changed). Raises QueryError."""
-        from retrieval.skill_search import QueryError, Searcher, SkillIndex
+        from retrieval.skill_search import Searcher, SkillIndex
 
         tok = self._current_token()
         with self.lock:
@@ -351,9 +351,14 @@ def _handler(state: ServerState, server_ref: dict):
                             isinstance(v, int) and not isinstance(v, bool) for v in axes.values())):
                         raise QueryError("bad_input", "axes must be an object of integers, e.g. {\"N\": 1000}")
                     s = state.searcher_now()
+                    op_type = req.get("op_type")
+                    if op_type is not None and not isinstance(op_type, str):
+                        raise QueryError("bad_input", "op_type must be a string")
                     ans = s.query(code=code, text=text, path=str(req.get("path") or "")[:4096],
                                   k=k, axes=axes, mode=str(req.get("mode") or "fused"),
-                                  include_filtered=bool(req.get("include_filtered", True)))
+                                  include_filtered=bool(req.get("include_filtered", True)),
+                                  rank=str(req.get("rank") or "value"), plan=bool(req.get("plan", False)),
+                                  op_type=op_type or None)
                     w = state.stale_warning(s)
                     ans["warnings"] = [w] if w else []
                     ans["served_by"] = {"kind": "server", "pid": os.getpid()}

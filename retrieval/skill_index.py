@@ -373,7 +373,6 @@ def index_skills(store, skills: Optional[Sequence[Any]] = None, *, retrain: bool
     _log(log, "snapshot: vectors, BM25, fusion calibration", report)
     tp = time.perf_counter()
     # ---- snapshot (vectors read back from chroma: the persistent copy is the source of truth)
-    import numpy as np
 
     ids_t, mat_t, _ = vi.get_all(TEXT_COLLECTION)
     ids_g, mat_g, _ = vi.get_all(gcol)

@@ -33,6 +33,7 @@ from retrieval.fusion import RRF_K
 from retrieval.snapshot import TEXT_MAX_TOKENS, current_snapshot
 
 MODES = ("bm25", "text", "graph", "fused")
+RANKS = ("value", "similarity")  # value: what a skill is expected to buy here (retrieval/value.py)
 # RRF weights. "prior" is the evidence prior: skills ranked by how many kernels' walks produced them
 # (an optimization found in most experts is more likely to apply to a new kernel than one found
 # once). It is query-independent, so it only reorders what the three similarity modalities agree on.
@@ -523,8 +524,15 @@ class Searcher:
     # ---- the answer
     def query(self, code: Optional[str] = None, text: Optional[str] = None, path: str = "", k: int = 5,
               axes: Optional[dict[str, int]] = None, mode: str = "fused", include_filtered: bool = True,
-              weights: Optional[dict] = None, exclude_problems: Optional[set] = None) -> dict:
-        """The JSON answer of docs/query.md. Raises QueryError for bad input."""
+              weights: Optional[dict] = None, exclude_problems: Optional[set] = None, rank: str = "value",
+              plan: bool = False, op_type: Optional[str] = None, hints: Optional[dict] = None) -> dict:
+        """The JSON answer of docs/query.md. Raises QueryError for bad input.
+
+        ``rank``: "value" (code queries: what each skill is expected to buy here, retrieval/value.py;
+        one entry per carrier, qualifiers grouped in one "also" entry) or "similarity" (the ``mode``'s
+        order, one hit per skill). ``plan``: add the short applicable plan (retrieval/plan.py).
+        ``op_type`` / ``hints`` (``{"static": gate static stage, "profile": {"time_ms", "bytes",
+        "peak_gbs"}}``) refine the value model when the caller knows them."""
         t0 = time.perf_counter()
         timing: dict[str, float] = {}
         if mode not in MODES:
@@ -533,6 +541,8 @@ class Searcher:
             raise QueryError("bad_input", "give exactly one of code or text")
         if k < 1:
             raise QueryError("bad_input", "k must be at least 1")
+        if rank not in RANKS:
+            raise QueryError("bad_input", f"unknown rank {rank!r}; use one of {', '.join(RANKS)}")
         checker = units = best_window = None
         qinfo: dict[str, Any] = {"kind": "code" if code is not None else "text", "path": path, "axes": axes or {}}
         if code is not None:
@@ -554,7 +564,20 @@ class Searcher:
                 # the calibration saw the excluded problems: leave-one-problem-out callers get equal weights
                 weights = dict(FUSION_WEIGHTS)
         wkey = tuple(sorted((weights or self.weights()).items()))
-        if code is not None:
+        held_out = None
+        if exclude_problems and code is not None:
+            import numpy as np
+
+            ex = set(exclude_problems)
+            mask = np.array([p in ex for p in self.index.docs["problem"]], dtype=bool)
+            if mask.any():  # leave-one-out: the held-out problems' documents do not score (not cached)
+                scores, best_window = self.scores(code=code, units=units, drop_docs=mask)
+                n_probs = [len({e.get("problem") for e in self.index.record(i).get("evidence") or []
+                                if e.get("problem")} - ex) for i in range(self.index.n_skills)]
+                held_out = self.rankings(scores, weights, self.prior_order(n_probs))
+        if held_out is not None:
+            ranks = held_out
+        elif code is not None:
             cache = prepared[5] if len(prepared) > 5 else None
             ranks = cache.get(wkey) if cache is not None else None
             if ranks is None:
@@ -579,18 +602,65 @@ class Searcher:
         if exclude_problems:
             ex = set(exclude_problems)
             drop = lambda i: set(self.index.record(i).get("scope", {}).get("problems", [])) <= ex  # noqa: E731
-        selected, filtered = self.select(order, checker, k, axes, include_filtered, drop)
-        hits = []
-        for i, app in selected:
+        def hit(i, app, rank_no):
             rec = self.index.record(i)
             score = float(fused_scores[i]) if mode == "fused" else float(scores[mode][i])
             entry_ranks = {m: int(pos[m][i]) for m in ("bm25", "text", "graph") if
                            m != "graph" or scores["graph"][i] > -float("inf")}
-            hits.append(self._hit(rec, len(hits) + 1, score, entry_ranks, app, units, best_window, i, scores))
+            return self._hit(rec, rank_no, score, entry_ranks, app, units, best_window, i, scores)
+
+        extra: dict[str, Any] = {}
+        if rank == "value" and checker is not None:
+            from retrieval.value import select_by_value
+
+            # a re-query of the same code with the same settings reuses the selection (the agent loop)
+            vcache = prepared[5] if held_out is None and not hints and len(prepared) > 5 else None
+            vkey = ("value", wkey, mode, k, tuple(sorted((axes or {}).items())), op_type, include_filtered,
+                    tuple(sorted(exclude_problems or ())))
+            sel = vcache.get(vkey) if vcache is not None else None
+            if sel is None:
+                sel = select_by_value(self, order, fused_scores if mode == "fused" else scores[mode], checker, k, axes,
+                                      include_filtered, drop, op_type, sorted(exclude_problems or ()), hints=hints)
+                if vcache is not None:
+                    vcache[vkey] = sel
+            hits, filtered = [], sel["filtered"]
+            for it in sel["entries"]:
+                if it["kind"] == "also":
+                    members = []
+                    for m in it["members"]:
+                        i, app, val = m["entry"].best
+                        h = hit(i, app, len(hits) + 1)
+                        h.update(kind="skill", value=val, why_rank=m.get("why_rank", ""))
+                        members.append(h)
+                    hits.append({"rank": len(hits) + 1, "kind": "also", "skill_id": "also", "key": "also",
+                                 "name": "Also: declarative qualifiers", "carrier": "qualifiers",
+                                 "skills": members, "why_rank": it["why_rank"],
+                                 "value": {"score": round(it["score"], 5),
+                                           "expected_time_ratio": it["expected_time_ratio"]}})
+                    continue
+                e = it["entry"]
+                i, app, val = e.best
+                h = hit(i, app, len(hits) + 1)
+                h.update(kind="skill", value=val, why_rank=it["why_rank"],
+                         variants=[{"skill_id": self.index.table["skill_id"][j], "key": self.index.table["key"][j],
+                                    "value": round(v["score"], 5)} for j, _, v in e.variants])
+                hits.append(h)
+            extra["ranking"] = sel["ranking"]
+        else:
+            selected, filtered = self.select(order, checker, k, axes, include_filtered, drop)
+            hits = [hit(i, app, n) for n, (i, app) in enumerate(selected, start=1)]
+            extra["ranking"] = {"method": "similarity", "mode": mode} | (
+                {"note": "text queries have no code to value against: similarity order"}
+                if rank == "value" and checker is None else {})
+        if plan:
+            from retrieval.plan import make_plan
+
+            extra["plan"] = make_plan(hits)
         timing["filter_ms"] = round((time.perf_counter() - t) * 1e3, 2)
         timing["total_ms"] = round((time.perf_counter() - t0) * 1e3, 2)
         return {"version": ANSWER_VERSION, "query": qinfo, "mode": mode, "k": k, "hits": hits,
-                "filtered": filtered if include_filtered else [], "index": self.index.info(), "timing_ms": timing}
+                "filtered": filtered if include_filtered else [], **extra, "index": self.index.info(),
+                "timing_ms": timing}
 
     def select(self, order, checker, k: int, axes=None, include_filtered: bool = True, drop=None):
         """Applicability in rank order: ([(skill index, Applicability)] of the first ``k`` applicable
@@ -692,7 +762,16 @@ def render_text(ans: dict) -> str:
              f"({ans['mode']}, {ans['index']['n_skills']} skills indexed, {ans['timing_ms'].get('total_ms', 0):.0f} ms)"]
     for h in ans["hits"]:
         lines.append("")
+        if h.get("kind") == "also":
+            lines.append(f"{h['rank']}. {h['name']}: " + ", ".join(f"{m['name']} [{m['key']}]" for m in h["skills"]))
+            lines.append(f"   why here: {h.get('why_rank', '')}")
+            for m in h["skills"]:
+                for s in m["applies_at"][:1]:
+                    lines.append(f"   {m['carrier']} at line {s['line']} ({s['function']}): {s['code'][:90]}")
+            continue
         lines.append(f"{h['rank']}. {h['name']}  [{h['key']}]  score {h['score']:.4f}  ranks {h['ranks']}")
+        if h.get("why_rank"):
+            lines.append(f"   why here: {h['why_rank']}")
         lines.append(f"   why: {h['why']}")
         for s in h["applies_at"][:3]:
             lines.append(f"   at line {s['line']}" + (f"-{s['end_line']}" if s['end_line'] != s['line'] else "")
@@ -717,6 +796,12 @@ def render_text(ans: dict) -> str:
             diff = [ln for ln in h["exemplar"]["diff"].splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
             for ln in diff[:6]:
                 lines.append(f"     {ln[:110]}")
+    for st in (ans.get("plan") or {}).get("steps", []):
+        if st.get("kind") == "also":
+            lines.append(f"plan {st['step']}. also: {', '.join(st['keys'])}")
+        else:
+            lines.append(f"plan {st['step']}. {st['name']} [{st['key']}] expected x{st['expected_time_ratio']}"
+                         + (f" (after {', '.join(st['after'])})" if st["after"] else ""))
     if ans.get("filtered"):
         lines.append("")
         lines.append("filtered: " + "; ".join(f"{f['name']} ({f['reason']}{': ' + f['detail'] if f['detail'] else ''})"

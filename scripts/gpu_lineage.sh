@@ -6,7 +6,7 @@
 #   here:    python -m eval.bench_lineage --prepare .carry/lineage --gpu-only --store .skills-real
 #            (needs the sources fetched into .skills-real/sources: skills corpora fetch NAME --from/...,
 #             and the house store .skills-house-cpu built by a CPU bench_lineage run)
-#   device:  run tool, carry [".carry/lineage", ".whl"]:  bash scripts/gpu_lineage.sh
+#   device:  run tool, carry [".carry", ".whl"] (.carry/bwrap holds the sandbox):  bash scripts/gpu_lineage.sh
 #   back:    $OUT/bench_lineage_cuda.json (+ .txt table, .log); commit it as eval/results/bench_lineage_cuda.json
 #
 # Skills new/merged use the CPU house store's skill ids (skill identity = carrier:operator, the
@@ -16,14 +16,16 @@ cd "$(dirname "$0")/.."
 . scripts/device_env.sh || exit 1
 OUT=${OUT:-/tmp/ks-out}; mkdir -p "$OUT"
 PREP=${LINEAGE_PREP:-.carry/lineage}
-if [ ! -f "$PREP/house_skills.json" ]; then
-  echo "no $PREP/house_skills.json: run 'python -m eval.bench_lineage --prepare $PREP --gpu-only' here first" >&2
+if [ ! -d "$PREP" ]; then
+  echo "no $PREP: run 'python -m eval.bench_lineage --prepare $PREP --gpu-only' here first" >&2
   exit 2
 fi
+# without the house store's skill ids, skills new/merged stay empty (scored later with --rescore)
+house=(--no-house); [ -f "$PREP/house_skills.json" ] && house=(--house-skills "$PREP/house_skills.json")
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/bench_lineage_cuda.log"
 timeout ${LINEAGE_LIMIT:-560} python3 -m eval.bench_lineage --executor cuda --gpu-only \
   --strategy "${STRATEGY:-priority}" --store /tmp/ks-lineage-store --materialized "$PREP" \
-  --house-skills "$PREP/house_skills.json" --jobs ${LINEAGE_JOBS:-8} --time-limit ${LINEAGE_WALK_S:-400} \
+  "${house[@]}" --jobs ${LINEAGE_JOBS:-8} --time-limit ${LINEAGE_WALK_S:-400} \
   ${LINEAGE_ONLY:+--only $LINEAGE_ONLY} --out "$OUT/bench_lineage_cuda.json" \
   > "$OUT/bench_lineage_cuda.txt" 2>> "$OUT/bench_lineage_cuda.log"
 rc=$?

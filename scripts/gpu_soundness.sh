@@ -48,7 +48,8 @@ for mode in ${MODES:-default sanitize}; do
   python3 - "$OUT" "$suffix" "$mode" <<'PY' 2>>"$LOG"
 import json, sys
 from pathlib import Path
-from eval.gate_soundness import stamp, summarize
+from eval.gate_soundness import summarize
+from eval.stamp import stamp
 out, suffix, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 parts = sorted((out / f"parts{suffix}").glob("*.json"))
 entries, not_applicable = [], []
@@ -57,7 +58,7 @@ for p in parts:
     entries += d["entries"]
     not_applicable += d.get("not_applicable", [])
 argv = ["--executor", "cuda"] + (["--sanitize"] if mode == "sanitize" else []) + ["--only", "^<family>/ (one call per family)"]
-summary = {**stamp(argv, "cuda", 0), "script": "scripts/gpu_soundness.sh", "families_run": [p.stem for p in parts],
+summary = {**stamp("eval.gate_soundness", argv), "script": "scripts/gpu_soundness.sh", "families_run": [p.stem for p in parts],
            **summarize(entries), "not_applicable": not_applicable}
 (out / f"gate_soundness_cuda{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
 PY

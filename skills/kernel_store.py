@@ -1,6 +1,7 @@
 """Kernel tables of the store: problems, kernels, lineages, steps, gate_runs, skills.
 
-Each table keeps the queryable columns flat (so `duckdb .skills/store.duckdb` answers SQL
+The tables are made by the store's migrations (skills/migrations.py, "kernels"). Each table
+keeps the queryable columns flat (so `duckdb .skills/store.duckdb` answers SQL
 directly) and the whole record as JSON (`record`), the source of truth the Python API reads.
 
 `save_lineage` writes one lineage, its steps, its gate runs and the skills it touched in ONE
@@ -21,81 +22,8 @@ from corpora.store_root import resolve_root
 from mining.records import Lineage, Skill, Step
 from skills.merge import merge_skill
 from skills.record_reads import find_lineage, find_skill, skill_rows
-from skills.store import Store, StoreBusy, register_section
+from skills.store import Store, StoreBusy
 
-KERNEL_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS problems (
-        problem VARCHAR PRIMARY KEY,
-        op_type VARCHAR,
-        dir VARCHAR,
-        definition JSON,
-        updated_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-    """CREATE TABLE IF NOT EXISTS kernels (
-        kernel_hash VARCHAR PRIMARY KEY,
-        problem VARCHAR NOT NULL,
-        role VARCHAR NOT NULL,
-        source VARCHAR NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS lineages (
-        lineage_id VARCHAR PRIMARY KEY,
-        problem VARCHAR NOT NULL,
-        kernel VARCHAR NOT NULL,
-        kernel_hash VARCHAR NOT NULL,
-        executor VARCHAR NOT NULL,
-        strategy VARCHAR NOT NULL,
-        termination VARCHAR NOT NULL,
-        n_steps INTEGER NOT NULL,
-        n_rejections INTEGER NOT NULL,
-        final_hash VARCHAR,
-        wall_s DOUBLE,
-        llm_tokens INTEGER,
-        kind VARCHAR DEFAULT 'kernel',
-        record JSON NOT NULL,
-        created_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-    """CREATE TABLE IF NOT EXISTS steps (
-        lineage_id VARCHAR NOT NULL,
-        seq INTEGER NOT NULL,
-        step INTEGER NOT NULL,
-        accepted BOOLEAN NOT NULL,
-        operator VARCHAR NOT NULL,
-        carrier VARCHAR NOT NULL,
-        proposer VARCHAR,
-        site_line INTEGER,
-        verdict VARCHAR,
-        reason VARCHAR,
-        skill_id VARCHAR,
-        before_hash VARCHAR,
-        after_hash VARCHAR,
-        record JSON NOT NULL,
-        PRIMARY KEY (lineage_id, seq)
-    )""",
-    """CREATE TABLE IF NOT EXISTS gate_runs (
-        source_hash VARCHAR NOT NULL,
-        problem VARCHAR NOT NULL,
-        executor VARCHAR NOT NULL,
-        verdict VARCHAR NOT NULL,
-        reason VARCHAR,
-        summary JSON,
-        PRIMARY KEY (source_hash, problem, executor)
-    )""",
-    """CREATE TABLE IF NOT EXISTS skills (
-        skill_id VARCHAR PRIMARY KEY,
-        key VARCHAR NOT NULL,
-        name VARCHAR NOT NULL,
-        kind VARCHAR NOT NULL,
-        carrier VARCHAR NOT NULL,
-        operator VARCHAR NOT NULL,
-        intent VARCHAR,
-        n_evidence INTEGER NOT NULL,
-        problems VARCHAR[],
-        has_precondition BOOLEAN,
-        record JSON NOT NULL,
-        updated_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-]
-register_section("kernels", 1, KERNEL_SCHEMA)
 _SAVE_LOCK = threading.Lock()  # several problems mined in threads of one process share the file
 
 
@@ -104,10 +32,6 @@ class KernelStore:
 
     def __init__(self, store: Store):
         self.store = store
-        if not store.read_only and store._con is not None:
-            # the connection was opened before this module registered its section
-            for stmt in KERNEL_SCHEMA:
-                store.con.execute(stmt)
 
     # ---- writes
     def save_lineage(self, lineage: Lineage, skills: Iterable[Skill], problem_info: dict[str, Any],
@@ -157,7 +81,7 @@ class KernelStore:
                 existing = Skill.model_validate_json(row[0]) if row else None
                 if existing is not None and skill_id not in incoming:
                     # this lineage no longer produces the skill: drop its evidence only
-                    existing = _without_lineage(existing, lineage.lineage_id)
+                    existing = without_lineage(existing, lineage.lineage_id)
                     if not existing.evidence:
                         con.execute("DELETE FROM skills WHERE skill_id = ?", [skill_id])
                         continue
@@ -301,7 +225,10 @@ class MinedLineages:
             return None
         with Store(self.root, read_only=True).session() as reader:
             rks = KernelStore(reader)
-            existing = rks.lineage(lineage_id)
+            # a store made by `skills corpora fetch` alone has no kernel tables yet
+            has_kernel_tables = bool(reader.query(
+                "SELECT 1 FROM information_schema.tables WHERE table_name = 'lineages'"))
+            existing = rks.lineage(lineage_id) if has_kernel_tables else None
             if existing is None or existing.config.get("fingerprint") != fingerprint:
                 return None
             skills = [s for s in rks.skills() if any(e.lineage_id == lineage_id for e in s.evidence)]
@@ -311,7 +238,8 @@ class MinedLineages:
              gate_runs: list[dict[str, Any]]) -> tuple[list[Skill], set[str]]:
         return save_to_store(self.root, lineage, skills, problem_info, gate_runs)
 
-def _without_lineage(skill: Skill, lineage_id: str) -> Skill:
+
+def without_lineage(skill: Skill, lineage_id: str) -> Skill:
     s = skill.model_copy(deep=True)
     s.evidence = [e for e in s.evidence if e.lineage_id != lineage_id]
     per = dict(s.provenance.get("per_lineage", {}))

@@ -31,9 +31,7 @@ def open_store(store: Optional[os.PathLike | str]):
         raise ReadError(f"{root}: no store here; build one with `skills mine corpora/kernels` (or pass --store DIR)")
     st = Store(root, read_only=True)
     try:
-        st.con  # open now: a corrupt or locked file is one line here, not a traceback later
-        if "skills" not in st.tables():
-            raise ReadError(f"{root}: the store has no kernel tables yet; build them with `skills mine corpora/kernels`")
+        st.con  # open now: a corrupt, locked or newer file is one line here, not a traceback later
     except StoreError as exc:
         raise ReadError(str(exc)) from None
     return st

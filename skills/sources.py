@@ -1,4 +1,5 @@
-"""The store's ``sources`` table: which kernel collections were fetched, from where, at which commit.
+"""The store's ``sources`` table (made by migration 4, skills/migrations.py): which kernel collections
+were fetched, from where, at which commit.
 
 The trees themselves live under ``<store>/sources/<name>/`` (corpora/kernel_sources.py).
 """
@@ -8,21 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from skills.store import Store, register_section
-
-SOURCES_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS sources (
-        name VARCHAR PRIMARY KEY,
-        url VARCHAR NOT NULL,
-        kind VARCHAR NOT NULL,
-        commit VARCHAR,
-        version VARCHAR,
-        dir VARCHAR NOT NULL,
-        fetched_at TIMESTAMP,
-        info JSON
-    )""",
-]
-register_section("sources", 1, SOURCES_SCHEMA)
+from skills.store import Store
 
 
 def record_source(store_root: Path, info: dict[str, Any], dest: Path) -> None:

@@ -1,17 +1,16 @@
 """The project's store: one duckdb file plus a chromadb folder under one root.
 
-    <root>/store.duckdb     tables (schema below, grouped in sections)
+    <root>/store.duckdb     tables (made by the migrations of skills/migrations.py)
     <root>/chroma/          vector collections (retrieval/vector_index.py)
     <root>/models/          trained encoders (checkpoints; their metadata is in `models`)
     <root>/cache/           content-addressed caches (gates, tblgen outputs)
 
 Root: ``--store`` / ``SKILLS_STORE`` / ``./.skills``.
 
-The schema is a list of *sections*, each a list of idempotent ``CREATE ... IF NOT EXISTS``
-statements. ``core`` holds what every part shares (schema versions, model registry); the
-``backends`` section holds the compiler-backend corpus. Kernel tables (kernels, problems,
-lineages, steps, gate_runs, skills) go in their own section, registered with
-:func:`register_section`, and are created next to these on open.
+The schema is the ordered list of migrations in skills/migrations.py (model registry, backend
+corpus, kernel tables, fetched sources); the store records which it has, and an open applies the
+missing ones under the write lock, so a store written by an earlier release is upgraded in place
+(a read-only open upgrades it too, or says in one line why it cannot).
 
 Writes go through :meth:`Store.transaction`: one transaction per ingest batch, so a killed
 run leaves either the whole batch or none of it.
@@ -23,116 +22,13 @@ import os
 import re
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from corpora.store_root import resolve_root
-
-
-# --------------------------------------------------------------------------- schema
-CORE_SCHEMA: list[str] = [
-    """CREATE TABLE IF NOT EXISTS schema_sections (
-        section VARCHAR PRIMARY KEY,
-        version INTEGER NOT NULL,
-        created_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-    # Trained encoders and other models: checkpoint path (under <root>/models) and metadata
-    # (seed, epochs, data fingerprint, losses) so a reader knows what it is using.
-    """CREATE TABLE IF NOT EXISTS models (
-        name VARCHAR PRIMARY KEY,
-        kind VARCHAR NOT NULL,
-        path VARCHAR NOT NULL,
-        data_fingerprint VARCHAR,
-        metadata JSON,
-        created_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-]
-
-# ---- compiler backends (LLVM-style target trees) -----------------------------------
-BACKEND_SCHEMA: list[str] = [
-    # One row per ingest run (bookkeeping; what was asked and what came out).
-    """CREATE TABLE IF NOT EXISTS backend_ingests (
-        ingest_id VARCHAR PRIMARY KEY,
-        root VARCHAR NOT NULL,
-        started_at TIMESTAMP,
-        finished_at TIMESTAMP,
-        targets VARCHAR[],
-        n_files INTEGER,
-        n_failed INTEGER,
-        options JSON
-    )""",
-    """CREATE TABLE IF NOT EXISTS targets (
-        target VARCHAR PRIMARY KEY,
-        root VARCHAR NOT NULL,
-        fingerprint VARCHAR NOT NULL,
-        n_files INTEGER,
-        n_failed INTEGER,
-        n_functions INTEGER,
-        n_attributes INTEGER,
-        ingest_id VARCHAR,
-        ingested_at TIMESTAMP DEFAULT current_timestamp
-    )""",
-    # Every source file looked at; parse failures are rows with parsed = false and a reason.
-    """CREATE TABLE IF NOT EXISTS target_files (
-        target VARCHAR NOT NULL,
-        path VARCHAR NOT NULL,
-        kind VARCHAR NOT NULL,
-        sha256 VARCHAR NOT NULL,
-        parsed BOOLEAN NOT NULL,
-        n_errors INTEGER,
-        error VARCHAR,
-        n_functions INTEGER,
-        PRIMARY KEY (target, path)
-    )""",
-    """CREATE TABLE IF NOT EXISTS functions (
-        func_id VARCHAR PRIMARY KEY,
-        target VARCHAR NOT NULL,
-        path VARCHAR NOT NULL,
-        qualified_name VARCHAR NOT NULL,
-        name VARCHAR NOT NULL,
-        class_name VARCHAR,
-        role VARCHAR NOT NULL,
-        signature VARCHAR NOT NULL,
-        body VARCHAR NOT NULL,
-        statements VARCHAR[],
-        identifiers VARCHAR[],
-        start_line INTEGER,
-        end_line INTEGER,
-        start_byte INTEGER,
-        end_byte INTEGER,
-        in_class BOOLEAN,
-        n_errors INTEGER
-    )""",
-    """CREATE INDEX IF NOT EXISTS functions_role ON functions(role)""",
-    # Target attributes: register, register_class, instruction_format, instruction,
-    # subtarget_feature, calling_convention, processor, fixup, relocation.
-    """CREATE TABLE IF NOT EXISTS target_attributes (
-        target VARCHAR NOT NULL,
-        kind VARCHAR NOT NULL,
-        name VARCHAR NOT NULL,
-        parents VARCHAR[],
-        refs VARCHAR[],
-        value VARCHAR,
-        path VARCHAR,
-        line INTEGER,
-        PRIMARY KEY (target, kind, name)
-    )""",
-]
-
-SECTIONS: dict[str, tuple[int, list[str]]] = {
-    "core": (1, CORE_SCHEMA),
-    "backends": (1, BACKEND_SCHEMA),
-}
-_SECTION_LOCK = threading.Lock()
-
-
-def register_section(name: str, version: int, statements: Sequence[str]) -> None:
-    """Add a schema section (e.g. the kernel tables); created on every later open."""
-    with _SECTION_LOCK:
-        SECTIONS[name] = (version, list(statements))
+from skills import migrations
 
 
 class StoreError(RuntimeError):
@@ -193,24 +89,66 @@ class Store:
             if self.read_only:
                 if not self.exists():
                     raise FileNotFoundError(f"no store at {self.root} (build one with `skills backend index` or `skills mine`)")
-                self._con = self._connect()
+                self._con = self._open_read_only()
             else:
                 try:
                     self.root.mkdir(parents=True, exist_ok=True)
                 except OSError as exc:
                     raise StoreError(f"{self.root}: cannot create the store folder: {exc.strerror or exc}") from None
-                self._con = self._connect()
-                self._ensure_schema()
+                self._con = self._open_for_writing()
         return self._con
 
-    def _connect(self):
+    def _open_for_writing(self):
+        """A read-write connection (the write lock) with every migration applied."""
+        existed = self.exists()
+        con = self._connect(read_only=False)
+        try:
+            done = migrations.migrate(con, str(self.db_path))
+        except migrations.SchemaError as exc:
+            con.close()
+            raise StoreError(str(exc)) from None
+        except BaseException:
+            con.close()
+            raise
+        if done and existed:  # a store made now is not news; an upgraded one is said once, here
+            sys.stderr.write(f"upgraded the store {self.db_path} in place: migration(s) {', '.join(map(str, done))} "
+                             f"of {migrations.LATEST} (skills/migrations.py)\n")
+        return con
+
+    def _open_read_only(self):
+        """A read-only connection to an up-to-date store: an old one is upgraded first (a short
+        write-locked open), or the reader is told in one line why it cannot be."""
+        con = self._connect(read_only=True)
+        try:
+            todo = migrations.missing(con, str(self.db_path))
+        except migrations.SchemaError as exc:
+            con.close()
+            raise StoreError(str(exc)) from None
+        if not todo:
+            return con
+        con.close()
+        why = f"{self.db_path}: written by an earlier release (lacks migration(s) {', '.join(map(str, todo))})"
+
+        def bare(exc: Exception) -> str:  # the path is said once
+            return str(exc).removeprefix(f"{self.db_path}: ")
+
+        try:
+            self._open_for_writing().close()
+        except StoreBusy as exc:
+            raise StoreBusy(f"{why}; upgrading it needs the write lock: {bare(exc)}") from None
+        except StoreError as exc:
+            raise StoreError(f"{why} and cannot be upgraded here ({bare(exc)}); open it once with write access: "
+                             f"python -m skills.store {self.root}") from None
+        return self._connect(read_only=True)
+
+    def _connect(self, read_only: bool):
         import duckdb
 
         deadline = time.monotonic() + lock_timeout_s()
         delay, said = 0.02, False
         while True:
             try:
-                return duckdb.connect(str(self.db_path), read_only=self.read_only)
+                return duckdb.connect(str(self.db_path), read_only=read_only)
             except duckdb.IOException as exc:
                 msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if "lock" not in msg.lower():
@@ -236,22 +174,6 @@ class Store:
             yield self
         finally:
             self.close()
-
-    def _ensure_schema(self) -> None:
-        con = self._con
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for stmt in CORE_SCHEMA:
-                con.execute(stmt)
-            for name, (version, stmts) in list(SECTIONS.items()):
-                for stmt in stmts:
-                    con.execute(stmt)
-                con.execute("INSERT INTO schema_sections (section, version) VALUES (?, ?) "
-                            "ON CONFLICT (section) DO UPDATE SET version = excluded.version", [name, version])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         if self._con is not None:
@@ -342,3 +264,26 @@ class Store:
         row = rows[0]
         row["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
         return row
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m skills.store [STORE]``: upgrade a store in place, list its migrations."""
+    args = sys.argv[1:] if argv is None else argv
+    store = Store(args[0] if args else None)
+    if not store.exists():
+        print(f"error: no store at {store.root}", file=sys.stderr)
+        return 2
+    try:
+        with store:
+            rows = store.query("SELECT id, name, applied_at FROM schema_migrations ORDER BY id")
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for r in rows:
+        print(f"{r['id']:3d}  {r['applied_at']:%Y-%m-%d %H:%M:%S}  {r['name']}")
+    print(f"{store.db_path}: up to date ({migrations.LATEST} migrations)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -35,11 +35,11 @@ def copy_toy(dst: Path) -> Path:
     return dst
 
 
-def gate_skip_reason():
+def gate_skip_reason(major: int = 15):
+    """None when LLVM ``major``'s gate toolchain is installed (the toy tree is LLVM 15), else why not."""
     from mining.backend.gate import toolchain_available
 
-    missing = toolchain_available()
+    missing = toolchain_available(major)
     if missing:
-        return (f"LOUD SKIP: the compile gate needs {missing}; install with "
-                "`apt-get install -y llvm-15-dev clang-15` (CI installs them)")
+        return f"LOUD SKIP: {missing} (CI installs it: .ci/apt-extra.txt)"
     return None

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from _backend_support import TOY, gate_skip_reason, indexed_toy_store
-from eval.bench_backend import main, statement_accuracy, summarize_ranks, token_edit_similarity
+from eval.bench_backend import load_result, main, statement_accuracy, summarize_ranks, token_edit_similarity
 
 
 def test_statement_accuracy_aligned_and_bag():
@@ -38,7 +38,8 @@ def test_bench_runs_on_toy_targets(tmp_path, capsys):
         args.append("--no-gate")
     rc = main(args)
     summary = json.loads(capsys.readouterr().out)
-    full = json.loads(out.read_text())
+    assert "functions" not in json.loads(out.read_text())["targets"]["Wren"]  # the rows: beside it, gzip
+    full = load_result(out)
     t = full["targets"]["Wren"]
     # toy sizes: 18 Wren functions, all roles shared by Lark and Kite except the ones Kite lacks
     assert t["n_functions_evaluated"] >= 10
@@ -66,7 +67,7 @@ def test_bench_reports_one_donor_ceilings(tmp_path, capsys):
     main(["--llvm", str(TOY), "--store", str(store), "--targets", "Wren", "--fork-flow-source", "Kite",
           "--epochs", "2", "--out", str(out), "--json", "--no-gate"])
     summary = json.loads(capsys.readouterr().out)
-    t = json.loads(out.read_text())["targets"]["Wren"]
+    t = load_result(out)["targets"]["Wren"]
     fa, ff = t["generation"]["fork_adapt"], t["generation"]["fork_flow"]
     ce = fa["ceilings"]
     assert ce == summary["targets"]["Wren"]["generation"]["fork_adapt"]["ceilings"]
@@ -98,7 +99,7 @@ def test_bench_with_skills_on_toy_targets(tmp_path, capsys):
     rc = main(["--llvm", str(TOY), "--store", str(store), "--targets", "Kite", "--fork-flow-source", "Wren",
                "--epochs", "2", "--skills", "--out", str(out), "--json"])
     summary = json.loads(capsys.readouterr().out)
-    full = json.loads(out.read_text())
+    full = load_result(out)
     t = full["targets"]["Kite"]
     sk, fa = t["generation"]["skills"], t["generation"]["fork_adapt"]
     cov = sk["coverage"]

@@ -1,6 +1,5 @@
-"""The clang-15 compile gate on the toy targets (real clang, real LLVM 15 headers, real tblgen)."""
+"""The compile gate on the toy targets (real clang-15, LLVM 15 headers, tblgen) and its version matching."""
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -94,6 +93,29 @@ def test_gate_passes_real_files_and_maps_errors_back(tmp_path):
 
 
 @needs_clang
+def test_generated_text_compiles_in_the_sandbox(tmp_path):
+    """A generated function that #includes a file outside the tree (a secret) cannot read it: clang
+    runs in the gate's sandbox, which shows only the include folders the gate names."""
+    from mining.gate.sandbox import isolation
+
+    if not isolation():
+        pytest.skip("no bubblewrap here: the backend gate then runs clang unsandboxed")
+    secret = tmp_path / "outside" / "secret.inc"
+    secret.parent.mkdir()
+    secret.write_text("KS_SECRET_TOKEN_4711 +\n")
+    root = copy_toy(tmp_path / "llvm")
+    gate = CompileGate(root, tmp_path / "cache")
+    tt = load_target(root / "lib" / "Target" / "Lark")
+    fr = next(f for f in tt.functions if f.role == "RegisterInfo::getFrameRegister")
+    hostile = fr.signature + " {\n#include \"" + str(secret) + "\"\n  return Lark::R2;\n}"
+    res = gate.check("Lark", fr.path, [Splice("hostile", hostile, fr.start_byte, fr.end_byte)], use_cache=False)
+    assert not res.passed
+    text = json.dumps(res.to_dict() if hasattr(res, "to_dict") else res.__dict__, default=str)
+    assert "KS_SECRET_TOKEN_4711" not in text
+    assert "not found" in text
+
+
+@needs_clang
 def test_gate_cache_sees_header_changes(tmp_path):
     root = copy_toy(tmp_path / "llvm")
     gate = CompileGate(root, tmp_path / "cache")
@@ -114,5 +136,71 @@ def test_gate_bad_input(tmp_path):
         with pytest.raises(GateInputError, match="no file"):
             gate.check("Lark", "Missing.cpp")
     else:
-        with pytest.raises(Exception, match="apt-get install llvm-15-dev clang-15"):
+        with pytest.raises(Exception, match="apt-get install -y clang-15 llvm-15-dev"):
             gate.check("Lark", "LarkRegisterInfo.cpp")
+
+
+# ---------------------------------------------------------------- the gate follows the corpus's LLVM version
+def _toy_of_version(tmp_path, version: str) -> Path:
+    root = copy_toy(tmp_path / f"llvm-{version}")
+    (root / "fetch.json").write_text(json.dumps({"version": version, "targets": ["Kite", "Lark", "Wren"]}))
+    return root
+
+
+def test_toolchain_follows_the_recorded_version(tmp_path):
+    from mining.backend.gate import GateUnavailable, corpus_major, toolchain
+
+    assert CompileGate(TOY, tmp_path / "c").tools == toolchain(15)  # no fetch.json: LLVM 15
+    gate = CompileGate(_toy_of_version(tmp_path, "19.1.7"), tmp_path / "c")
+    assert gate.tools.major == 19 and gate.tools.clang == "clang++-19" and gate.tools.tblgen == "llvm-tblgen-19"
+    assert gate.tools.include == "/usr/lib/llvm-19/include" and gate.tools.name == "clang-19"
+    assert corpus_major(tmp_path / "llvm-19.1.7") == 19
+    # a version nobody installed: one line naming what is missing and the Debian packages
+    gate = CompileGate(_toy_of_version(tmp_path, "97.0.1"), tmp_path / "c")
+    with pytest.raises(GateUnavailable) as exc:
+        gate.check("Lark", "LarkRegisterInfo.cpp")
+    msg = str(exc.value)
+    assert "\n" not in msg and "LLVM 97" in msg and "clang++-97" in msg and "llvm-tblgen-97" in msg
+    assert msg.endswith("apt-get install -y clang-97 llvm-97-dev") and "fetch.json" in msg
+
+
+@needs_clang
+def test_tablegen_failure_reports_the_first_error_and_keeps_all_diagnostics(tmp_path):
+    from mining.backend.gate import TableGenError
+
+    root = copy_toy(tmp_path / "llvm")
+    td = root / "lib" / "Target" / "Lark" / "LarkRegisterInfo.td"
+    td.write_text(td.read_text() + "\ndef Broken : RegisterClass<\"Lark\", [i32], 32, (add NoSuchReg)>;\n")
+    gate = CompileGate(root, tmp_path / "cache")
+    with pytest.raises(TableGenError) as exc:
+        gate.check("Lark", "LarkRegisterInfo.cpp")
+    msg, details = str(exc.value), exc.value.details
+    assert "\n" not in msg and "llvm-tblgen-15 failed on Lark/" in msg
+    assert "LarkRegisterInfo.td:" in msg and "error:" in msg and not msg.rstrip().endswith("^")
+    assert "NoSuchReg" in details and details.count("\n") >= 2  # the whole output, caret lines included
+
+
+@needs_clang
+def test_host_file_that_fails_unmodified_is_an_environment_problem(tmp_path):
+    """The toy targets are written against LLVM 15; under LLVM 19's headers their RegisterInfo
+    files fail on API drift (eliminateFrameIndex returns bool in 19). A correct function spliced
+    in must not be blamed for that."""
+    if gate_skip_reason(19):
+        pytest.skip(gate_skip_reason(19))
+    tt = load_target(TOY_TARGETS / "Lark")
+    fr = next(f for f in tt.functions if f.role == "RegisterInfo::getFrameRegister")
+    splice = [Splice("same", fr.text, fr.start_byte, fr.end_byte)]
+    ok15 = CompileGate(TOY, tmp_path / "cache").check("Lark", fr.path, splice)
+    assert ok15.passed and ok15.verdict == "pass" and ok15.function_verdict("same") == "pass"
+
+    gate19 = CompileGate(_toy_of_version(tmp_path, "19.1.7"), tmp_path / "cache")
+    res = gate19.check("Lark", fr.path, splice)
+    assert not res.passed and res.verdict == "environment" and res.function_verdict("same") == "environment"
+    assert res.llvm_major == 19 and "does not compile unmodified with clang++-19" in res.environment
+    assert any("eliminateFrameIndex" in d["message"] for d in res.host_diagnostics)
+    assert "eliminateFrameIndex" in res.stderr
+    # a file that compiles under 19 still fails a broken function as the function's own failure
+    ow = next(f for f in tt.functions if f.role == "ELFObjectWriter::getRelocType")
+    bad = gate19.check("Lark", ow.path, [Splice("bad", ow.text.replace("ELF::R_LARK_32", "ELF::R_LARK_NOPE"),
+                                                ow.start_byte, ow.end_byte)])
+    assert bad.verdict == "fail" and bad.function_verdict("bad") == "fail" and bad.environment is None

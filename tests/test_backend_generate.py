@@ -1,7 +1,6 @@
 """Retrieval, fork-and-adapt, prompts, the LLM path (mocked) and the CLI, on the toy targets."""
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -287,3 +286,64 @@ def test_prune_cases_drops_groups_of_dead_labels_with_their_body():
 }"""
     out = prune_cases(code, {"T::dead1", "T::dead2"})
     assert "return 7;" not in out and "dead" not in out and "case T::live:\n    return 8;" in out
+
+
+# ---------------------------------------------------------------- roles from what the target's classes implement
+_WINCOFF = """#include "llvm/MC/MCWinCOFFObjectWriter.h"
+using namespace llvm;
+namespace {
+class {T}WinCOFFObjectWriter : public MCWinCOFFObjectTargetWriter {
+public:
+  unsigned getRelocType(MCContext &Ctx, const MCValue &Target, const MCFixup &Fixup, bool IsCrossSection,
+                        const MCAsmBackend &MAB) const override {
+    return Fixup.getKind() == FK_Data_4 ? 1u : 0u;
+  }
+};
+} // namespace
+"""
+
+
+def test_roles_follow_the_classes_a_target_implements(tmp_path):
+    """Wren's ELF writer renamed WrenObjectWriter (as Xtensa's is) keeps the ELF writer's role;
+    with a WinCOFF writer in Lark and Wren, a bare `getRelocType` is resolved by each target's
+    own code: Kite implements only the ELF one (LoongArch's case), Lark and Wren both."""
+    from prompts.backend.generate import resolve_role
+    from retrieval.backend.index import ingest_targets
+    from retrieval.backend.search import BackendIndex
+
+    root = tmp_path / "Target"
+    shutil.copytree(TOY_TARGETS, root)
+    ow = root / "Wren" / "MCTargetDesc" / "WrenELFObjectWriter.cpp"
+    ow.write_text(ow.read_text().replace("WrenELFObjectWriter", "WrenObjectWriter")
+                  .replace("createWrenObjectWriter", "createWrenELFObjectWriter"))
+    for t in ("Lark", "Wren"):
+        (root / t / "MCTargetDesc" / f"{t}WinCOFFObjectWriter.cpp").write_text(_WINCOFF.replace("{T}", t))
+    st = Store(tmp_path / "s")
+    ingest_targets(root, st)
+    roles = {r["qualified_name"]: r["role"] for r in st.query("SELECT qualified_name, role FROM functions "
+                                                             "WHERE name = 'getRelocType'")}
+    assert roles["WrenObjectWriter::getRelocType"] == "ELFObjectWriter::getRelocType"
+    assert roles["LarkELFObjectWriter::getRelocType"] == "ELFObjectWriter::getRelocType"
+    assert roles["LarkWinCOFFObjectWriter::getRelocType"] == "WinCOFFObjectWriter::getRelocType"
+    idx = BackendIndex(st)
+    assert resolve_role(idx, "getRelocType", "Kite") == "ELFObjectWriter::getRelocType"
+    with pytest.raises(BackendInputError, match=r"ambiguous \(Lark implements 2 of them\).*ELFObjectWriter"):
+        resolve_role(idx, "getRelocType", "Lark")
+    with pytest.raises(BackendInputError, match="ambiguous: ELFObjectWriter::getRelocType, WinCOFF"):
+        resolve_role(idx, "getRelocType")
+    # a target that has not written the function yet: its declared class decides
+    st.query("DELETE FROM functions WHERE target = 'Kite' AND name = 'getRelocType'")
+    assert resolve_role(BackendIndex(st), "getRelocType", "Kite") == "ELFObjectWriter::getRelocType"
+    # idempotent, and undone when the reason goes away (Lark and Kite renamed their writers too)
+    from retrieval.backend.index import canonical_roles
+
+    canonical_roles(st)
+    assert st.scalar("SELECT role FROM functions WHERE qualified_name = 'WrenObjectWriter::getRelocType'") \
+        == "ELFObjectWriter::getRelocType"
+    for t in ("Lark", "Kite"):
+        f = root / t / "MCTargetDesc" / f"{t}ELFObjectWriter.cpp"
+        f.write_text(f.read_text().replace(f"{t}ELFObjectWriter", f"{t}ObjectWriter")
+                     .replace(f"create{t}ObjectWriter", f"create{t}ELFObjectWriter"))
+    ingest_targets(root, st)
+    assert {r["role"] for r in st.query("SELECT role FROM functions WHERE name = 'getRelocType' AND "
+                                        "qualified_name NOT LIKE '%WinCOFF%'")} == {"ObjectWriter::getRelocType"}

@@ -1,6 +1,4 @@
 """Loading LLVM-style target trees: functions, roles, statements, attributes, bad input."""
-import shutil
-from pathlib import Path
 
 import pytest
 

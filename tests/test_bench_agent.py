@@ -3,11 +3,8 @@ the scale4 case: the bare arm keeps an unguarded float4 edit that passes the vis
 hidden N = 1001; the gate arm checks each edit with gate_kernel over MCP on N = 1001 and reverts it.
 The harness must see exactly that, read the agent's reported usage, and write JSON only to --out."""
 import json
-import os
-import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "agent_bench"

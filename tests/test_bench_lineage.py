@@ -9,27 +9,12 @@ import pytest
 from eval import bench_lineage
 from mining.gate.static import nvcc_path
 
+CUDA = Path(__file__).resolve().parent / "fixtures" / "cuda"  # test kernels too long to read inline
+
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = ROOT / "corpora" / "real" / "leetcuda" / "elementwise_add_f32"
 # our own kernels under the names the wrapper's lineage.toml takes (scalar, then float4)
-FIXTURE = """#include <cuda_runtime.h>
-#define FLOAT4(value) (reinterpret_cast<float4 *>(&(value))[0])
-__global__ void elementwise_add_f32_kernel(float *a, float *b, float *c, int N) {
-  int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx < N) c[idx] = a[idx] + b[idx];
-}
-__global__ void elementwise_add_f32x4_kernel(float *a, float *b, float *c, int N) {
-  int idx = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
-  if (idx < N) {
-    float4 reg_a = FLOAT4(a[idx]);
-    float4 reg_b = FLOAT4(b[idx]);
-    float4 reg_c;
-    reg_c.x = reg_a.x + reg_b.x; reg_c.y = reg_a.y + reg_b.y;
-    reg_c.z = reg_a.z + reg_b.z; reg_c.w = reg_a.w + reg_b.w;
-    FLOAT4(c[idx]) = reg_c;
-  }
-}
-"""
+FIXTURE = (CUDA / "elementwise_add_two_kernels.cu").read_text()
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="the judge reads the static stage (nvcc)")

@@ -17,7 +17,10 @@ VOCABULARY = {
     "warp_shuffle_reduce", "block_reduce_shared", "atomic_per_block", "shared_tile", "shared_padding",
     "transposed_tile", "register_tile", "register_cache", "double_buffer", "multi_stage_pipeline", "async_copy",
     "tensor_core_wmma", "online_softmax", "single_pass_stats", "fused_epilogue", "fused_residual", "warp_scan",
-    "block_scan", "decoupled_lookback", "dynamic_tile_id", "privatized_atomics", "halo_tile", "coalesced_transpose"}
+    "block_scan", "decoupled_lookback", "dynamic_tile_id", "privatized_atomics", "halo_tile", "coalesced_transpose",
+    # cache hints, each under its own name (issue 19)
+    "streaming_load", "l2_only_load", "cache_all_load", "last_use_load", "volatile_load", "streaming_store",
+    "l2_only_store", "write_through_store", "write_back_store"}
 
 
 def _solution(p: Path) -> dict:
@@ -42,7 +45,8 @@ def test_corpus_recall(capsys):
     with capsys.disabled():
         print("\ncarrier recall per expert:\n  " + "\n  ".join(rows) + f"\n  overall {hit}/{total}")
     assert total > 100
-    assert hit / total >= 0.8
+    # measured 133/133 = 1.000 (2026-12-03); just under it: at most one listed carrier lost
+    assert hit / total >= 0.99
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)
@@ -50,7 +54,8 @@ def test_expert_recall_per_problem(problem):
     sol = _solution(problem)
     want = set(sol["carriers"])
     got = carrier_names((problem / "kernel.cu").read_text(), sol.get("flags", []))
-    assert len(want & got) / len(want) >= 0.7, sorted(want - got)
+    # measured 1.000 on every expert (4-13 carriers each); just under it: one loss on an expert listing 10+
+    assert len(want & got) / len(want) >= 0.9, sorted(want - got)
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=lambda p: p.name)

@@ -1,6 +1,6 @@
 """The shipped expert corpus: well-formed, carriers from the documented vocabulary, and every
 kernel the CPU executor can run passes the gate (the GPU verification lives in
-eval/results/corpus_gate_cuda_h200.json and corpora/kernels/README.md)."""
+eval/results/corpus_gate_cuda_h200.json.gz and corpora/kernels/README.md)."""
 import re
 from pathlib import Path
 

@@ -11,39 +11,12 @@ import pytest
 from mining.gate import cpu_toolchain
 from mining.gate.gate import GateConfig, run_gate
 
+CUDA = Path(__file__).resolve().parent / "fixtures" / "cuda"  # test kernels too long to read inline
+
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or not Path(
     "/usr/include/boost/context/detail/fcontext.hpp").exists(), reason="needs g++ and libboost-context-dev")
 
-KERNEL = """\
-#include <cooperative_groups.h>
-#include <cooperative_groups/reduce.h>
-namespace cg = cooperative_groups;
-
-// block sum: shared-memory tree with cg::sync, the last warp with tile shuffles, cg::reduce for a check
-__global__ void block_sum(const float* x, float* partial, int n) {
-    cg::thread_block cta = cg::this_thread_block();
-    extern __shared__ float s[];
-    unsigned t = cta.thread_rank();
-    unsigned i = blockIdx.x * cta.size() + t;
-    s[t] = i < n ? x[i] : 0.0f;
-    cg::sync(cta);
-    for (unsigned k = cta.size() / 2; k >= 32; k >>= 1) {
-        if (t < k) s[t] += s[t + k];
-        SYNC_HERE
-    }
-    cg::thread_block_tile<32> tile = cg::tiled_partition<32>(cta);
-    if (t < 32) {
-        float v = s[t];
-        for (int off = tile.size() / 2; off > 0; off /= 2) v += tile.shfl_down(v, off);
-        float w = cg::reduce(tile, s[t], cg::plus<float>());
-        if (tile.thread_rank() == 0) partial[blockIdx.x] = (v + w) * 0.5f;
-    }
-}
-
-void block_sums(const float* x, float* partial, int N, int B) {
-    block_sum<<<B, 256, 256 * sizeof(float)>>>(x, partial, N);
-}
-"""
+KERNEL = (CUDA / "cooperative_groups.cu").read_text()
 
 
 def _problem(root: Path, sync: str) -> Path:

@@ -14,60 +14,12 @@ import pytest
 from mining.gate import cpu_rewrite, cpu_toolchain
 from mining.gate.data import bf16_round, compare
 
+CUDA = Path(__file__).resolve().parent / "fixtures" / "cuda"  # test kernels too long to read inline
+
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None or not Path(
     "/usr/include/boost/context/detail/fcontext.hpp").exists(), reason="needs g++ and libboost-context-dev")
 
-RACE_KERNELS = r"""
-#include <cuda_runtime.h>
-#include <cstdio>
-#include <cstring>
-
-// two lanes of one warp += the same global word, no atomic
-__global__ void same_warp_lost_update(const float* x, float* out) {
-    if (threadIdx.x < 2) out[0] += x[threadIdx.x];
-}
-
-// the same two lanes, ordered by __syncwarp: correct
-__global__ void same_warp_ordered(const float* x, float* out) {
-    if (threadIdx.x == 0) out[0] += x[0];
-    __syncwarp();
-    if (threadIdx.x == 1) out[0] += x[1];
-}
-
-// every thread reads out[0], then thread 127 overwrites it: the readers are other threads
-__global__ void many_readers_then_write(float* out, float* y) {
-    float v = out[0];
-    y[threadIdx.x] = v;
-    if (threadIdx.x == 127) out[0] = v + 1.f;
-}
-
-// the same shape in shared memory
-__global__ void shared_readers_then_write(float* y) {
-    __shared__ float s;
-    if (threadIdx.x == 0) s = 1.f;
-    __syncthreads();
-    float v = s;
-    y[threadIdx.x] = v;
-    if (threadIdx.x == 127) s = v + 1.f;
-}
-
-int main(int argc, char** argv) {
-    const char* which = argv[1];
-    float *x, *out, *y;
-    cudaMalloc(&x, 64 * sizeof(float));
-    cudaMalloc(&out, 4 * sizeof(float));
-    cudaMalloc(&y, 128 * sizeof(float));
-    cudaMemset(x, 0, 64 * sizeof(float));
-    cudaMemset(out, 0, 4 * sizeof(float));
-    if (!strcmp(which, "lost")) same_warp_lost_update<<<1, 32>>>(x, out);
-    if (!strcmp(which, "ordered")) same_warp_ordered<<<1, 32>>>(x, out);
-    if (!strcmp(which, "readers")) many_readers_then_write<<<1, 128>>>(out, y);
-    if (!strcmp(which, "shared_readers")) shared_readers_then_write<<<1, 128>>>(y);
-    cudaDeviceSynchronize();
-    std::printf("OK %s\n", which);
-    return 0;
-}
-"""
+RACE_KERNELS = (CUDA / "race_kernels.cu").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.gate_soundness import MANIFEST, SUITE, classify, load_manifest, summarize, suite_passed
+from eval.gate_soundness import SUITE, classify, load_manifest, summarize, suite_passed
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_CLASSES = {"missing_syncthreads", "off_by_one_bound", "unwritten_tail", "wrong_shuffle",
@@ -89,7 +89,8 @@ def test_soundness_suite_cpu(tmp_path: Path):
     assert (record.read_bytes() if record.exists() else None) == recorded
     summary = json.loads(out.read_text())
     assert {"planted", "rejected", "correct", "false_rejects", "by_class", "entries", "not_applicable"} <= set(summary)
-    assert {"commit", "command", "machine", "load_1min", "date_utc"} <= set(summary)  # where the figures came from
+    assert {"commit", "command", "machine", "date_utc"} <= set(summary)  # where the figures came from (eval/stamp.py)
+    assert {"cpu", "cores", "gpu", "load_1min"} <= set(summary["machine"])
     assert summary["command"].startswith("python -m eval.gate_soundness --executor cpu")
     assert json.loads(proc.stdout) == summary
     misses = [f"{e['problem']}/{e['kernel']}: {e['verdict']} {e.get('reason', '')}" for e in summary["entries"]

@@ -107,6 +107,39 @@ def test_walk_rejects_a_step_above_the_cost_ceiling(strategy):
     assert backward_walk("agg b c", _remove_one, _AtomicsChecker(), strategy=strategy, jobs=1).states[-1] == ""
 
 
+def _add_one(source, step):
+    """Forward candidates: append one of the tokens not yet present (a text's cost falls with each)."""
+    toks = source.split()
+    return [Candidate(operator=f"add_{t}", carrier=t, source=" ".join(toks + [t])) for t in ("p", "q", "r")
+            if t not in toks]
+
+
+def test_walk_forward_fastest_keeps_going_and_stops_on_budget():
+    """The forward walk of `skills optimize`: the fastest passing candidate is kept when it beats the
+    current text by min_gain; a step that keeps nothing moves on; stop() ends it with its reason."""
+    costs = {"p": -0.1, "q": -0.5, "r": -0.001}  # r gains less than min_gain
+    res = backward_walk("s", _add_one, ScriptedChecker(costs=costs), strategy="fastest", min_gain=0.02,
+                        keep_going=True, check_start=False, max_steps=4)
+    # steps 3 and 4 offer only r again (this proposer never leaves it out): nothing kept, budget spent
+    assert [c.carrier for c, _ in res.accepted] == ["q", "p"] and res.termination == "step_limit"
+    assert res.times == {0: 1.0, 1: 0.5, 2: 0.4}
+    # a step that keeps nothing (r is correct but not faster) is not the end while candidates remain
+    proposals = []
+
+    def once_each(source, step):
+        proposals.append(step)
+        return [c for c in _add_one(source, step) if c.carrier == "r"] if step == 1 else \
+            [c for c in _add_one(source, step) if c.carrier == "q"] if step == 2 else []
+    res = backward_walk("s", once_each, ScriptedChecker(costs=costs), strategy="fastest", min_gain=0.02,
+                        keep_going=True, check_start=False)
+    assert proposals == [1, 2, 3] and [c.carrier for c, _ in res.accepted] == ["q"]
+    res = backward_walk("s", _add_one, ScriptedChecker(costs=costs), strategy="fastest", keep_going=True,
+                        check_start=False, stop=lambda step: "budget_attempts" if step > 1 else None)
+    assert res.termination == "budget_attempts" and len(res.accepted) == 1
+    with pytest.raises(ValueError):
+        backward_walk("a", _remove_one, _Broken(None, "q"), strategy="fastest")
+
+
 # --------------------------------------------------------------------------- induction, guards
 def test_induce_picks_the_weakest_consistent_hypothesis():
     space = hypotheses(["N"], tiles=[32], row_axes={"N": 4})
@@ -330,7 +363,7 @@ def test_gpu_timing_lock_can_be_shared_across_stores(tmp_path, monkeypatch):
     second holder waits until the first releases it."""
     import fcntl
 
-    from mining.mine import gpu_timing_lock
+    from mining.checker import gpu_timing_lock
 
     shared = tmp_path / "gpu.lock"
     monkeypatch.setenv("SKILLS_GPU_LOCK", str(shared))

@@ -16,28 +16,13 @@ import pytest
 
 from mining.gate.sandbox import isolation
 
+CUDA = Path(__file__).resolve().parent / "fixtures" / "cuda"  # test kernels too long to read inline
+
 ROOT = Path(__file__).resolve().parent.parent
 SCALE = ROOT / "tests" / "fixtures" / "hostile" / "scale"
 CLI = "import sys; from cli import app; sys.argv[0] = 'skills'; app()"
 
-SPIN = r"""// Host code that never returns and leaves a session-leader child spinning too.
-#include <cuda_runtime.h>
-#include <sys/prctl.h>
-#include <unistd.h>
-__global__ void scale_kernel(const float* x, float* y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = 2.0f * x[i];
-}
-void scale(const float* x, float* y, int N) {
-    if (fork() == 0) {
-        setsid();
-        prctl(PR_SET_NAME, "@NAME@");
-        for (volatile unsigned long i = 0;; ++i) {}
-    }
-    prctl(PR_SET_NAME, "@NAME@");
-    for (volatile unsigned long i = 0;; ++i) {}
-}
-"""
+SPIN = (CUDA / "spin.cu").read_text()
 
 
 def _env(tmp: Path, **extra) -> dict:

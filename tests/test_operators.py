@@ -63,15 +63,6 @@ def test_sites_and_rewrite(name):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_site_is_byte_local(name):
-    op = get_operator(name)
-    for problem in sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file()):
-        source = _read(problem)
-        for site in op.find_sites(source):
-            _assert_outside_identical(source, op.apply(source, site), site)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
 def test_fixpoint_removes_the_carrier(name):
     problem = CASES[name][0]
     op = get_operator(name)
@@ -140,9 +131,13 @@ def test_synthetic_rewrite(name):
 def test_operators_skip_comments_and_unsafe_forms():
     assert get_operator("ldg_to_plain_load").find_sites("// __ldg(x)\n/* __ldg(y) */ int a;") == []
     assert get_operator("drop_unroll_pragma").find_sites("// #pragma unroll\nint a;") == []
-    # a vector cast of a byte buffer is not split (element k of a float4 is not c[k])
+    # a vector cast of a byte buffer is not split into components (element k of a float4 is not c[k]);
+    # the type-directed rewrite moves the same 16 bytes one char at a time instead (issue 19)
     src = "__global__ void k(const char* c, float* y) { float4 v = *reinterpret_cast<const float4*>(c); y[0] = v.x; }"
-    assert get_operator("vector_load_to_scalar").find_sites(src) == []
+    op = get_operator("vector_load_to_scalar")
+    reps = [op.apply(src, s) for s in op.find_sites(src)]
+    assert len(reps) == 1 and "make_float4" not in reps[0]
+    assert "for (int ks_k = 0; ks_k < 16; ++ks_k) reinterpret_cast<char *>(&v)[ks_k] = " in reps[0]
     # a grid-stride loop with `continue` would not compile as an `if`
     loop = "__global__ void k(float* y, int n) { for (int i = threadIdx.x; i < n; i += blockDim.x) { if (i & 1) continue; y[i] = 0; } }"
     assert get_operator("grid_stride_to_single").find_sites(loop) == []
@@ -191,3 +186,21 @@ def test_grid_clamp_keeps_hardware_limits():
 
 def _gate(problem: str, source: str, store: Path):
     return cpu_gate(problem, source, store, seeds=None)  # the gate's default seeds
+
+
+def test_pairs_hold_both_directions_in_one_module():
+    from mining.operators.registry import PAIRS, all_rewrites, inverses, rewrites_for
+
+    rewrites = all_rewrites()
+    for pair in PAIRS:
+        module = pair.operator.__module__ if pair.operator is not None else pair.rewrites[0].fn.__module__
+        for r in pair.rewrites:  # a forward half lives beside the operator it inverts
+            assert r.fn.__module__ == module and r.carrier and r.prior > 0
+        assert all(n in rewrites for n in pair.inverses)
+    # every forward rewrite inverts some operator or serves some carrier
+    inverted = {n for p in PAIRS for n in p.inverses}
+    forward_only = {r.name for p in PAIRS if p.operator is None for r in p.rewrites}
+    assert all(n in inverted or r.serves or n in forward_only for n, r in rewrites.items())
+    assert inverses("drop_grid_clamp") == ["grid_stride"]  # the clamp goes back with its loop
+    assert rewrites_for("warp_atomic_to_thread_atomics", "atomic_per_block") == ["privatize_atomics", "warp_per_row"]
+    assert rewrites_for("llm", "block_scan") == ["warp_scan"]  # served, not inverted

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from mining.gate import BadInput
-from mining.materialize import Context, materialize, rewrites_for, run_rewrite
+from mining.operators.base import Context
+from mining.operators.forward import materialize, run_rewrite
+from mining.operators.registry import rewrites_for
 from prompts.optimize import (OptimizeConfig, SkillSource, check_preconditions, optimize, parse_optimization,
                              rank_memory, flat_memory, sanitize, skill_card)
+from mining.records import Skill
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "corpora" / "kernels"
@@ -39,6 +42,11 @@ def skill(carrier: str, operator: str, problems=("reduce_sum",), **extra) -> dic
     return rec
 
 
+def record(carrier: str, operator: str, problems=("reduce_sum",), **extra) -> Skill:
+    """The same skill as a record (what optimize reads)."""
+    return Skill.model_validate(skill(carrier, operator, problems, **extra))
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
     """One gate cache for the module: the input kernel is gated once."""
@@ -56,22 +64,22 @@ def skills_file(tmp_path: Path) -> Path:
 
 # --------------------------------------------------------------------------- forward rewrites (no gate)
 def test_rewrites_map_skills_to_forward_edits():
-    assert rewrites_for({"operator": "drop_restrict", "carrier": "restrict"}) == ["add_restrict"]
-    assert "warp_per_row" in rewrites_for({"operator": "shuffle_to_shared", "carrier": "warp_shuffle_reduce"})
-    assert rewrites_for({"operator": "llm", "carrier": "vector_store"})[0] == "vectorize_elementwise"
-    assert rewrites_for({"operator": "llm", "carrier": "online_softmax"}) == []
+    assert rewrites_for("drop_restrict", "restrict") == ["add_restrict"]
+    assert "warp_per_row" in rewrites_for("shuffle_to_shared", "warp_shuffle_reduce")
+    assert rewrites_for("llm", "vector_store")[0] == "vectorize_elementwise"
+    assert rewrites_for("llm", "online_softmax") == []
 
 
 def test_vector_add_materializations():
-    r = materialize(skill("restrict", "drop_restrict"), NAIVE)
+    r = materialize(record("restrict", "drop_restrict"), NAIVE)
     assert len(r) == 1 and "const float* __restrict__ a" in r[0].source and "float* __restrict__ y" in r[0].source
     assert r[0].site_line == 4 and r[0].rewrite == "add_restrict"
-    v = materialize(skill("vector_load", "vector_load_to_scalar"), NAIVE)
+    v = materialize(record("vector_load", "vector_load_to_scalar"), NAIVE)
     src = v[0].source
     assert "reinterpret_cast<const float4*>(a)" in src and "reinterpret_cast<float4*>(y)" in src
     assert "gridDim.x * blockDim.x" in src and "ks_clamp_grid(" in src  # grid-stride form, clamped launch
     assert v[0].guards and "alignment" in v[0].guards[0]  # the precondition is checked at run time
-    g = materialize(skill("grid_stride", "grid_stride_to_single"), NAIVE)[0].source
+    g = materialize(record("grid_stride", "grid_stride_to_single"), NAIVE)[0].source
     assert "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)" in g
     # outside its edits the file is byte-identical
     assert g.startswith(NAIVE[:NAIVE.index("__global__")])
@@ -95,20 +103,23 @@ def test_structural_rewrites_find_their_sites():
 
 
 def test_leave_one_out_sanitizes_records():
-    only = skill("ldg", "ldg_to_plain_load", problems=("softmax",))
+    only = record("ldg", "ldg_to_plain_load", problems=("softmax",))
     assert sanitize(only, {"softmax"}) is None
-    shared = skill("restrict", "drop_restrict", problems=("softmax", "reduce_sum"))
+    shared = record("restrict", "drop_restrict", problems=("softmax", "reduce_sum"))
     s = sanitize(shared, {"softmax"})
-    assert [e["problem"] for e in s["evidence"]] == ["reduce_sum"]
-    assert "softmax" not in s["diff"] and "reduce_sum" in s["diff"]  # the exemplar came from the held-out problem
+    assert [e.problem for e in s.evidence] == ["reduce_sum"] and s.scope["problems"] == ["reduce_sum"]
+    assert "softmax" not in s.diff and "reduce_sum" in s.diff  # the exemplar came from the held-out problem
+    assert [e.problem for e in shared.evidence] == ["softmax", "reduce_sum"]  # the loaded record is not changed
     mem = flat_memory([s])
-    assert mem == [{"problem": "reduce_sum", "diff": s["diff"]}] and rank_memory(mem, NAIVE, 3) == mem
+    assert mem == [{"problem": "reduce_sum", "diff": s.diff}] and rank_memory(mem, NAIVE, 3) == mem
 
 
 def test_preconditions_checked_against_every_workload():
-    rec = skill("vector_load", "vector_load_to_scalar",
-                preconditions=[{"kind": "divisible", "axis": "N", "value": 4, "text": "N % 4 == 0",
-                                "source": "probe", "probes": [], "status": "discovered"}])
+    rec = record("vector_load", "vector_load_to_scalar",
+                 preconditions=[{"kind": "divisible", "axis": "N", "value": 4, "text": "N % 4 == 0",
+                                 "source": "probe", "probes": [], "status": "discovered"}])
+    assert rec.preconditions[0].check({"N": 4096}) == ("satisfied", "N=4096")  # the record checks itself
+    assert rec.preconditions[0].check({"M": 8})[0] == "unknown"
     checks = check_preconditions(rec, [{"N": 4096}, {"N": 7}])
     assert checks[0]["check"] == "violated" and checks[0]["violated_by_workloads"] == [1] and checks[0]["needs_guard"]
     card = skill_card(rec, {"line": 5, "code": "y[i] = a[i] + b[i];", "reason": "scalar load"}, checks)
@@ -209,7 +220,7 @@ def test_llm_materializer_with_mocked_endpoint(tmp_path, cache):
 def test_prompt_carries_the_skill_card(tmp_path):
     from prompts.optimize import Attempt, build_prompt
 
-    rec = skill("vector_load", "vector_load_to_scalar")
+    rec = record("vector_load", "vector_load_to_scalar")
     p = build_prompt(NAIVE, problem_summary="- name: vector_add", guidance=skill_card(rec, None, []),
                      history=[Attempt(1, 0, "deterministic", "add_ldg", description="ldg", why="dropped: slower")])
     assert "introduce vector_load" in p and "new reduce_sum" in p and "dropped: slower" in p
@@ -229,6 +240,9 @@ def test_bad_input(tmp_path, skills_file, cache, problem_copy):
     bad = tmp_path / "bad.json"
     bad.write_text("{\"x\": 1}")
     with pytest.raises(BadInput, match="skill records"):
+        SkillSource(bad)
+    bad.write_text(json.dumps([skill("restrict", "drop_restrict", provides="not a list")]))
+    with pytest.raises(BadInput, match=r"bad.json: skill sk-restrict: provides: "):
         SkillSource(bad)
     if not gpp_missing():
         d = problem_copy("vector_add")

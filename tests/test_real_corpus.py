@@ -16,6 +16,8 @@ from corpora.problem import load_problem
 from mining.gate.binding import bind_entry
 from mining.gate.gate import GateConfig, run_gate
 
+CUDA = Path(__file__).resolve().parent / "fixtures" / "cuda"  # test kernels too long to read inline
+
 EXPERTS = real.list_experts()
 
 
@@ -47,47 +49,7 @@ def test_wrapper_loads_validates_and_every_shim_binds(expert: real.RealExpert):
 
 # --------------------------------------------------------------------------- fixture source
 
-FIXTURE_KERNELS = textwrap.dedent("""\
-    #include <cuda_runtime.h>
-    #include <cuda_fp8.h>
-    #include <torch/extension.h>
-    #include <stdio.h>
-    #include "fixture_common.h"
-
-    #define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])
-    #define UNUSED_MACRO 7
-
-    namespace fx = std;
-
-    struct Pair { float a, b; };
-
-    template <typename T> __device__ __forceinline__ T twice(T x) { return x + x; }
-    __device__ float unused_helper(float x) { return x * 3.0f; }
-
-    // scalar version: one element per thread
-    __global__ void scale_f32_kernel(float *x, float *y, int n) {
-      int i = blockIdx.x * BLOCK + threadIdx.x;
-      if (i < n) y[i] = twice(x[i]);
-    }
-
-    // vector version: four elements per thread
-    __global__ void scale_f32x4_kernel(float *x, float *y, int n) {
-      int i = (blockIdx.x * BLOCK + threadIdx.x) * 4;
-      if (i + 3 < n) {
-        float4 v = FLOAT4(x[i]);
-        Pair p = {twice(v.x), twice(v.y)};
-        v.x = p.a; v.y = p.b; v.z = twice(v.z); v.w = twice(v.w);
-        FLOAT4(y[i]) = v;
-      } else {
-        for (int j = i; j < n; ++j) y[j] = twice(x[j]);
-      }
-    }
-
-    void scale(torch::Tensor x, torch::Tensor y) {
-      scale_f32_kernel<<<1, BLOCK>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
-    }
-    PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scale", &scale); }
-    """)
+FIXTURE_KERNELS = (CUDA / "torch_extension_scale.cu").read_text()
 
 DEFINITION = {
     "name": "fixture_scale", "op_type": "elementwise", "description": "y = 2 x",

@@ -1,9 +1,7 @@
-import json
-
 import pytest
 
 from corpora.store_root import resolve_root
-from skills.store import Store, register_section, SECTIONS
+from skills.store import Store
 
 
 def test_root_resolution(monkeypatch, tmp_path):
@@ -18,13 +16,11 @@ def test_schema_is_created_idempotently(tmp_path):
     st = Store(tmp_path / "s")
     tables = set(st.tables())
     assert {"targets", "functions", "target_attributes", "target_files", "backend_ingests", "models",
-            "schema_sections"} <= tables
+            "schema_migrations", "skills", "sources"} <= tables
     assert st.db_path.is_file() and st.db_path.parent == tmp_path / "s"
     st.close()
-    st2 = Store(tmp_path / "s")  # reopening runs the DDL again without error
+    st2 = Store(tmp_path / "s")  # reopening applies nothing (tests/test_store_migrations.py: old stores)
     assert set(st2.tables()) == tables
-    sections = {r["section"] for r in st2.query("SELECT section FROM schema_sections")}
-    assert {"core", "backends"} <= sections
 
 
 def test_transaction_rolls_back_a_failed_batch(tmp_path):
@@ -61,15 +57,6 @@ def test_model_registry(tmp_path):
     m = st.model("m1")
     assert m["data_fingerprint"] == "fp2" and m["metadata"] == {"seed": 1}
     assert st.model("nope") is None
-
-
-def test_registered_section_is_created_next_to_backends(tmp_path):
-    register_section("test_kernels", 1, ["CREATE TABLE IF NOT EXISTS test_kernel_rows (id INTEGER PRIMARY KEY)"])
-    try:
-        st = Store(tmp_path / "s")
-        assert "test_kernel_rows" in st.tables() and "functions" in st.tables()
-    finally:
-        SECTIONS.pop("test_kernels", None)
 
 
 def test_read_only_store_requires_existing_db(tmp_path):

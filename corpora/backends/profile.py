@@ -42,7 +42,7 @@ def load_profile(store, target: str) -> TargetProfile:
     prof = TargetProfile(target, aliases, PRIMARY_ALIAS.get(target, target))
     for r in rows:
         k, n = r["kind"], r["name"]
-        if k == "alias":
+        if k in ("alias", "class"):  # class: base classes, for roles only
             continue
         if k == "declaration":
             prof.declared.add(n)

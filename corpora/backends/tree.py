@@ -707,6 +707,32 @@ def extract_tablegen(files: list[tuple[str, bytes]], target: str) -> tuple[list[
     return list(out.values()), reports
 
 
+def extract_class_bases(tree, target: str, path: str) -> list[Attribute]:
+    """Classes defined with a body and the classes they derive from (kind ``class``; parents:
+    base names without ``llvm::`` or template arguments). Roles are canonicalized with them:
+    Xtensa's ``XtensaObjectWriter`` derives from ``MCELFObjectTargetWriter`` like the other
+    targets' ``<T>ELFObjectWriter`` (retrieval/backend_index.canonical_roles)."""
+    out: list[Attribute] = []
+    for n in walk(tree.root_node):
+        if n.type not in ("class_specifier", "struct_specifier"):
+            continue
+        name = n.child_by_field_name("name")
+        clause = next((c for c in n.children if c.type == "base_class_clause"), None)
+        if name is None or clause is None or n.child_by_field_name("body") is None:
+            continue
+        bases = []
+        for c in clause.named_children:
+            if c.type in ("type_identifier", "qualified_identifier", "qualified_type_identifier", "template_type"):
+                b = re.sub(r"<.*", "", re.sub(r"\s+", "", _text(c)))
+                b = re.sub(r"^(?:::)?(?:llvm::)+", "", b)
+                if b:
+                    bases.append(b)
+        cls = re.sub(r"<.*", "", _text(name))
+        if bases and re.fullmatch(r"[A-Za-z_]\w*", cls):
+            out.append(Attribute(target, "class", cls, parents=bases, path=path, line=n.start_point[0] + 1))
+    return out
+
+
 def extract_declarations(tree, target: str, path: str) -> list[Attribute]:
     """Names a header declares (enumerators, classes, namespaces, member functions), kept as
     attributes of kind ``declaration`` (value: the qualified form). A porter writes these before
@@ -800,6 +826,7 @@ def load_target(target_dir: Path, relocs_dir: Optional[Path] = None) -> TargetTr
         trees[rel] = tree
         class_names.extend(class_names_in(tree))
         attributes.extend(extract_fixups(data, tree, target, rel))
+        attributes.extend(extract_class_bases(tree, target, rel))
         if rel.endswith(".h"):
             attributes.extend(extract_declarations(tree, target, rel))
     aliases = find_aliases(target, class_names)
@@ -815,7 +842,7 @@ def load_target(target_dir: Path, relocs_dir: Optional[Path] = None) -> TargetTr
     for a in attributes:
         uniq.setdefault((a.kind, a.name), a)
     attributes = list(uniq.values())
-    attr_names = {a.name for a in attributes if a.kind not in ("instruction_format", "declaration")}
+    attr_names = {a.name for a in attributes if a.kind not in ("instruction_format", "declaration", "class")}
     rprefixes = reloc_prefixes(relocs)
 
     functions: list[Function] = []

@@ -7,6 +7,7 @@ All offsets are UTF-8 byte offsets into the original source.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -111,9 +112,19 @@ class Source:
 
     # ---- tree helpers
     def nodes(self, *types: str, within: Optional[Node] = None) -> Iterator[Node]:
-        """Nodes of these types in pre-order, in the whole tree or in ``within``'s subtree."""
+        """Nodes of these types in pre-order, in the whole tree or in ``within``'s subtree (a node of
+        this tree: its subtree is the byte range it spans in the pre-order list, found by bisection,
+        not walked again for every question)."""
         if within is not None:
-            return (n for n in walk(within) if n.type in types)
+            a, b = within.start_byte, within.end_byte
+            pool = self._by_type.get(types[0], ()) if len(types) == 1 else self._preorder
+            starts = self._starts_by_type.get(types[0]) if len(types) == 1 else self._preorder_starts
+            if starts is None:
+                starts = []
+            i = bisect.bisect_left(starts, a)
+            j = bisect.bisect_right(starts, b)
+            return (n for n in pool[i:j] if n.end_byte <= b and (n.start_byte < b or n.start_byte == a)
+                    and n.type in types)
         if len(types) == 1:
             return iter(self._by_type.get(types[0], ()))
         return (n for n in self._preorder if n.type in types)
@@ -129,6 +140,14 @@ class Source:
         for n in self._preorder:
             out.setdefault(n.type, []).append(n)
         return out
+
+    @cached_property
+    def _preorder_starts(self) -> list[int]:
+        return [n.start_byte for n in self._preorder]  # non-decreasing: pre-order visits by position
+
+    @cached_property
+    def _starts_by_type(self) -> dict[str, list[int]]:
+        return {t: [n.start_byte for n in ns] for t, ns in self._by_type.items()}
 
     def func_node(self, f: FunctionSig) -> Optional[Node]:
         for n in self.nodes("function_definition"):

@@ -1,13 +1,23 @@
-"""Compile gate for generated LLVM backend functions (clang-15 ``-fsyntax-only``).
+"""Compile gate for generated LLVM backend functions (clang ``-fsyntax-only``, version-matched).
+
+The gate follows the corpus: a tree fetched from LLVM N (``fetch.json``'s version) is checked
+with ``clang++-N``, ``llvm-tblgen-N`` and LLVM N's headers (Debian ``clang-N`` and
+``llvm-N-dev``); LLVM's C++ API drifts between releases, so a 19 tree against 15's headers
+fails on code nobody generated. A tree without ``fetch.json`` (the test suite's toy targets)
+is taken to be LLVM ``DEFAULT_LLVM_MAJOR``.
 
 A generated function is spliced into its target's real source file in place of the function
 it stands for (or appended to the file that holds its class), then the file is checked against
-the LLVM 15 headers (Debian ``llvm-15-dev``), the target's own TableGen outputs (generated with
-``llvm-tblgen-15`` from the calls in the target's CMakeLists.txt) and a ``config.h`` generated
-from the corpus's ``config.h.cmake``. Each spliced function is bracketed by ``#line``
+those headers, the target's own TableGen outputs (generated from the calls in the target's
+CMakeLists.txt) and a ``config.h`` generated from the corpus's ``config.h.cmake``. Each spliced function is bracketed by ``#line``
 directives, so clang reports its diagnostics against the function's own lines
 (``<gen:label>:LINE``), and one clang run checks several functions of one file without
 mixing up whose errors are whose.
+
+When a check with splices fails, the unmodified host file is checked too (once, cached): a host
+that does not compile as it stands is an *environment* problem (a missing generated header, a
+toolchain that does not match the tree), reported as such and never as a failure of the
+functions spliced into it. TableGen and clang failures carry their full diagnostics.
 
 Results are cached by a content hash of everything that affects them (spliced file, flags,
 clang version, TableGen outputs). TableGen outputs are cached per target by a hash of its .td
@@ -32,14 +42,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from mining.gate.sandbox import run_limited
+
 GATE_VERSION = "backend-gate-1"
-CLANG = os.environ.get("SKILLS_CLANG", "clang++-15")
-TBLGEN = os.environ.get("SKILLS_TBLGEN", "llvm-tblgen-15")
-LLVM_INCLUDE = os.environ.get("SKILLS_LLVM_INCLUDE", "/usr/lib/llvm-15/include")
+DEFAULT_LLVM_MAJOR = 15  # a tree without fetch.json: the toy targets were written against LLVM 15
+# Tool names per LLVM major version; ``{major}`` is filled in (override for a custom toolchain).
+CLANG_TEMPLATE = os.environ.get("SKILLS_CLANG", "clang++-{major}")
+TBLGEN_TEMPLATE = os.environ.get("SKILLS_TBLGEN", "llvm-tblgen-{major}")
+INCLUDE_TEMPLATE = os.environ.get("SKILLS_LLVM_INCLUDE", "/usr/lib/llvm-{major}/include")
+DIAGNOSTICS_CAP = 20000  # characters of a tool's stderr kept in results and errors
 CLANG_FLAGS = ["-std=c++17", "-fsyntax-only", "-fno-exceptions", "-fno-rtti", "-Wno-everything",
                "-Werror=return-type", "-ferror-limit=0", "-fno-color-diagnostics", "-fno-caret-diagnostics",
                "-fno-diagnostics-fixit-info",
                "-D__STDC_CONSTANT_MACROS", "-D__STDC_FORMAT_MACROS", "-D__STDC_LIMIT_MACROS"]
+CLANG_MEM_MB = 6144.0  # one translation unit of a target's backend file, with every header
 # Generators whose outputs only instruction selection uses; made on demand (they are the slow ones).
 LATE_GENERATORS = ("-gen-dag-isel", "-gen-global-isel")
 _DIAG = re.compile(r"^(?P<file><gen:[^>\n]+>|[^\n:]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$",
@@ -47,11 +63,87 @@ _DIAG = re.compile(r"^(?P<file><gen:[^>\n]+>|[^\n:]+):(?P<line>\d+):(?P<col>\d+)
 
 
 class GateUnavailable(Exception):
-    """The toolchain (clang-15, llvm-tblgen-15, LLVM 15 headers) is not installed."""
+    """The corpus's toolchain (clang++-N, llvm-tblgen-N, LLVM N headers) is not installed."""
 
 
 class GateInputError(Exception):
-    """Bad input (unknown target, missing file); one line for the user."""
+    """Bad input (unknown target, missing file); one line for the user. ``details`` holds a
+    tool's full diagnostics when there are any (TableGen's, for a tree it cannot read)."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+class TableGenError(GateInputError):
+    """llvm-tblgen failed on a target's .td files (message: the first error; details: all of it)."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """clang++, llvm-tblgen and headers of one LLVM major version."""
+    major: int
+    clang: str
+    tblgen: str
+    include: str
+
+    @property
+    def name(self) -> str:
+        return f"clang-{self.major}"
+
+    def missing(self) -> list[tuple[str, str]]:
+        """(what is missing, the Debian package that has it)."""
+        m = self.major
+        out = []
+        if shutil.which(self.clang) is None:
+            out.append((self.clang, f"clang-{m}"))
+        if shutil.which(self.tblgen) is None:
+            out.append((self.tblgen, f"llvm-{m}-dev"))
+        if not Path(self.include, "llvm", "MC", "MCELFObjectWriter.h").is_file():
+            out.append((f"LLVM {m} headers ({self.include})", f"llvm-{m}-dev"))
+        return out
+
+    def unavailable(self, why: str = "") -> Optional[str]:
+        """None when everything is installed, else one line naming what is missing and the
+        packages to install."""
+        miss = self.missing()
+        if not miss:
+            return None
+        pkgs = " ".join(dict.fromkeys(p for _, p in miss))
+        return (f"the compile gate for LLVM {self.major}{why} needs {', '.join(w for w, _ in miss)}, "
+                f"not installed: apt-get install -y {pkgs}")
+
+
+def toolchain(major: int | str = DEFAULT_LLVM_MAJOR) -> Toolchain:
+    m = int(str(major).split(".")[0])
+    return Toolchain(m, CLANG_TEMPLATE.format(major=m), TBLGEN_TEMPLATE.format(major=m),
+                     INCLUDE_TEMPLATE.format(major=m))
+
+
+def corpus_version(llvm_root: os.PathLike | str) -> Optional[str]:
+    """The LLVM version recorded in ``<llvm_root>/fetch.json`` (``19.1.7``), else None."""
+    fetch = Path(llvm_root) / "fetch.json"
+    if not fetch.is_file():
+        return None
+    try:
+        v = str(json.loads(fetch.read_text()).get("version", ""))
+    except (json.JSONDecodeError, OSError):
+        return None
+    return v if re.match(r"\d+", v) else None
+
+
+def corpus_major(llvm_root: os.PathLike | str) -> int:
+    v = corpus_version(llvm_root)
+    return int(v.split(".")[0]) if v else DEFAULT_LLVM_MAJOR
+
+
+def first_error_line(stderr: str) -> str:
+    """The first line that says ``error:`` (the caret lines after it say nothing alone)."""
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    for ln in lines:
+        if re.search(r"\berror\b:", ln):
+            return ln[:400]
+    return (lines[0] if lines else "(no output)")[:400]
 
 
 @dataclass
@@ -76,6 +168,25 @@ class GateResult:
     cached: bool = False
     seconds: float = 0.0
     command: list = field(default_factory=list)
+    llvm_major: int = DEFAULT_LLVM_MAJOR
+    stderr: str = ""  # clang's whole output (capped at DIAGNOSTICS_CAP characters)
+    # Set when the check failed and the unmodified host file fails too: the environment (the
+    # toolchain, a generated header), not the spliced functions, is at fault.
+    environment: Optional[str] = None
+    host_diagnostics: list = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        """pass | fail | environment (the host file does not compile without the splices)."""
+        return "pass" if self.passed else ("environment" if self.environment else "fail")
+
+    def function_verdict(self, label: str) -> str:
+        """pass | fail | environment for one spliced function; a host-file error outside every
+        spliced function fails them all."""
+        if self.environment:
+            return "environment"
+        f = self.functions.get(label)
+        return "pass" if f and f["passed"] and not self.file_diagnostics else "fail"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -89,12 +200,10 @@ class Splice:
     end_byte: Optional[int] = None
 
 
-def toolchain_available() -> Optional[str]:
-    """None when clang-15, llvm-tblgen-15 and the LLVM 15 headers are present, else what is missing."""
-    missing = [t for t in (CLANG, TBLGEN) if shutil.which(t) is None]
-    if not Path(LLVM_INCLUDE, "llvm", "MC", "MCELFObjectWriter.h").is_file():
-        missing.append(f"LLVM 15 headers ({LLVM_INCLUDE})")
-    return ", ".join(missing) or None
+def toolchain_available(major: int | str = DEFAULT_LLVM_MAJOR) -> Optional[str]:
+    """None when clang++-N, llvm-tblgen-N and the LLVM N headers are present, else one line
+    saying what is missing and which Debian packages have it."""
+    return toolchain(major).unavailable()
 
 
 def _tool_version(tool: str) -> str:
@@ -180,7 +289,8 @@ class CompileGate:
     """Checks spliced functions in one LLVM corpus (``llvm_root`` holds lib/Target)."""
 
     def __init__(self, llvm_root: os.PathLike | str, cache_dir: os.PathLike | str, tblgen_jobs: int = 1,
-                 timeout_s: float = 300.0):
+                 timeout_s: float = 300.0, llvm_major: Optional[int] = None):
+        """``llvm_major`` picks the toolchain; None: the corpus's recorded version (fetch.json)."""
         root = Path(llvm_root).resolve()
         if (root / "lib" / "Target").is_dir():
             self.target_root = root / "lib" / "Target"
@@ -194,24 +304,33 @@ class CompileGate:
         self.cache_dir = Path(cache_dir).resolve() / "backend-gate"
         self.tblgen_jobs = max(1, tblgen_jobs)
         self.timeout_s = timeout_s
+        self.version = corpus_version(self.llvm_root)
+        self.tools = toolchain(llvm_major if llvm_major is not None else corpus_major(self.llvm_root))
         self._clang_version: Optional[str] = None
         self._tblgen_version: Optional[str] = None
+        self._host_ok: dict[tuple[str, str, str], tuple[bool, list]] = {}
+
+    def unavailable(self) -> Optional[str]:
+        """None when this corpus's toolchain is installed, else the one-line reason."""
+        src = (f" (the corpus's version, from {self.llvm_root / 'fetch.json'})" if self.version
+               else f" (no fetch.json in {self.llvm_root}: taken to be LLVM {DEFAULT_LLVM_MAJOR})")
+        return self.tools.unavailable(src)
 
     def require(self) -> None:
-        missing = toolchain_available()
-        if missing:
-            raise GateUnavailable(f"compile gate needs {missing} (apt-get install llvm-15-dev clang-15)")
+        why = self.unavailable()
+        if why:
+            raise GateUnavailable(why)
 
     @property
     def clang_version(self) -> str:
         if self._clang_version is None:
-            self._clang_version = _tool_version(CLANG)
+            self._clang_version = _tool_version(self.tools.clang)
         return self._clang_version
 
     @property
     def tblgen_version(self) -> str:
         if self._tblgen_version is None:
-            self._tblgen_version = _tool_version(TBLGEN)
+            self._tblgen_version = _tool_version(self.tools.tblgen)
         return self._tblgen_version
 
     def target_dir(self, target: str) -> Path:
@@ -224,10 +343,7 @@ class CompileGate:
     def config_dir(self) -> Path:
         template = self.llvm_root / "include" / "llvm" / "Config" / "config.h.cmake"
         text = template.read_text() if template.is_file() else ""
-        version = "15.0.6"
-        fetch = self.llvm_root / "fetch.json"
-        if fetch.is_file():
-            version = json.loads(fetch.read_text()).get("version", version)
+        version = self.version or f"{self.tools.major}.0.0"
         key = _hash("config", text, version)[:16]
         out = self.cache_dir / "config" / key
         header = out / "llvm" / "Config" / "config.h"
@@ -273,12 +389,17 @@ class CompileGate:
         def run(call):
             td, inc, flags = call
             tmp = out / f".{inc}.tmp"
-            cmd = [TBLGEN, *flags, "-I", str(d), "-I", LLVM_INCLUDE, "-I", str(self.target_root), str(d / td),
-                   "-o", str(tmp)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+            cmd = [self.tools.tblgen, *flags, "-I", str(d), "-I", self.tools.include, "-I", str(self.target_root),
+                   str(d / td), "-o", str(tmp)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                raise TableGenError(f"{self.tools.tblgen} timed out after {self.timeout_s:.0f}s on {target}/{td} "
+                                    f"({inc})") from None
             if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-                raise GateInputError(f"llvm-tblgen failed for {target} {inc}: {last}")
+                tmp.unlink(missing_ok=True)
+                raise TableGenError(f"{self.tools.tblgen} failed on {target}/{td} ({inc}): "
+                                    f"{first_error_line(proc.stderr)}", proc.stderr[-DIAGNOSTICS_CAP:])
             os.replace(tmp, out / inc)
 
         if todo:
@@ -332,7 +453,7 @@ class CompileGate:
         text = self.splice(source, f"{target}/{rel_path}", splices)
         gen = self.tblgen_dir(target)
         cfg = self.config_dir()
-        key = _hash("check", text, rel_path, CLANG_FLAGS, self.clang_version, str(gen), LLVM_INCLUDE,
+        key = _hash("check", text, rel_path, CLANG_FLAGS, self.clang_version, str(gen), self.tools.include,
                     self._headers_key(target))
         cache_file = self.cache_dir / "results" / key[:2] / f"{key}.json"
         raw = None
@@ -347,13 +468,31 @@ class CompileGate:
             if raw.get("timeout"):
                 return GateResult(target, rel_path, False, file_diagnostics=[Diagnostic(
                     "error", f"clang timed out after {self.timeout_s:.0f}s", 0, 0, "file").to_dict()],
-                    seconds=round(time.monotonic() - started, 3))
+                    seconds=round(time.monotonic() - started, 3), llvm_major=self.tools.major)
             _atomic_write(cache_file, json.dumps(raw))
         res = self._result(target, rel_path, splices, raw["rc"], raw["stderr"], host.name)
-        res.command = [CLANG, *CLANG_FLAGS, "-I...", host.name]
+        res.command = [self.tools.clang, *CLANG_FLAGS, "-I...", host.name]
         res.cached = cached
+        res.llvm_major = self.tools.major
+        res.stderr = raw["stderr"][:DIAGNOSTICS_CAP]
+        if not res.passed and splices:
+            ok, diags = self.host_compiles(target, rel_path, use_cache)
+            if not ok:
+                first = diags[0]["message"] if diags else "clang failed"
+                res.environment = (f"{target}/{rel_path} does not compile unmodified with {self.tools.clang} "
+                                   f"against LLVM {self.tools.major}'s headers ({first}): an environment "
+                                   f"problem, not the generated code's")
+                res.host_diagnostics = diags
         res.seconds = round(time.monotonic() - started, 3)
         return res
+
+    def host_compiles(self, target: str, rel_path: str, use_cache: bool = True) -> tuple[bool, list]:
+        """Does T's file compile as it stands? (memoized per process; the clang result is cached)"""
+        key = (target, rel_path, self.clang_version)
+        if key not in self._host_ok:
+            base = self.check(target, rel_path, (), use_cache=use_cache)
+            self._host_ok[key] = (base.passed, base.file_diagnostics)
+        return self._host_ok[key]
 
     def _run_clang(self, target: str, host: Path, text: str, gen: Path, cfg: Path) -> dict:
         d = self.target_dir(target)
@@ -366,12 +505,18 @@ class CompileGate:
                 incs = ["-I", str(host.parent), "-I", str(gen), "-I", str(d)]
                 if (self.llvm_root / "include").is_dir():
                     incs += ["-I", str(self.llvm_root / "include")]
-                incs += ["-I", LLVM_INCLUDE, "-I", str(cfg)]
-                cmd = [CLANG, *CLANG_FLAGS, *incs, str(copy)]
-                try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, cwd=tmp)
-                except subprocess.TimeoutExpired:
+                incs += ["-I", self.tools.include, "-I", str(cfg)]
+                cmd = [self.tools.clang, *CLANG_FLAGS, *incs, str(copy)]
+                # the spliced text is generated (an LLM's or a donor's): clang sees it inside the
+                # gate's sandbox, with only the include folders it names readable (docs/security.md)
+                readable = [Path(incs[i + 1]) for i in range(0, len(incs), 2) if Path(incs[i + 1]).exists()]
+                proc = run_limited(cmd, cwd=Path(tmp), timeout_s=self.timeout_s, mem_mb=CLANG_MEM_MB,
+                                   readable=readable, writable=[Path(tmp)])
+                if proc.timed_out:
                     return {"timeout": True}
+                if proc.mem_exceeded:
+                    return {"rc": 1, "stderr": f"error: clang exceeded {CLANG_MEM_MB:.0f} MB",
+                            "seconds": round(time.monotonic() - started, 3)}
             missing_inc = re.findall(r"'(\w+Gen\w+\.inc)' file not found", proc.stderr)
             if missing_inc and not late_tried:
                 late_tried = True
@@ -396,7 +541,8 @@ class CompileGate:
                 file_diags.append(diag.to_dict())
         passed = rc == 0 and all(f["passed"] for f in funcs.values()) and not file_diags
         if rc != 0 and not file_diags and all(f["passed"] for f in funcs.values()):
-            file_diags.append(Diagnostic("error", (stderr.strip().splitlines() or ["clang failed"])[-1][:300], 0, 0,
+            # no diagnostic in clang's usual form (a crash, a driver error): keep all it said
+            file_diags.append(Diagnostic("error", (stderr.strip() or "clang failed")[:DIAGNOSTICS_CAP], 0, 0,
                                          "file").to_dict())
         return GateResult(target, rel_path, passed, funcs, file_diags)
 

@@ -8,9 +8,9 @@
 For one function of target T (an ingested row of the ``functions`` table): the operators of
 ``mining/backend/operators.py`` propose simplifications (drop a case label or arm, a
 target-specific statement, an if branch; a switch becomes its default path), the generic walk
-(``mining/walk.py``) accepts one per step, and every candidate is checked by the clang-15
-compile gate (``mining/backend/gate.py``) spliced into T's real file. The final state is the
-function's *skeleton*; each accepted step, reversed, is lifted into a backend Skill
+(``mining/walk.py``) accepts one per step, and every candidate is checked by the compile gate
+(``mining/backend/gate.py``: clang of the tree's LLVM version) spliced into T's real file. The
+final state is the function's *skeleton*; each accepted step, reversed, is lifted into a backend Skill
 (``kind="backend"``) whose identity is the step's *shape*: role + operator + the added code
 with T's identifiers abstracted by attribute kind (``case TGT::<fixup> : return ELF::<relocation> ;``),
 so the same step found in several targets (or several times in one target) is one skill with
@@ -51,7 +51,7 @@ from mining.records import (TOOL_VERSION, Anchor, Evidence, Lineage, Preconditio
 from mining.walk import Candidate, Verdict, WalkEvent, backward_walk
 
 MINING_VERSION = "backend-mining-1"
-EXECUTOR = "clang-15"
+EXECUTOR = "clang-15"  # the executor of a tree without fetch.json (mining.backend.gate.DEFAULT_LLVM_MAJOR)
 # attribute kinds abstracted into slots of a skill's pattern (the "for each <attribute>" part)
 SLOT_KINDS = ("fixup", "relocation", "register", "register_class", "subtarget_feature", "instruction",
               "calling_convention", "processor")
@@ -109,6 +109,7 @@ class FunctionSite:
     end_byte: int
     start_line: int
     text: str  # the definition as written in the file
+    executor: str = EXECUTOR  # the gate's toolchain: clang of the LLVM version the tree came from
 
     @property
     def problem(self) -> str:
@@ -129,8 +130,12 @@ def function_site(store, func_id: str) -> FunctionSite:
     text = data[r["start_byte"]:r["end_byte"]].decode("utf-8", errors="replace")
     if r["name"] not in text.split("{", 1)[0]:
         raise BackendInputError(f"{host}: {r['qualified_name']} is not at its indexed bytes (re-index the corpus)")
+    from mining.backend.gate import corpus_major
+
+    # root is lib/Target/<T>: the corpus (fetch.json) is three folders up
     return FunctionSite(r["target"], r["path"], r["func_id"], r["qualified_name"], r["role"], r["start_byte"],
-                        r["end_byte"], r["start_line"], text)
+                        r["end_byte"], r["start_line"], text,
+                        executor=f"clang-{corpus_major(Path(r['root']).parent.parent.parent)}")
 
 
 # --------------------------------------------------------------------------- wrapping variants as lambdas
@@ -303,7 +308,7 @@ class BackendGateChecker:
         return True
 
     def _run(self, batch: list[tuple[str, Optional[Candidate]]]) -> None:
-        from mining.backend.gate import GateInputError, Splice
+        from mining.backend.gate import GateInputError
 
         sources = [s for s, _ in batch]
         if self._out_of_time(sources):
@@ -538,7 +543,8 @@ def lift_backend_step(site: FunctionSite, names: TargetNames, edit: BackendEdit,
     short = pattern if len(pattern) <= 70 else pattern[:67] + "..."
     pre = _preconditions(edit, slots, names)
     where = f"{site.target}/{site.path}"
-    verification = [f"{site.problem} step {index}: clang-15 -fsyntax-only, spliced into {where}: compiles without it"]
+    verification = [f"{site.problem} step {index}: {site.executor} -fsyntax-only, spliced into {where}: "
+                    "compiles without it"]
     instance = {"step": index, "target": site.target, "func_id": site.func_id, "fragment": edit.fragment[:4000],
                 "slots": [list(s) for s in slots], "enclosing": edit.anchor.get("enclosing", []),
                 "before": edit.anchor.get("before", ""), "after": edit.anchor.get("after", ""),
@@ -551,7 +557,7 @@ def lift_backend_step(site: FunctionSite, names: TargetNames, edit: BackendEdit,
                       excerpt=edit.fragment[:400]),
         before=before, after=after, diff=diff, preconditions=pre,
         evidence=[Evidence(problem=site.problem, op_type=site.role, lineage_id=lineage_id, step=index,
-                           kernel_hash=kernel_hash, executor=EXECUTOR, workloads=[where], before=before, after=after,
+                           kernel_hash=kernel_hash, executor=site.executor, workloads=[where], before=before, after=after,
                            diff=diff)],
         scope={"op_types": [site.role], "problems": [site.problem], "dtypes": [], "archs": [site.target]},
         provides=[carrier], verification=verification,
@@ -641,7 +647,7 @@ def _prepare(store, lineages: BackendLineages, gate, func_id: str, config: Backe
     site = function_site(store, func_id)
     names = _names_for(store, site.target, names_cache)
     kernel_hash = sha256(site.text)
-    lineage_id = lineage_identity(site.problem, kernel_hash, EXECUTOR, "priority")
+    lineage_id = lineage_identity(site.problem, kernel_hash, site.executor, "priority")
     outcome = BackendMineOutcome(problem=site.problem, func_id=func_id)
     if config.use_cache:
         existing = store.query("SELECT record FROM lineages WHERE lineage_id = ?", [lineage_id])
@@ -719,7 +725,7 @@ def _walk_and_save(job: _Job, on_event: Callable[[WalkEvent], None] = lambda e: 
     skeleton_stats = statement_stats(walk.states[-1], names)
     lineage = Lineage(
         lineage_id=lineage_id, problem=site.problem, problem_dir=f"{site.target}/{site.path}", op_type=site.role,
-        kernel=site.path, kernel_hash=kernel_hash, executor=EXECUTOR, strategy="priority",
+        kernel=site.path, kernel_hash=kernel_hash, executor=site.executor, strategy="priority",
         termination=walk.termination, steps=steps, rejections=rejections,
         sources={sha256(s): s for s in walk.states}, final_hash=sha256(walk.states[-1]),
         wall_s=round(time.monotonic() - job.t0, 3),
@@ -788,7 +794,8 @@ def select_functions(store, targets: Optional[Sequence[str]] = None, roles: Opti
 
 
 def make_backend_gate(store, target: str):
-    """The compile gate for the corpus T was indexed from (raises GateUnavailable without clang-15)."""
+    """The compile gate for the corpus T was indexed from (raises GateUnavailable without that
+    LLVM version's clang, llvm-tblgen and headers)."""
     from mining.backend.gate import CompileGate
 
     root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])

@@ -41,6 +41,7 @@ from typing import Callable, Iterable, Optional
 from corpora.backends.tree import (
     identifiers_in, is_target_identifier, norm, prepare_cpp, reloc_prefixes as _reloc_prefixes,
 )
+from corpora.code.edit import Edit
 from corpora.code.parse import cpp_parser
 from corpora.code.source import line_span
 
@@ -81,7 +82,7 @@ class TargetNames:
         for a in tree.attributes:
             if a.kind == "declaration":
                 declared.add(a.name)
-            else:
+            elif a.kind != "class":
                 kind_of.setdefault(a.name, a.kind)
         relocs = [a for a in tree.attributes if a.kind == "relocation"]
         return cls(tree.target, list(tree.aliases), kind_of, declared, _reloc_prefixes(relocs))
@@ -117,12 +118,11 @@ class TargetNames:
 # --------------------------------------------------------------------------- edits
 @dataclass
 class BackendEdit:
+    """One backend simplification: the `Edit` of the function text, and what it removed and where."""
     operator: str
     carrier: str
     variant: str
-    start: int  # byte range of the function text replaced
-    end: int
-    replacement: str
+    edit: Edit  # the byte range of the function text replaced, and what replaces it
     site_start: int  # the construct's own range (the fragment the inverse adds back)
     site_end: int
     fragment: str  # the construct as written (expert side)
@@ -133,6 +133,18 @@ class BackendEdit:
     _anchor: Optional[dict] = field(default=None, repr=False)
     _anchor_fn: Optional[Callable[[], dict]] = field(default=None, repr=False, compare=False)
     _tids_fn: Optional[Callable[[], list]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def start(self) -> int:
+        return self.edit.start
+
+    @property
+    def end(self) -> int:
+        return self.edit.end
+
+    @property
+    def replacement(self) -> str:
+        return self.edit.replacement
 
     @property
     def target_identifiers(self) -> list[str]:
@@ -157,7 +169,8 @@ class BackendEdit:
 
     def apply(self, text: str) -> str:
         data = text.encode()
-        return (data[:self.start] + self.replacement.encode() + data[self.end:]).decode("utf-8", errors="replace")
+        e = self.edit
+        return (data[:e.start] + e.replacement.encode() + data[e.end:]).decode("utf-8", errors="replace")
 
 
 def _t(node) -> str:
@@ -400,7 +413,7 @@ def propose_edits(text: str, names: TargetNames, operators: Iterable[str] = OPER
             return {"enclosing": _enclosing(site, func), "header": _head(site), "before": before, "after": after,
                     "path": _path(site, func)}
 
-        return BackendEdit(op, CARRIERS[op], variant, start, end, repl, site.start_byte, site.end_byte, frag,
+        return BackendEdit(op, CARRIERS[op], variant, Edit(start, end, repl), site.start_byte, site.end_byte, frag,
                            description, _depth(site, func), None, key, _anchor_fn=anchor,
                            _tids_fn=lambda: [i for i in identifiers_in(site) if names.is_target(i)])
 

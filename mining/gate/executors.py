@@ -47,6 +47,7 @@ class RunSpec:
 # inside the allocation and hide an out-of-bounds access from it.
 GUARD_BYTES = 16384
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+SANITIZER_PADDING = 1 << 20  # bytes of padding memcheck puts after every device allocation
 
 
 @lru_cache(maxsize=1)
@@ -118,7 +119,11 @@ class CudaExecutor:
             exe = shutil.which("compute-sanitizer")
             if not exe:
                 raise BadInput("--sanitize on cuda needs compute-sanitizer on PATH")
-            return [exe, "--tool", spec.tool, "--error-exitcode", "89", str(binary), str(manifest)]
+            # memcheck only flags an access outside every live allocation: a read past the end of
+            # one buffer that lands in the next one (cudaMalloc packs them) looks valid. Padding
+            # after each allocation turns such reads into reported errors.
+            padding = ["--padding", str(SANITIZER_PADDING)] if spec.tool == "memcheck" else []
+            return [exe, "--tool", spec.tool, *padding, "--error-exitcode", "89", str(binary), str(manifest)]
         return [str(binary), str(manifest)]
 
     def run(self, binary: Path, manifest: Path, spec: RunSpec, timeout_s: float, mem_mb: float,

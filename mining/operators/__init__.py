@@ -1,65 +1,23 @@
-"""Deterministic deoptimization operators (docs/architecture.md, "Operators").
+"""Operators: reversible pairs of a deoptimization (the walk's backward step) and its forward
+rewrite (what `skills optimize` applies), one pair per module, one registry
+(`mining/operators/registry.py`) in the walk's priority order. See docs/architecture.md, "Operators".
 
-Each operator removes one carrier at one site by a byte-range rewrite of the original text;
-`all_operators()` is the registry, in a fixed order.
+The registry's names are re-exported lazily, so `mining.operators.base` (the `Edit` type, the
+interfaces) can be imported without loading every operator module.
 """
 from __future__ import annotations
 
-from mining.operators.base import Edit, Operator, splice
-from mining.operators.fast_math import FastMathToPrecise
-from mining.operators.grid_clamp import DropGridClamp
-from mining.operators.grid_stride import GridStrideToSingle
-from mining.operators.launch_bounds import DropLaunchBounds
-from mining.operators.ldg import LdgToPlainLoad
-from mining.operators.restrict import DropRestrict
-from mining.operators.shared_padding import DropSharedPadding
-from mining.operators.unroll import DropUnrollPragma
-from mining.operators.vector_load import VectorLoadToScalar
-from mining.operators.vector_store import VectorStoreToScalar
-from mining.operators.shuffle_to_shared import ShuffleToShared
-from mining.operators.scan_shuffle_to_shared import ScanShuffleToShared
-from mining.operators.shared_tile_to_global import SharedTileToGlobal
-from mining.operators.shrink_register_tile import ShrinkRegisterTile
-from mining.operators.double_to_single_buffer import DoubleToSingleBuffer
-from mining.operators.register_cache_to_reload import RegisterCacheToReload
-from mining.operators.privatized_to_global_atomics import PrivatizedToGlobalAtomics
-from mining.operators.block_reduce_to_warp_atomics import BlockReduceToWarpAtomics
-from mining.operators.warp_atomic_to_thread_atomics import WarpAtomicToThreadAtomics
-from mining.operators.async_copy_to_sync import AsyncCopyToSync
-from mining.operators.drop_pipeline_sync import DropPipelineSync
-from mining.operators.sliding_window_to_reload import SlidingWindowToReload
-# carrier-recall operators (helper A1)
-from mining.operators.block_reduce_to_serial import BlockReduceToSerial
-from mining.operators.register_array_to_recompute import RegisterArrayToRecompute
-from mining.operators.online_softmax_to_two_pass import OnlineSoftmaxToTwoPass
-from mining.operators.block_stride_to_chunks import BlockStrideToChunks
-from mining.operators.online_rescale_to_two_pass import OnlineRescaleToTwoPass
-from mining.operators.chan_stats_to_two_pass import ChanStatsToTwoPass
+from mining.operators.base import Edit, Operator, Pair, Rewrite, splice
 
-_CLASSES = (DropUnrollPragma, DropRestrict, LdgToPlainLoad, DropLaunchBounds, FastMathToPrecise, DropSharedPadding,
-            VectorLoadToScalar, VectorStoreToScalar, GridStrideToSingle, DropGridClamp,
-            ShuffleToShared, ScanShuffleToShared, SharedTileToGlobal, ShrinkRegisterTile, DoubleToSingleBuffer,
-            RegisterCacheToReload, PrivatizedToGlobalAtomics, BlockReduceToWarpAtomics, WarpAtomicToThreadAtomics,
-            AsyncCopyToSync, DropPipelineSync, SlidingWindowToReload)
-_CLASSES += (BlockReduceToSerial, RegisterArrayToRecompute, OnlineSoftmaxToTwoPass, BlockStrideToChunks,
-             OnlineRescaleToTwoPass, ChanStatsToTwoPass)
-# carrier-recall operators (helper A2)
-from mining.operators.register_tile_to_dot import RegisterTileToDot  # noqa: E402
-from mining.operators.untranspose_tile import UntransposeTile  # noqa: E402
-from mining.operators.lookback_to_chained import LookbackToChained  # noqa: E402
-from mining.operators.block_scan_to_thread_totals import BlockScanToThreadTotals  # noqa: E402
-_CLASSES += (RegisterTileToDot, UntransposeTile, LookbackToChained, BlockScanToThreadTotals)
+_REGISTRY_NAMES = ("PAIRS", "all_operators", "all_rewrites", "get_operator", "get_rewrite")
+
+__all__ = ["Edit", "Operator", "Pair", "Rewrite", "splice", "PAIRS", "all_operators", "all_rewrites", "get_operator",
+           "get_rewrite"]
 
 
-def all_operators() -> list[Operator]:
-    return [cls() for cls in _CLASSES]
+def __getattr__(name: str):
+    if name in _REGISTRY_NAMES:
+        from mining.operators import registry
 
-
-def get_operator(name: str) -> Operator:
-    for op in all_operators():
-        if op.name == name:
-            return op
-    raise KeyError(name)
-
-
-__all__ = ["Edit", "Operator", "splice", "all_operators", "get_operator"] + [c.__name__ for c in _CLASSES]
+        return getattr(registry, name)
+    raise AttributeError(f"module 'mining.operators' has no attribute {name!r}")

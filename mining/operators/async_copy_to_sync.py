@@ -9,6 +9,9 @@ memory when the statement completes, which is no later than the `__pipeline_wait
 barrier that made it visible before; the pipeline calls that remain become no-ops (no copy is in
 flight), which drop_pipeline_sync then removes. Only `__pipeline_memcpy_async` statements with a
 literal size of 4, 8 or 16, no zero-fill argument and matching element types are sites.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ import re
 
 from corpora.code.nodes import call_name
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator
+from mining.operators.base import Edit, Operator, Pair
 from mining.operators.rewrite_util import has_side_effects, structural, type_text
 from mining.operators.vector_access import pointer_type
 from corpora.code.parse import text, walk
+
 
 _TYPES = {"16", "8", "4"}
 
@@ -62,3 +66,6 @@ class AsyncCopyToSync(Operator):
             yield Edit(call.parent.start_byte, call.parent.end_byte,
                        f"for (int ks_e = 0; ks_e < {size} / (int)sizeof(*({dst})); ++ks_e) "
                        f"({dst})[ks_e] = ({srcp})[ks_e];")
+
+
+PAIR = Pair(AsyncCopyToSync)

@@ -28,6 +28,10 @@ tolerance judges it). Sites need: the three statements consecutive in one block 
 and written nowhere else, a one-dimensional block (the slots are indexed by threadIdx.x), no
 `return` before the site (every slot is written), and the slot dimension D with
 blockDim.x <= 32 * D (what the per-warp layout already needed).
+
+Forward: none here; skills of the block_reduce_shared carrier are served by `warp_per_row`
+(block_reduce_to_warp_atomics' inverse), which reduces a row in a warp rather than rebuilding the
+tree.
 """
 from __future__ import annotations
 
@@ -39,10 +43,11 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name, same
 from corpora.code.source import Source
 from mining.carriers import block_reduce_shared_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import norm, rename_identifiers
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import norm, rename_identifiers
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
+
 
 _SHFL = {"__shfl_xor_sync", "__shfl_down_sync", "__shfl_sync", "__shfl_up_sync", "__shfl_xor", "__shfl_down"}
 
@@ -67,6 +72,7 @@ def _splice_code(src: Source, start: int, end: int, subs: list[tuple[int, int, s
         pos = b
     out.append(src.code[pos:end].decode("utf-8", "replace"))
     return "".join(out)
+
 
 
 class BlockReduceToSerial(Operator):
@@ -282,3 +288,6 @@ class BlockReduceToSerial(Operator):
                 return None
             out.append(new)
         return out or None
+
+
+PAIR = Pair(BlockReduceToSerial)

@@ -15,6 +15,9 @@ another order: the gate's tolerance judges the rounding). Sites need that shape:
 shared store, `__syncthreads()`, then an `if` block that reads only the shared array and locals,
 calls nothing but device functions of this file, and ends with the one `atomicAdd` on global
 memory; the three statements are consecutive.
+
+Forward: `warp_per_row` (shuffle_to_shared.py) undoes this step: the row's partial sums are
+all-reduced across a warp with shuffles again instead of one atomic per warp.
 """
 from __future__ import annotations
 
@@ -24,8 +27,7 @@ from typing import Optional
 from corpora.code.nodes import call_name, same
 from corpora.code.source import Source
 from mining.carriers import block_reduce_shared_sites
-from mining.operators.base import Edit, Operator
-
+from mining.operators.base import Edit, Operator, Pair
 from mining.operators.rewrite_util import splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -104,3 +106,6 @@ class BlockReduceToWarpAtomics(Operator):
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(BlockReduceToWarpAtomics, inverted_by=("warp_per_row",))

@@ -26,6 +26,8 @@ shared exchange slot), `X` does not change before the publication, lane and warp
 and `tid >> 5` (or `% 32`, `/ 32`) of the same thread index, the warp-total array is written only
 there and read only as `v = W[w]` in loops `for (w = 0; w < N; ++w)` whose other statements are
 `A += v;` or `A += cond(w) ? v : 0;`.
+
+Forward: none here; block_scan skills are served by `warp_scan` (scan_shuffle_to_shared.py).
 """
 from __future__ import annotations
 
@@ -34,12 +36,14 @@ from typing import Optional
 
 from tree_sitter import Node
 
+from corpora.code.nodes import same
 from corpora.code.source import Source
 from mining.carriers import block_scan_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import splice_range, structural, type_text
 from corpora.code.parse import text, walk
+
 
 _LAST_LANE = re.compile(r"\(\s*(\w+)\s*==\s*(?:31|WARP_SIZE\s*-\s*1|warpSize\s*-\s*1)\s*\)")
 _DOUBLING = re.compile(r"(\w+)\s*(?:<<=\s*1|\*=\s*2)")
@@ -51,10 +55,6 @@ def _code(src: Source, node: Node) -> str:
 
 def _stmts(block: Node) -> list[Node]:
     return [c for c in block.named_children if c.type != "comment"]
-
-
-def _same(a: Optional[Node], b: Optional[Node]) -> bool:
-    return a is not None and b is not None and a.start_byte == b.start_byte and a.end_byte == b.end_byte
 
 
 def _thread_parts(idx: FunctionIndex, lane: str, warp: str, at: int) -> bool:
@@ -121,11 +121,11 @@ class BlockScanToThreadTotals(Operator):
         if iv is None or iv.value is None or iv.kind != "local":
             return None
         block = ifs.parent
-        if block is None or block.type != "compound_statement" or not _same(iv.decl.parent, block):
+        if block is None or block.type != "compound_statement" or not same(iv.decl.parent, block):
             return None
         sibs = _stmts(block)
-        k_decl = next(i for i, c in enumerate(sibs) if _same(c, iv.decl))
-        k_if = next(i for i, c in enumerate(sibs) if _same(c, ifs))
+        k_decl = next(i for i, c in enumerate(sibs) if same(c, iv.decl))
+        k_if = next(i for i, c in enumerate(sibs) if same(c, ifs))
         between = sibs[k_decl + 1:k_if]
         if len(between) != 1 or between[0].type != "for_statement":
             return None
@@ -208,7 +208,7 @@ class BlockScanToThreadTotals(Operator):
         if decl is None:
             return None
         dd = [d for d in decl.named_children if d.type == "init_declarator"]
-        if len(dd) != 1 or not _same(dd[0].child_by_field_name("value"), outer):
+        if len(dd) != 1 or not same(dd[0].child_by_field_name("value"), outer):
             return None
         v = text(dd[0].child_by_field_name("declarator"))
         body = decl.parent
@@ -222,7 +222,7 @@ class BlockScanToThreadTotals(Operator):
                 not re.fullmatch(r"\+\+\s*%s|%s\s*\+\+" % (w, w), upd):
             return None
         stmts = _stmts(body)
-        if not _same(stmts[0], decl):
+        if not same(stmts[0], decl):
             return None
         subs = [(outer.start_byte, outer.end_byte, f"{new}[ks_u]")]
         for s in stmts[1:]:
@@ -243,3 +243,6 @@ class BlockScanToThreadTotals(Operator):
         size = f"({n_text}) * 32" if not re.fullmatch(r"\w+", n_text) else f"{n_text} * 32"
         subs.append((loop.start_byte, header, f"for (int ks_u = 0; ks_u < {size}; ++ks_u) "))
         return subs
+
+
+PAIR = Pair(BlockScanToThreadTotals)

@@ -18,6 +18,8 @@ Sites: the start is `threadIdx.x` (or a local initialised to it and never assign
 `blockDim.x` (or such a local), the condition `j < L`; the body has no barrier, warp
 collective, `break`, `continue` or `return`, does not assign the variables of L, and does not
 read the thread index (its work may depend only on j).
+
+Forward: none here; grid_stride skills are served by `grid_stride` (grid_stride.py).
 """
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ from typing import Optional
 
 from corpora.code.source import Source
 from mining.carriers import grid_stride_loops
-from mining.operators.base import Edit, Operator, raw_text
+from mining.operators.base import Edit, Operator, Pair, raw_text
 from mining.operators.rewrite_util import structural
 from corpora.code.parse import text, walk
+
 
 _SYNC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|"
                    r"atomic\w*|__threadfence\w*)\s*\(")
@@ -122,3 +125,6 @@ class BlockStrideToChunks(Operator):
         # keep everything from the closing parenthesis of the header on (comments, the body) byte-identical
         close = src.code.rfind(b")", loop.start_byte, body.start_byte)
         return Edit(loop.start_byte, close + 1, header)
+
+
+PAIR = Pair(BlockStrideToChunks)

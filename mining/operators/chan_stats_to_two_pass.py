@@ -27,6 +27,9 @@ merge function `T f(T a, T b)` of the Chan form, the triple's initialisation wit
 statements that accumulate M2 (reading the mean, writing nothing else outside themselves), the
 slot stores, a barrier, the slot loads and the fold, with the slot arrays used nowhere else and
 the triple used afterwards only through reads of its fields.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -36,8 +39,8 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import tokens
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import tokens
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -254,3 +257,6 @@ class ChanStatsToTwoPass(Operator):
 
 def _ids(s: str) -> set[str]:
     return {t for t, _, _ in tokens(s) if re.fullmatch(r"[A-Za-z_]\w*", t)}
+
+
+PAIR = Pair(ChanStatsToTwoPass)

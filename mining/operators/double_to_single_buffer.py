@@ -14,6 +14,9 @@ writing it, and a `__syncthreads()` follows the writes in the same body (which a
 body's control flow block-uniform, so the inserted barrier is reached by every thread): reads of
 slice kt by all threads, barrier, store of slice kt + 1, barrier, reads of slice kt + 1. A loop
 that stores before it reads (which would need the statements reordered) is not a site.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -22,11 +25,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import contains, same, writer_of
 from corpora.code.source import Source
 from mining.carriers import double_buffer_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import line_indent, node_at, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -180,3 +183,6 @@ class DoubleToSingleBuffer(Operator):
                 return None
         lo, hi = min(s for s, _, _ in subs), max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(DoubleToSingleBuffer)

@@ -5,6 +5,9 @@ is still ordered by the block barriers around it (a stage is refilled only after
 follows its last read), so the kernel stays correct with synchronous copies. Not a site while any
 `__pipeline_memcpy_async` / `memcpy_async` / `cp.async` is left in the file. When no pipeline
 call is left at all, the `#include <cuda_pipeline.h>` line is the last site.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ import re
 
 from corpora.code.nodes import call_name
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator
-
+from mining.operators.base import Edit, Operator, Pair
 from mining.operators.rewrite_util import structural
 from corpora.code.parse import walk
 
@@ -43,3 +45,6 @@ class DropPipelineSync(Operator):
             else:
                 s, e = st.line_span(stmt.start_byte, stmt.end_byte)
                 yield Edit(s, e, "")
+
+
+PAIR = Pair(DropPipelineSync)

@@ -30,53 +30,22 @@ was garbage before and becomes `E` (possibly an out-of-bounds load): the gate ju
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import contains, declarator_shape, same, writer_of
 from corpora.code.source import Source
-from mining.carriers import global_load_expr, pointer_roots
+from mining.carriers import pointer_roots
 from mining.operators.base import Edit
+from corpora.code.nodes import contains, same, writer_of
+from mining.operators.nodes import FunctionIndex, Var, loops_around, norm, reads_global, subscript_chain, tokens
 from mining.operators.rewrite_util import pragma_before, splice_range
 from corpora.code.parse import text, walk
 
 _THREAD_VARS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 _OK_PREV = {"+", "(", "[", ",", "=", "?", ":", "<", ">", "<=", ">=", "==", "!=", "&&", "||", "return", "{"}
 _OK_NEXT = {"+", "-", ")", "]", ",", ";", "?", ":", "<", ">", "<=", ">=", "==", "!=", "&&", "||", "}"}
-_TOKEN = re.compile(r"threadIdx\s*\.\s*[xyz]\b|blockIdx\s*\.\s*[xyz]\b|blockDim\s*\.\s*[xyz]\b|gridDim\s*\.\s*[xyz]\b|"
-                    r"[A-Za-z_]\w*|\d[\w.]*|<<=|>>=|->|\+\+|--|<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^]=|\S")
-
-
-def tokens(s: str) -> list[tuple[str, int, int]]:
-    return [(re.sub(r"\s+", "", m.group(0)), m.start(), m.end()) for m in _TOKEN.finditer(s)]
-
-
-def _is_name(toks: list[tuple[str, int, int]], i: int) -> bool:
-    """Token i is a whole identifier (not a member after `.` / `->`, not qualified after `::`)."""
-    return bool(re.fullmatch(r"[A-Za-z_]\w*", toks[i][0])) and (i == 0 or toks[i - 1][0] not in (".", "->", "::"))
-
-
-def identifiers(s: str) -> set[str]:
-    toks = tokens(s)
-    return {toks[i][0] for i in range(len(toks)) if _is_name(toks, i)}
-
-
-def rename_identifiers(s: str, names: dict[str, str]) -> str:
-    """Replace whole identifiers by `names`; everything else, spacing included, stays."""
-    toks = tokens(s)
-    out, pos = [], 0
-    for i, (t, a, b) in enumerate(toks):
-        if t in names and _is_name(toks, i):
-            out += [s[pos:a], names[t]]
-            pos = b
-    out.append(s[pos:])
-    return "".join(out)
-
-
-def norm(s: str) -> str:
-    return " ".join(t for t, _, _ in tokens(s))
 
 
 def _is_thread_term(node: Node) -> Optional[str]:
@@ -85,104 +54,6 @@ def _is_thread_term(node: Node) -> Optional[str]:
         if arg is not None and fld is not None and text(arg) == "threadIdx" and text(fld) in "xyz":
             return f"threadIdx.{text(fld)}"
     return None
-
-
-# ------------------------------------------------------------------------------------ function index
-
-@dataclass
-class Var:
-    name: str
-    decl: Node  # declaration / parameter_declaration
-    declarator: Node
-    value: Optional[Node]  # initializer expression
-    container: Node  # the scope it is visible in
-    kind: str  # param | local | for
-    shape: str  # scalar | array | pointer
-    assigned: list[Node] = field(default_factory=list)  # assignment / update expressions writing it
-
-
-class FunctionIndex:
-    """Declarations and assignments of one function (lambdas included), scope-aware."""
-
-    def __init__(self, src: Source, fn: Node):
-        self.src, self.fn = src, fn
-        self.vars: list[Var] = []
-        for n in walk(fn):
-            if n.type == "parameter_declaration":
-                container = n.parent.parent if n.parent is not None else None
-                while container is not None and container.type not in ("function_definition", "lambda_expression"):
-                    container = container.parent
-                if container is None:
-                    continue
-                d = n.child_by_field_name("declarator")
-                if d is not None:
-                    nm, shape = declarator_shape(d)
-                    if nm:
-                        self.vars.append(Var(nm, n, d, None, container, "param", shape))
-            elif n.type == "declaration":
-                p = n.parent
-                kind = "for" if p is not None and p.type == "for_statement" else "local"
-                for d in n.named_children:
-                    if d.type not in ("identifier", "init_declarator", "array_declarator", "pointer_declarator",
-                                      "reference_declarator"):
-                        continue
-                    nm, shape = declarator_shape(d)
-                    value = d.child_by_field_name("value") if d.type == "init_declarator" else None
-                    if nm:
-                        self.vars.append(Var(nm, n, d, value, p, kind, shape))
-        for n in walk(fn):
-            target = None
-            if n.type == "assignment_expression":
-                target = n.child_by_field_name("left")
-            elif n.type == "update_expression":
-                target = n.child_by_field_name("argument")
-            if target is None:
-                continue
-            base = target
-            while base.type in ("subscript_expression", "field_expression", "parenthesized_expression"):
-                base = base.child_by_field_name("argument") if base.type != "parenthesized_expression" else \
-                    base.named_children[0]
-            if base.type == "identifier":
-                v = self.visible(text(base), base.start_byte)
-                if v is not None:
-                    v.assigned.append(n)
-
-    def visible(self, name: str, at: int) -> Optional[Var]:
-        best = None
-        for v in self.vars:
-            if v.name != name or not (v.container.start_byte <= at < v.container.end_byte):
-                continue
-            if v.kind != "param" and v.declarator.start_byte > at:
-                continue
-            if best is None or v.container.start_byte >= best.container.start_byte:
-                best = v
-        return best
-
-    def single_assignment(self, v: Var) -> bool:
-        return not v.assigned
-
-    def loop_of(self, v: Var) -> Optional[Node]:
-        """The for loop whose induction variable `v` is (declared in the initializer, written only in
-        the update clause), else None."""
-        if v.kind != "for":
-            return None
-        loop = v.container
-        upd = loop.child_by_field_name("update")
-        if upd is None:
-            return None
-        for a in v.assigned:
-            if not (upd.start_byte <= a.start_byte and a.end_byte <= upd.end_byte):
-                return None
-        return loop
-
-
-def loops_around(node: Node, stop: Optional[Node] = None) -> list[Node]:
-    out, p = [], node.parent
-    while p is not None and (stop is None or not same(p, stop)):
-        if p.type in ("for_statement", "while_statement", "do_statement"):
-            out.append(p)
-        p = p.parent
-    return out
 
 
 # ------------------------------------------------------------------------------------ rendering
@@ -301,17 +172,6 @@ def _paren(s: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ the plan
-
-def subscript_chain(ident: Node) -> tuple[Node, list[Node]]:
-    """The outermost subscript expression over an identifier and its index expressions (outer first)."""
-    node, idx = ident, []
-    while node.parent is not None and node.parent.type == "subscript_expression" and \
-            same(node.parent.child_by_field_name("argument"), node):
-        node = node.parent
-        ind = node.child_by_field_name("indices")
-        inner = [c for c in ind.named_children if c.type != "comment"] if ind is not None else []
-        idx.append(inner[0] if len(inner) == 1 else None)
-    return node, idx
 
 
 def _pure_region(node: Node, fill_stmt: Node) -> bool:
@@ -551,15 +411,6 @@ def _common_ancestor(a: Node, b: Node) -> Node:
     while p is not None and not contains(p, b):
         p = p.parent
     return p
-
-
-def reads_global(src: Source, fn: Node, vtext: str) -> bool:
-    f = src.function_at(fn.start_byte)
-    if f is None:
-        return False
-    if re.search(r"\b(__ldca|__ldlu)\s*\(", vtext):
-        return True
-    return global_load_expr(src, f, vtext)
 
 
 def reads_written_memory(src: Source, f, fn: Node, value: Node) -> bool:

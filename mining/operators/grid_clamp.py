@@ -6,12 +6,22 @@ kernel (more blocks, same loop); the pair (loop removed, clamp removed) is what 
 the one-element form. A clamp of a block size (the second launch argument) is a hardware limit
 (1024 threads per block), not a tuning choice, and is never a site: the CPU executor would accept
 a larger block where a GPU refuses the launch.
+
+Forward: the clamp is the launch half of the `grid_stride` rewrite (grid_stride.py) and is
+applied with it: `clamp_edits` wraps every launch's scalar grid in `ks_clamp_grid(g, 8)` (at most
+8 resident blocks per SM, a helper inserted once after the includes). Sound only for a grid-stride
+kernel, which covers any range with any grid; that is why it is never applied alone.
 """
 from __future__ import annotations
 
 import re
+from typing import Optional
 
-from mining.operators.base import Edit, Operator
+
+from corpora.code.source import Source
+from mining.operators.base import (Edit, Operator, Pair)
+from mining.operators.nodes import ensure_helper, grid_is_scalar, launches, raw
+
 
 _LAUNCH = re.compile(rb"<<<(.*?)>>>", re.S)
 
@@ -80,3 +90,33 @@ class DropGridClamp(Operator):
                     start = f.start_byte + m.start()
                     end = f.start_byte + m.end()
                     yield Edit(start, end, "")
+
+
+# --------------------------------------------------------------------------- forward half
+GRID_PER_SM = 8  # resident blocks per SM a clamped grid asks for
+
+
+CLAMP_HELPER = """// ks-optimize helper: ks_clamp_grid -- a grid-stride kernel needs only the resident grid
+static inline unsigned ks_clamp_grid(long long blocks, int per_sm) {
+    static int sms = 0;
+    if (sms <= 0 && (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || sms <= 0))
+        sms = 132;
+    long long cap = (long long)sms * per_sm;
+    return (unsigned)(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}"""
+
+
+def clamp_edits(src: Source, kernel: str) -> Optional[list[Edit]]:
+    ls = launches(src, kernel)
+    if not ls or not all(grid_is_scalar(src, l) for l in ls):
+        return None
+    edits = []
+    for l in ls:
+        g = raw(src, l.grid)
+        if "ks_clamp_grid" in g:
+            continue
+        edits.append(Edit(l.grid.start_byte, l.grid.end_byte, f"ks_clamp_grid({g}, {GRID_PER_SM})"))
+    return edits + ensure_helper(src, "ks_clamp_grid", CLAMP_HELPER)
+
+
+PAIR = Pair(DropGridClamp, inverted_by=("grid_stride",))  # the clamp goes back with its loop

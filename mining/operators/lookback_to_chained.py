@@ -35,6 +35,9 @@ computed from the word, a `__ballot_sync(mask, flag == PREFIX)` whose result dec
 `X += ...; break;`. The predecessor the chained loop polls is the window variable's initial value
 at lane 0. Deadlock freedom is the same argument as before: the tile a block waits for has a
 smaller number, so (with tiles numbered in start order) it is already running.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -46,8 +49,8 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name
 from corpora.code.source import Source
 from mining.carriers import decoupled_lookback_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import FunctionIndex
 from mining.operators.rewrite_util import line_indent, splice_range, structural, type_text
 from corpora.code.parse import text, walk
 
@@ -205,3 +208,6 @@ def _is_lane(src: Source, idx: FunctionIndex, name: str, at: int) -> bool:
     val = " ".join(text(v.value).split())
     return bool(re.search(r"&\s*31\b|&\s*\(\s*32\s*-\s*1\s*\)|%\s*(32|warpSize)\b|\blane", val)) or \
         bool(re.fullmatch(r"\w*lane\w*", name) and re.search(r"threadIdx|tid", val))
+
+
+PAIR = Pair(LookbackToChained)

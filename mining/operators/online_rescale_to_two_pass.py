@@ -30,6 +30,9 @@ of a loop (the sweep: the innermost enclosing loop whose variable M does not use
 declared outside the sweep and written in it only by `M = n`, every use of `a` a rescale
 (`x = x * a + r`, `x *= a`), pass 1 writing nothing declared outside the sweep but M and shared
 memory, a sweep header without side effects, and no `return` / `break` / `goto` in the sweep.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -38,11 +41,13 @@ from typing import Callable, Optional
 
 from tree_sitter import Node
 
+from corpora.code.nodes import same
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import identifiers, rename_identifiers
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
 from corpora.code.parse import parse_cuda, text, walk
+
 
 _EXP = r"(?:__expf|expf|exp|__exp2f|exp2f)"
 _BARRIER = re.compile(r"\s*(__syncthreads|__syncwarp)\s*\([^;]*\)\s*;\s*")
@@ -51,6 +56,8 @@ _SIDE = re.compile(r"\b(atomic\w*|__st\w+|printf|memcpy|memset)\s*\(")
 
 def _norm(s: str) -> str:
     return " ".join(s.split())
+
+
 
 
 def _target_base(node: Node) -> Optional[str]:
@@ -307,7 +314,7 @@ class OnlineRescaleToTwoPass(Operator):
         bad = []
 
         def sum_transform(node: Node, t: str) -> Optional[str]:
-            if _same_node(node, ndecl) or re.fullmatch(r"(?:const\s+)?float\s+%s\s*=.*" % re.escape(alpha), t):
+            if same(node, ndecl) or re.fullmatch(r"(?:const\s+)?float\s+%s\s*=.*" % re.escape(alpha), t):
                 return None
             if t == f"{run} = {new};" or rescale_scale.fullmatch(t):
                 return None
@@ -343,7 +350,7 @@ class OnlineRescaleToTwoPass(Operator):
                                                              s.writes - inside - (s.arrays & s.kills)))
 
         def body_items(node: Node) -> Optional[list[Item]]:
-            if _same_node(node, block):
+            if same(node, block):
                 return dead_code.run(_children(node), set())
             out: list[Item] = []
             for st in _children(node):
@@ -380,10 +387,9 @@ class OnlineRescaleToTwoPass(Operator):
         return Edit(sweep.start_byte, sweep.end_byte, "\n".join(lines))
 
 
-def _same_node(a: Node, b: Node) -> bool:
-    return a.start_byte == b.start_byte and a.end_byte == b.end_byte and a.type == b.type
-
-
 def _target_base_text(t: str) -> str:
     m = re.search(r"[A-Za-z_]\w*", t)
     return m.group(0) if m else t
+
+
+PAIR = Pair(OnlineRescaleToTwoPass)

@@ -26,6 +26,9 @@ merges, neutral statements with effects that a second execution would repeat (gl
 atomics, writes to variables declared outside the region), top-level declarations of the region
 that belong to one pass and are used after it, and regions in a nested block whose barriers
 could diverge (a block with `__syncthreads` must be the function body, with no `return` before).
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -35,10 +38,11 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import identifiers, rename_identifiers
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import identifiers, rename_identifiers
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
+
 
 _EXP = r"(?:__expf|expf|exp|__exp2f|exp2f)"
 _UPDATE = re.compile(r"(\w+)\s*=\s*\1\s*\*\s*(" + _EXP + r")\s*\(\s*(\w+)\s*-\s*(\w+)\s*\)\s*\+\s*(.+);")
@@ -49,6 +53,8 @@ _SIDE = re.compile(r"\b(atomic\w*|__st\w+|printf|memcpy|memset)\s*\(")
 def _norm(node_or_text) -> str:
     t = node_or_text if isinstance(node_or_text, str) else text(node_or_text)
     return " ".join(t.split())
+
+
 
 
 def merge_functions(src: Source) -> dict[str, Node]:
@@ -407,3 +413,6 @@ class OnlineSoftmaxToTwoPass(Operator):
                 return None
         lo_b, hi_b = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo_b, hi_b, splice_range(src, lo_b, hi_b, subs))
+
+
+PAIR = Pair(OnlineSoftmaxToTwoPass)

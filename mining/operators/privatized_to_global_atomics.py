@@ -18,6 +18,14 @@ one clear loop and one merge loop over the same range, and every other use of th
 is the target of an `atomicAdd` - directly (`hist + e`, `&hist[e]`) or through a parameter of a
 device function of this file that is only used as an `atomicAdd` target. Removes the
 privatized_atomics carrier and the per-block merge (atomic_per_block) with it.
+
+Forward, `privatize_atomics`: global atomics into a bounded table (`if (b < bins)
+atomicAdd(&counts[b], v)`) -> a per-block copy of the table in shared memory, cleared at block
+start and merged with one global atomic per non-zero entry at block end; the backward argument
+read the other way (same sums, integer addition associative and commutative). Precondition: the
+table fits the shared copy (bins <= PRIV_CAP), checked at run time (larger tables keep the global
+atomics). A one-element-per-thread kernel is first turned into a grid-stride loop over a clamped
+grid in the same step (privatizing a 256-element block gains nothing).
 """
 from __future__ import annotations
 
@@ -28,8 +36,11 @@ from tree_sitter import Node
 
 from corpora.code.nodes import call_name, contains, same
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex
+from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate
+from mining.operators.grid_clamp import clamp_edits
+from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
+from mining.operators.nodes import (FunctionIndex, code, has, idents, indent_at, kernels, line_start, raw, split_top,
+                                    statements, strip_parens, sub_base, sub_index)
 from mining.operators.rewrite_util import params_of, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -207,3 +218,108 @@ class PrivatizedToGlobalAtomics(Operator):
                 return None
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+# --------------------------------------------------------------------------- forward half
+PRIV_CAP = 4096  # shared-memory histogram copy: bins held per block (16 KB of int)
+
+
+def _conjuncts_around(src: Source, node: Node) -> list[str]:
+    out = []
+    p = node.parent
+    while p is not None and p.type != "function_definition":
+        if p.type == "if_statement":
+            out += [strip_parens(c) for c in split_top(strip_parens(code(src, p.child_by_field_name("condition"))), "&&")]
+        elif p.type == "conditional_expression":
+            out += [strip_parens(c) for c in split_top(strip_parens(code(src, p.child_by_field_name("condition"))), "&&")]
+        p = p.parent
+    return out
+
+
+def privatize_atomics(source: str, ctx: Context) -> list[Materialization]:
+    """Global atomics into a bounded table (`if (b < bins) atomicAdd(&counts[b], v)`) -> a
+    per-block copy of the table in shared memory, cleared at block start and merged with one
+    global atomic per non-zero entry at block end. Precondition: the table fits the shared copy
+    (bins <= PRIV_CAP): checked at run time, larger tables keep the global atomics. A kernel with
+    one element per thread is first turned into a grid-stride loop over a clamped grid (same
+    step: privatizing a 256-element block gains nothing)."""
+    src = Source(source)
+    out = []
+    for k in kernels(src):
+        if has(src, k.body, r"__shared__|__syncthreads|\bks_priv\b"):
+            continue
+        if not grid_stride_x_loops(src, k) and not any(re.search(r"\b%s\b" % re.escape(lp.name), "") for lp in []):
+            oe = one_element(src, k)
+            clamp = clamp_edits(src, k.name) if oe is not None else None
+            if oe is None or clamp is None:
+                continue
+            if not has(src, k.body, r"\batomicAdd\s*\("):
+                continue
+            staged = apply_edits(src.raw, grid_stride_edits(src, oe) + clamp)
+            for m in privatize_atomics(staged, ctx):
+                if m.description.startswith(k.name + ":"):
+                    m.description += " (after turning it into a grid-stride loop over a clamped grid)"
+                    out.append(m)
+            continue
+        if re.search(r"\breturn\b", code(src, k.body)):
+            continue
+        params = {p.name: p for p in k.sig.params}
+        calls = []
+        table, bound, elem = None, None, None
+        for call in src.nodes("call_expression", within=k.body):
+            if call_name(call) != "atomicAdd":
+                continue
+            args = call.child_by_field_name("arguments")
+            a = args.named_children if args is not None else []
+            if len(a) != 2 or a[0].type != "pointer_expression" or a[0].named_children[0].type != "subscript_expression":
+                continue
+            sub = a[0].named_children[0]
+            base, idx = sub_base(sub), " ".join(sub_index(sub).split())
+            p = params.get(base)
+            if p is None or p.pointer_depth != 1 or p.const or p.base_type not in ("int", "unsigned int", "unsigned",
+                                                                                 "float", "unsigned long long"):
+                continue
+            b = None
+            for c in _conjuncts_around(src, call):
+                m = re.fullmatch(r"(.+?)\s*<\s*(.+)", c)
+                if m and " ".join(m.group(1).split()) == idx:
+                    b = m.group(2).strip()
+            if b is None or not idents(b) <= (set(params) | set(src.defines)):
+                continue
+            if table not in (None, base) or bound not in (None, b):
+                continue
+            table, bound, elem = base, b, p.base_type
+            calls.append((call, sub, a[1]))
+        if not calls:
+            continue
+        ind = indent_at(src, statements(k.body)[0].start_byte) if statements(k.body) else "    "
+        head = (f"\n{ind}// ks-optimize: a per-block copy of {table} in shared memory when it fits "
+                f"({bound} <= {PRIV_CAP}), merged with one atomic per non-zero entry\n"
+                f"{ind}__shared__ {elem} ks_priv[{PRIV_CAP}];\n"
+                f"{ind}const bool ks_priv_on = ({bound}) <= {PRIV_CAP};\n"
+                f"{ind}if (ks_priv_on)\n"
+                f"{ind}    for (int ks_b = threadIdx.x; ks_b < ({bound}); ks_b += blockDim.x) ks_priv[ks_b] = 0;\n"
+                f"{ind}__syncthreads();")
+        tail = (f"{ind}__syncthreads();\n"
+                f"{ind}if (ks_priv_on)\n"
+                f"{ind}    for (int ks_b = threadIdx.x; ks_b < ({bound}); ks_b += blockDim.x) {{\n"
+                f"{ind}        const {elem} ks_c = ks_priv[ks_b];\n"
+                f"{ind}        if (ks_c) atomicAdd(&{table}[ks_b], ks_c);\n"
+                f"{ind}    }}\n")
+        edits = [Edit(k.body.start_byte + 1, k.body.start_byte + 1, head)]
+        for call, sub, val in calls:
+            idx = sub_index(sub)
+            v = raw(src, val)
+            edits.append(Edit(call.start_byte, call.end_byte,
+                                  f"(ks_priv_on ? atomicAdd(&ks_priv[{idx}], {v}) : atomicAdd(&{table}[{idx}], {v}))"))
+        close = k.body.end_byte - 1
+        edits.append(Edit(line_start(src, close), line_start(src, close), tail))
+        out.append(candidate(src, edits, "privatize_atomics",
+                        f"{k.name}: atomics into {table} privatized per block in shared memory",
+                        guards=[f"{bound} <= {PRIV_CAP} (runtime check; global atomics otherwise)"],
+                        excerpt=code(src, calls[0][0])))
+    return out
+
+
+PAIR = Pair(PrivatizedToGlobalAtomics, (Rewrite("privatize_atomics", "privatized_atomics", privatize_atomics,
+                                                       prior=8.0),))

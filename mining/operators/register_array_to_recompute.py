@@ -29,6 +29,9 @@ siblings with no exit between them); no loop breaks, continues or returns; the s
 nothing but the element and their own locals, read no array and no memory this function writes,
 and every outer variable they read keeps its value from the replayed loop to the last reader.
 The fill's slice must read global memory (a register cache of global data).
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -41,10 +44,12 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name, contains, same, writer_of
 from corpora.code.source import Source
 from mining.carriers import pointer_roots
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, reads_global, tokens, loops_around, subscript_chain
-from mining.operators.rewrite_util import after_open_brace, body_indent, line_indent, pragma_before, splice_range, structural
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import FunctionIndex, loops_around, reads_global, subscript_chain, tokens
+from mining.operators.rewrite_util import (after_open_brace, body_indent, line_indent, pragma_before, splice_range,
+                                           structural)
 from corpora.code.parse import text, walk
+
 
 _IMPURE_CALL = re.compile(r"(atomic\w*|__sync\w*|__shfl\w*|__ballot\w*|__any\w*|__all\w*|__activemask|__threadfence\w*|"
                           r"printf|malloc|free|memcpy|memset|__st\w+|__pipeline\w*)$")
@@ -423,3 +428,6 @@ class RegisterArrayToRecompute(Operator):
                 if m.type == "identifier" and text(m) in roots:
                     written |= roots[text(m)]
         return written
+
+
+PAIR = Pair(RegisterArrayToRecompute)

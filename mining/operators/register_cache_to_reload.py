@@ -16,6 +16,9 @@ variables are unchanged between the fill and each use (see `fill_forwarding`: fi
 reach the value only through the fill index, locals are inlined where they would be out of scope
 or different, loop variables must be those of a loop enclosing both). So every reload returns
 the value the register held.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -23,13 +26,15 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import same
 from corpora.code.source import Source
 from mining.carriers import register_cache_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, Renderer, reads_global, reads_written_memory, forward_fill, loops_around
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.fill_forwarding import Renderer, forward_fill, reads_written_memory
+from corpora.code.nodes import same
+from mining.operators.nodes import FunctionIndex, loops_around, reads_global
 from mining.operators.rewrite_util import has_side_effects, node_at, splice_range, structural
 from corpora.code.parse import text, walk
+
 
 _DECLARATORS = ("identifier", "init_declarator", "array_declarator", "pointer_declarator", "reference_declarator")
 
@@ -106,3 +111,6 @@ class RegisterCacheToReload(Operator):
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(RegisterCacheToReload)

@@ -26,6 +26,9 @@ that element, nothing else written, no barriers, atomics or warp collectives); t
 before the nest (run R x C times now) touch no tile element, write only variables they declare
 themselves, and synchronize nothing; nothing there or in the loop header can see an outer
 variable named like the nest's loop variables (they become the new outer loops).
+
+Forward: none here; `stage_matmul_tiles` (shared_tile_to_global.py) writes register tiles of
+R x R outputs per thread for one-output-per-thread matmuls, as part of staging shared tiles.
 """
 from __future__ import annotations
 
@@ -36,11 +39,12 @@ from tree_sitter import Node
 
 from corpora.code.nodes import same
 from corpora.code.source import Source
-from mining.operators.base import Edit
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.base import Edit, Pair
+from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, type_text
-from mining.operators.shrink_register_tile import RegisterTileOperator, int_value
+from mining.operators.shrink_register_tile import RegisterTileOperator
 from corpora.code.parse import text, walk
+
 
 _SYNC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any\w*|__all\w*|atomic\w+|__threadfence\w*|"
                    r"__pipeline\w*|asm)\b")
@@ -296,3 +300,6 @@ def _header(src: Source, loop: Node) -> str:
 
 def _inside(node: Node, outer: Node) -> bool:
     return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
+
+
+PAIR = Pair(RegisterTileToDot)

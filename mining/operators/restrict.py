@@ -1,10 +1,21 @@
 """drop_restrict: remove every `__restrict__` of one function's parameter list (one site per
-function) or of one local pointer declaration."""
+function) or of one local pointer declaration.
+
+Forward, `add_restrict`: `__restrict__` on every kernel's pointer parameters (one candidate for
+all kernels, then one per kernel). Sound when no two of a kernel's pointers alias memory that one
+of them writes; that is the caller's promise the rewrite cannot check, so the gate's workloads
+(distinct buffers per tensor) decide.
+"""
 from __future__ import annotations
 
 import re
 
-from mining.operators.base import Edit, Operator
+
+from corpora.code.source import Source
+from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all)
+from mining.operators.nodes import code, kernels, param_nodes
+from corpora.code.parse import text
+
 
 _TOKEN = re.compile(rb"\b__restrict(?:__)?\b")
 
@@ -35,3 +46,25 @@ class DropRestrict(Operator):
             if _TOKEN.search(src.code, decl.start_byte, decl.end_byte) and \
                     not any(c.type == "function_declarator" for c in decl.named_children):
                 yield Edit(decl.start_byte, decl.end_byte, _strip(src, decl.start_byte, decl.end_byte))
+
+
+# --------------------------------------------------------------------------- forward half
+def add_restrict(source: str, ctx: Context) -> list[Materialization]:
+    src = Source(source)
+    per = []
+    for k in kernels(src):
+        edits, names = [], []
+        for p in param_nodes(k.node):
+            ptr = next((c for c in p.named_children if c.type == "pointer_declarator"), None)
+            if ptr is None or "__restrict" in code(src, p):
+                continue
+            inner = ptr.child_by_field_name("declarator")
+            if inner is None or inner.type != "identifier":
+                continue  # pointer to pointer, function pointer
+            edits.append(Edit(inner.start_byte, inner.start_byte, "__restrict__ "))
+            names.append(text(inner))
+        per.append((k.name, edits, f"{k.name}({', '.join(names)})"))
+    return per_kernel_and_all(src, "add_restrict", per, "`__restrict__` on the pointer parameters")
+
+
+PAIR = Pair(DropRestrict, (Rewrite("add_restrict", "restrict", add_restrict, prior=1.1),))

@@ -3,13 +3,20 @@
 Three forms: a `__shared__` dimension `X + c` (c a literal or a *PAD* name) -> `X`; a padded pitch
 macro `#define LD (X + c)` (names like LD, *_LD, *PAD*, *PITCH*) -> `(X)`; an index remap
 `q + (q >> s)` -> `q`.
+
+Forward, `add_shared_padding`: `[R][C]` -> `[R][C + 1]` on 2-D shared arrays whose last dimension is
+a multiple of 16 or 32. Sound because indexing is by the declared shape: every element keeps its
+own slot, only the row pitch (and so the bank of column accesses) changes.
 """
 from __future__ import annotations
 
 import re
 
+
+from corpora.code.source import Source
 from mining.carriers import PAD_MACRO
-from mining.operators.base import Edit, Operator, code_text
+from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, code_text)
+from mining.operators.nodes import code, int_value, raw
 
 
 class DropSharedPadding(Operator):
@@ -34,3 +41,25 @@ class DropSharedPadding(Operator):
                 yield Edit(m.start(2), m.end(2), "(" + m.group(3).decode() + ")")
         for m in src.regex(rb"\b(\w+)\s*\+\s*\(\s*\1\s*>>\s*\d+\s*\)"):
             yield Edit(m.start(), m.end(), m.group(1).decode())
+
+
+# --------------------------------------------------------------------------- forward half
+def add_shared_padding(source: str, ctx: Context) -> list[Materialization]:
+    src = Source(source)
+    edits = []
+    for decl, name, dims in src.shared_decls:
+        if len(dims) < 2:
+            continue
+        last = code(src, dims[-1])
+        if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", last, re.I):
+            continue
+        v = int_value(src, last)
+        if v is None or v % 32 != 0 and v % 16 != 0:
+            continue
+        edits.append(Edit(dims[-1].start_byte, dims[-1].end_byte, f"{raw(src, dims[-1])} + 1"))
+    if not edits:
+        return []
+    return [candidate(src, edits, "add_shared_padding", f"one padding column on {len(edits)} 2-D shared array(s)")]
+
+
+PAIR = Pair(DropSharedPadding, (Rewrite("add_shared_padding", "shared_padding", add_shared_padding, prior=1.02),))

@@ -18,6 +18,9 @@ first shared-memory writes cannot overtake the previous pass's last reads. Not a
 region could not run twice: it returns, breaks or jumps out, uses atomics, or updates in place
 (`+=`, `++`) a variable declared before it; or when some use of the tile is not indexed by such a
 loop variable.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -26,28 +29,16 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import declarator_shape, same
 from corpora.code.source import Source
 from mining.carriers import local_arrays, register_tile_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import declarator_shape, same
+from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
 
 _DECLARATORS = ("identifier", "init_declarator", "array_declarator", "pointer_declarator", "reference_declarator")
-
-
-def int_value(src: Source, expr: str) -> Optional[int]:
-    e = src.expand(expr)
-    e = re.sub(r"(?<=\d)[uUlL]+\b", "", e)
-    if not re.fullmatch(r"[\d\s+\-*/%()<>]*", e) or not e.strip():
-        return None
-    try:
-        v = eval(e.replace("/", "//"), {"__builtins__": {}}, {})  # digits and operators only
-    except Exception:
-        return None
-    return v if isinstance(v, int) else None
 
 
 def _row_loop(src: Source, use: Node, var: str) -> Optional[Node]:
@@ -179,7 +170,10 @@ class ShrinkRegisterTile(RegisterTileOperator):
             subs.append((inner.end_byte, d.end_byte, ""))  # acc[TM][TN] -> acc[TN]
         else:
             subs.append((row_size.start_byte, row_size.end_byte, str(h)))
-        scale = (lambda k: pvar if k == 1 else f"{pvar} * {k}")
+
+        def scale(k: int) -> str:
+            return pvar if k == 1 else f"{pvar} * {k}"
+
         for loop, iv, _ in loops.values():
             init = loop.child_by_field_name("initializer")
             cond = loop.child_by_field_name("condition")
@@ -289,3 +283,6 @@ def _dedupe(subs):
         if s2 < e1:
             return None
     return subs
+
+
+PAIR = Pair(ShrinkRegisterTile)

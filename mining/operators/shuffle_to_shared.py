@@ -24,22 +24,39 @@ slot). The value's type is read from its declaration (a local, a parameter, an a
 member of a vector type or of a struct of this file); shuffles whose value type cannot be found,
 or whose statement has other side effects, are not sites. The `__shfl_up_sync` calls of warp
 scans are left to scan_shuffle_to_shared (same rewrite, carrier warp_scan).
+
+Forward, `warp_per_row` (inverse of shuffle_to_shared, block_reduce_to_warp_atomics and, after
+privatize_atomics, warp_atomic_to_thread_atomics): a kernel with one row (or chunk) per thread
+becomes one row per warp: the row loops are lane-strided (`j = start + lane; j += 32`), each
+accumulator (`+=`, or `= fmaxf(acc, e)` / min / max) is all-reduced across the warp with
+`__shfl_xor_sync`, the launch multiplies the grid by 32 and the row index is divided by 32. Sound
+because the accumulators are only combined with associative, commutative operators and read
+nowhere else in the loop, every other write in the loop is indexed by the loop variable (each
+element written by exactly one lane), and after the all-reduce every lane holds the row's value,
+so the code after the loop sees what the single thread saw (up to float reassociation, which the
+gate's tolerance judges). Loops with barriers, atomics, returns or bare jumps are not sites.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import call_name
+from corpora.code.nodes import call_name, declarator_name
 from corpora.code.source import Source
 from mining.carriers import warp_scan_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects, line_indent,
-                                           paren, scope_body, scope_of, splice_range,
-                                           structural)
+from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, rewrite_range)
+from mining.operators.nodes import (WARP, Kernel, bare_jumps, base_name, block_dims, code, declared_within,
+                                    grid_is_scalar, has, has_loop, indent_at, index_decls, int_value, kernels, launches,
+                                    local_pointers, loop_init_value, loop_var, mentions, raw, returns_or_syncs,
+                                    split_top, statements, strip_parens, sub_index, unit_update)
+from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects,
+                                           line_indent, paren, scope_body, scope_of, splice_range, structural)
 from corpora.code.parse import text, walk
+from mining.operators.shuffle_forms import normalized_edits  # noqa: E402  (after rewrite_shuffle's helpers)
+
 
 SHUFFLES = {"__shfl_sync": "idx", "__shfl_xor_sync": "xor", "__shfl_down_sync": "down", "__shfl_up_sync": "up",
             "__shfl": "idx", "__shfl_xor": "xor", "__shfl_down": "down", "__shfl_up": "up"}
@@ -136,8 +153,20 @@ class ShuffleToShared(Operator):
     def edits(self, src: Source):
         scan = {(s.start_byte, s.end_byte) for s in warp_scan_sites(src)}
         st = structural(src)
-        yield from first_hoist_per_scope(st, [n for n in walk(st.tree.root_node) if n.type == "call_expression" and
-                                              call_name(n) in SHUFFLES and (n.start_byte, n.end_byte) not in scan])
+        own = list(first_hoist_per_scope(st, [n for n in walk(st.tree.root_node) if n.type == "call_expression" and
+                                               call_name(n) in SHUFFLES and (n.start_byte, n.end_byte) not in scan]))
+        yield from own
+        # shuffles written through macros, cooperative-groups tiles or returned from wrappers (issue 19)
+        hoisted = {e.start for e in own if not src.raw[e.start:e.end].strip().startswith(b"__shfl")}
+        for e in normalized_edits(st, rewrite_shuffle, tuple(n for n in SHUFFLES if "up" not in n)):
+            inserts = b"ks_xchg_" in e.replacement.encode() and "__shared__" in e.replacement
+            if inserts and e.start in hoisted:
+                continue
+            if any(o.start < e.end and e.start < o.end for o in own):
+                continue
+            if inserts:
+                hoisted.add(e.start)
+            yield e
 
 
 def first_hoist_per_scope(src: Source, calls: list[Node]):
@@ -165,7 +194,6 @@ STATIC_SHARED_LIMIT = 48 * 1024
 
 def _static_shared(src: Source, fn: Node) -> Optional[int]:
     """Bytes of the static `__shared__` arrays declared in a function, or None if a size is unknown."""
-    from mining.operators.shrink_register_tile import int_value
     total = 0
     for decl, name, dims in src.shared_decls:
         if not (fn.start_byte <= decl.start_byte < fn.end_byte) or b"extern" in src.code[decl.start_byte:decl.end_byte]:
@@ -207,6 +235,14 @@ def _fits(src: Source, scope: Node, vtype: str) -> bool:
     return own + max(callers) + extra <= STATIC_SHARED_LIMIT
 
 
+def _literal_cast(call: Node) -> bool:
+    """`uint32_t(-1)`, `unsigned(0xffffffff)`: a functional cast of a literal (a constant mask)."""
+    fn = call.child_by_field_name("function")
+    args = call.child_by_field_name("arguments")
+    return fn is not None and args is not None and re.fullmatch(r"(u?int\d+_t|unsigned|int|unsigned int)", text(fn)) \
+        is not None and re.fullmatch(r"\(\s*-?\s*(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\s*\)", text(args)) is not None
+
+
 def rewrite_shuffle(src: Source, call: Node) -> Optional[Edit]:
     name = call_name(call)
     kind = SHUFFLES[name]
@@ -225,7 +261,7 @@ def rewrite_shuffle(src: Source, call: Node) -> Optional[Edit]:
     for n in (mask, val, off, width):
         if n is not None and has_side_effects(n):
             return None
-    if mask is not None and any(x.type == "call_expression" for x in walk(mask)):
+    if mask is not None and any(x.type == "call_expression" and not _literal_cast(x) for x in walk(mask)):
         return None
     vtype = expression_type(src, val)
     if vtype is None:
@@ -298,3 +334,355 @@ def rewrite_shuffle(src: Source, call: Node) -> Optional[Edit]:
     start = after_open_brace(src, body)
     return Edit(start, stmt.end_byte, head + splice_range(src, start, stmt.end_byte, [(stmt.start_byte, stmt.end_byte,
                                                                                         rep)]))
+
+
+# --------------------------------------------------------------------------- forward half
+@dataclass
+class Acc:
+    name: str
+    op: str  # "+" | fmaxf | fminf | max | min
+    array: bool
+    size: str = ""
+
+
+def _classify_loop(src: Source, loop: Node, globals_: set[str]) -> Optional[tuple[list[Acc], bool]]:
+    """(accumulators, writes global memory) when the loop can be split across the lanes of a
+    warp: every write is to memory indexed by the loop variable, to a variable declared inside
+    the loop, or to an accumulator updated only by `+=` / `= fmaxf(acc, e)` (and not read
+    otherwise in the loop). None otherwise."""
+    lv = loop_var(src, loop)
+    cond = loop.child_by_field_name("condition")
+    if lv is None or cond is None or not unit_update(src, loop, lv[1]):
+        return None
+    var = lv[1]
+    for part in split_top(code(src, cond), "&&"):
+        if not re.match(r"^%s\s*<" % re.escape(var), strip_parens(part)):
+            return None
+    body = loop.child_by_field_name("body")
+    if body is None or returns_or_syncs(src, body) or bare_jumps(src, body) or has(src, body, r"\batomic\w*\s*\("):
+        return None
+    local = declared_within(src, loop)
+    accs: dict[str, Acc] = {}
+    acc_nodes: list[Node] = []
+    writes_global = False
+    for n in walk(body):
+        if n.type == "update_expression":
+            b = base_name(n.child_by_field_name("argument"))
+            if b and b not in local:
+                return None
+        if n.type != "assignment_expression":
+            continue
+        left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+        opn = n.children[1].type if len(n.children) > 1 else ""
+        b = base_name(left)
+        if not b:
+            return None
+        if b in local:
+            continue
+        if b in globals_:
+            if left.type != "subscript_expression" or not mentions(sub_index(left), var):
+                return None
+            writes_global = True
+            continue
+        lt = code(src, left)
+        if opn == "+=":
+            is_arr = left.type == "subscript_expression"
+            if is_arr and (left.child_by_field_name("argument").type != "identifier"):
+                return None
+            acc = Acc(b, "+", is_arr)
+        elif opn == "=" and right is not None and right.type == "call_expression" and \
+                call_name(right) in ("fmaxf", "fminf", "max", "min", "fmax", "fmin") and left.type == "identifier":
+            args = right.child_by_field_name("arguments")
+            a = [code(src, x) for x in args.named_children] if args is not None else []
+            if len(a) != 2 or lt not in a or (a[0] == lt and a[1] == lt):
+                return None
+            acc = Acc(b, call_name(right), False)
+        else:
+            return None
+        prev = accs.get(b)
+        if prev is not None and (prev.op != acc.op or prev.array != acc.array):
+            return None
+        accs[b] = acc
+        acc_nodes.append(n)
+    # accumulators are read only in their own updates
+    body_code = code(src, body)
+    for name, acc in accs.items():
+        total = len(re.findall(r"\b%s\b" % re.escape(name), body_code))
+        own = sum(len(re.findall(r"\b%s\b" % re.escape(name), code(src, n))) for n in acc_nodes if base_name(n.child_by_field_name("left")) == name)
+        if total != own:
+            return None
+        if acc.op == "+" and not acc.array:
+            # the update's right-hand side must not use the accumulator
+            for n in acc_nodes:
+                if base_name(n.child_by_field_name("left")) == name and mentions(code(src, n.child_by_field_name("right")), name):
+                    return None
+    return list(accs.values()), writes_global
+
+
+def _allreduce(acc: Acc, ind: str) -> str:
+    sh = "__shfl_xor_sync(0xffffffffu, {v}, ks_o)"
+    if acc.array:
+        v = f"{acc.name}[ks_e]"
+        upd = f"{v} += {sh.format(v=v)};" if acc.op == "+" else f"{v} = {acc.op}({v}, {sh.format(v=v)});"
+        return f"{ind}for (int ks_e = 0; ks_e < ({acc.size}); ++ks_e)\n{ind}    for (int ks_o = 16; ks_o > 0; ks_o >>= 1) {upd}"
+    v = acc.name
+    upd = f"{v} += {sh.format(v=v)};" if acc.op == "+" else f"{v} = {acc.op}({v}, {sh.format(v=v)});"
+    return f"{ind}for (int ks_o = 16; ks_o > 0; ks_o >>= 1) {upd}"
+
+
+def _array_size(src: Source, k: Kernel, name: str) -> Optional[str]:
+    for decl in src.nodes("declaration", within=k.body):
+        for d in decl.named_children:
+            node = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            if node is not None and node.type == "array_declarator" and declarator_name(node) == name:
+                inner = node.child_by_field_name("declarator")
+                if inner is not None and inner.type == "array_declarator":
+                    return None  # 2-D
+                size = node.child_by_field_name("size")
+                return raw(src, size) if size is not None else None
+    return None
+
+
+def _zero_init_before(src: Source, k: Kernel, name: str, before: int) -> bool:
+    """A scalar declared `= 0` at top level and not written between its declaration and `before`."""
+    for decl in src.nodes("declaration", within=k.body):
+        if decl.start_byte >= before:
+            break
+        for d in decl.named_children:
+            if d.type == "init_declarator" and declarator_name(d.child_by_field_name("declarator")) == name:
+                v = d.child_by_field_name("value")
+                if v is None or not re.fullmatch(r"0(\.0*)?[fF]?|0\.[fF]?|\(\s*\w+\s*\)\s*0(\.0*)?[fF]?", code(src, v)):
+                    return False
+                between = src.code[decl.end_byte:before].decode("utf-8", "replace")
+                return re.search(r"\b%s\s*([-+*/|&^]|<<|>>)?=[^=]" % re.escape(name), between) is None
+    return False
+
+
+def _top_loops(src: Source, body: Node) -> list[Node]:
+    """for-loops that are statements of the body, or of a top-level `if` block without else."""
+    out = []
+    for st in statements(body):
+        if st.type == "for_statement":
+            out.append(st)
+        elif st.type == "if_statement" and st.child_by_field_name("alternative") is None:
+            cons = st.child_by_field_name("consequence")
+            if cons is not None and cons.type == "compound_statement":
+                out += [s for s in statements(cons) if s.type == "for_statement"]
+    return out
+
+
+def warp_per_row(source: str, ctx: Context) -> list[Materialization]:
+    return all_kernels_too(source, ctx, False)
+
+
+def all_kernels_too(source: str, ctx: Context, scans: bool) -> list[Materialization]:
+    out = _warp_per_row(source, ctx, scans)
+    if len(out) > 1:
+        # every kernel at once: a reduction split across kernels gains most when all are parallel
+        merged = source
+        for name in [m.description.split(":")[0] for m in out]:
+            step = [m for m in _warp_per_row(merged, ctx, scans) if m.description.startswith(name + ":")]
+            if not step:
+                break
+            merged = step[0].source
+        else:
+            out.insert(0, Materialization(merged, out[0].rewrite, out[0].carrier,
+                                          "every kernel: " + "; ".join(m.description for m in out)))
+    return out
+
+
+def _scan_loop(src: Source, k: Kernel, loop: Node, globals_: set[str]) -> Optional[str]:
+    """Replacement text for a serial running-sum loop split across a warp, or None."""
+    lv = loop_var(src, loop)
+    cond = loop.child_by_field_name("condition")
+    body = loop.child_by_field_name("body")
+    if lv is None or cond is None or body is None or body.type != "compound_statement" or \
+            not unit_update(src, loop, lv[1]):
+        return None
+    ty, var, init = lv
+    for part in split_top(code(src, cond), "&&"):
+        if not re.match(r"^%s\s*<" % re.escape(var), strip_parens(part)):
+            return None
+    if has_loop(body) or returns_or_syncs(src, body) or bare_jumps(src, body) or has(src, body, r"\batomic\w*\s*\("):
+        return None
+    sts = statements(body)
+    local = declared_within(src, loop)
+    upd_i, acc = None, None
+    for i, st in enumerate(sts):
+        if st.type != "expression_statement" or not st.named_children:
+            continue
+        e = st.named_children[0]
+        if e.type == "assignment_expression" and e.children[1].type == "+=" and \
+                e.child_by_field_name("left").type == "identifier" and text(e.child_by_field_name("left")) not in local:
+            if acc is not None:
+                return None
+            upd_i, acc = i, text(e.child_by_field_name("left"))
+    if acc is None:
+        return None
+    upd = sts[upd_i].named_children[0]
+    rhs = raw(src, upd.child_by_field_name("right"))
+    if mentions(rhs, acc):
+        return None
+    # every other write: memory indexed by the loop variable, or a variable of this body
+    for n in walk(body):
+        if n.type == "update_expression":
+            return None
+        if n.type != "assignment_expression" or n.start_byte == upd.start_byte:
+            continue
+        b = base_name(n.child_by_field_name("left"))
+        left = n.child_by_field_name("left")
+        if b in globals_ and left.type == "subscript_expression" and mentions(sub_index(left), var):
+            continue
+        if b in local and b != acc:
+            continue
+        return None
+    acc_t = None
+    for decl in src.nodes("declaration", within=k.body):
+        if decl.start_byte < loop.start_byte and any(declarator_name(d) == acc for d in decl.named_children
+                                                     if d.type in ("init_declarator", "identifier")):
+            c = code(src, decl)
+            acc_t = c[:re.search(r"\b%s\b" % re.escape(acc), c).start()].strip()
+    if not acc_t or acc_t.split()[-1] not in ("int", "float", "double", "unsigned", "long"):
+        return None
+    acc_t = " ".join(acc_t.replace("const", "").split())
+    hoist, guarded, post = [], [], []
+    for st in sts[:upd_i]:
+        if st.type == "declaration" and not mentions(code(src, st), acc):
+            ds = [d for d in st.named_children if d.type == "init_declarator"]
+            if len(ds) != 1:
+                return None
+            c = code(src, st)
+            dname = declarator_name(ds[0].child_by_field_name("declarator"))
+            dty = " ".join(c[:re.search(r"\b%s\b" % re.escape(dname), c).start()].replace("const", "").split())
+            hoist.append(f"{dty} {dname} = ks_in ? ({raw(src, ds[0].child_by_field_name('value'))}) : {dty}();")
+        elif st.type == "declaration":
+            return None
+        else:
+            guarded.append(st)
+    for st in sts[upd_i + 1:]:
+        post.append(st)
+
+    def with_acc(st: Node, value: str) -> str:
+        edits = [Edit(n.start_byte, n.end_byte, f"({acc} + {value})") for n in walk(st)
+                 if n.type == "identifier" and text(n) == acc]
+        return rewrite_range(src, st.start_byte, st.end_byte, edits)
+
+    ind = indent_at(src, loop.start_byte)
+    i2, i3 = ind + "    ", ind + "        "
+    conds = split_top(code(src, cond), "&&")
+    first = " && ".join(re.sub(r"^%s\b" % re.escape(var), "ks_b", strip_parens(c)) for c in conds)
+    lines = [f"for ({ty} ks_b = {init}; {first}; ks_b += {WARP}) {{",
+             f"{i2}// ks-optimize: 32 consecutive elements per pass, prefix from a warp scan",
+             f"{i2}const {ty} {var} = ks_b + ks_lane;",
+             f"{i2}const bool ks_in = {raw(src, cond)};"]
+    lines += [f"{i2}{h}" for h in hoist]
+    lines += [f"{i2}const {acc_t} ks_e = ks_in ? ({acc_t})({rhs}) : ({acc_t})0;",
+              f"{i2}{acc_t} ks_inc = ks_e;",
+              f"{i2}for (int ks_o = 1; ks_o < {WARP}; ks_o <<= 1) {{",
+              f"{i3}const {acc_t} ks_up = __shfl_up_sync(0xffffffffu, ks_inc, ks_o);",
+              f"{i3}if (ks_lane >= ks_o) ks_inc += ks_up;",
+              f"{i2}}}",
+              f"{i2}if (ks_in) {{"]
+    lines += [f"{i3}{with_acc(st, '(ks_inc - ks_e)')}" for st in guarded]
+    lines += [f"{i3}{with_acc(st, 'ks_inc')}" for st in post]
+    lines += [f"{i2}}}",
+              f"{i2}{acc} += __shfl_sync(0xffffffffu, ks_inc, {WARP - 1});",
+              f"{ind}}}"]
+    return "\n".join(lines)
+
+
+def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materialization]:
+    """A kernel that gives each thread a whole row (or chunk) and walks it with serial loops ->
+    one warp per row: those loops are split across the 32 lanes (`j = start + lane; j += 32`)
+    and each accumulator they carry (`s += e`, `m = fmaxf(m, e)`, `o[d] += e`) is all-reduced
+    with `__shfl_xor_sync` right after its loop, so every lane holds the row's value and the
+    code after the loop is unchanged. The launch gets 32x the threads (a single-thread
+    `<<<1, 1>>>` kernel becomes one warp). Sum accumulators must start at zero."""
+    src = Source(source)
+    out = []
+    for k in kernels(src):
+        c = code(src, k.body)
+        if re.search(r"__syncthreads|__shared__|__shfl|\bks_lane\b|\b(threadIdx|blockIdx)\s*\.\s*[yz]\b", c):
+            continue
+        ls = launches(src, k.name)
+        if not ls:
+            continue
+        decls = [d for d in index_decls(src, k) if d.axis == "x"]
+        single = not decls and not re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", c) and \
+            all(code(src, l.grid) == "1" and code(src, l.block) == "1" for l in ls)
+        if not single:
+            if len(decls) != 1:
+                continue
+            d = decls[0]
+            if len(re.findall(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", c)) != \
+                    len(re.findall(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", code(src, d.value))):
+                continue
+            dims = [block_dims(src, l) for l in ls]
+            if any(x is None or x[1:] != (1, 1) or x[0] % WARP for x in dims) or \
+                    not all(grid_is_scalar(src, l) for l in ls):
+                continue
+        globals_ = set(local_pointers(src, k)) | {p.name for p in k.sig.params if p.is_pointer}
+        edits: list[Edit] = []
+        strided = n_scans = 0
+        for loop in _top_loops(src, k.body):
+            if not single and loop.start_byte < decls[0].stmt.end_byte:
+                continue
+            cl = _classify_loop(src, loop, globals_)
+            if cl is None:
+                rep = _scan_loop(src, k, loop, globals_) if scans else None
+                if rep is not None:
+                    edits.append(Edit(loop.start_byte, loop.end_byte, rep))
+                    strided += 1
+                    n_scans += 1
+                continue
+            accs, writes_global = cl
+            ok = True
+            for a in accs:
+                if a.array:
+                    a.size = _array_size(src, k, a.name) or ""
+                    if not a.size:
+                        ok = False
+                elif a.op == "+" and not _zero_init_before(src, k, a.name, loop.start_byte):
+                    ok = False
+            if not ok:
+                continue
+            init = loop_init_value(loop)
+            upd = loop.child_by_field_name("update")
+            edits.append(Edit(init.start_byte, init.end_byte, f"({raw(src, init)}) + ks_lane"))
+            edits.append(Edit(upd.start_byte, upd.end_byte, f"{loop_var(src, loop)[1]} += {WARP}"))
+            ind = indent_at(src, loop.start_byte)
+            after = [_allreduce(a, ind) for a in accs]
+            if writes_global:
+                after.append(f"{ind}__syncwarp();")
+            if after:
+                edits.append(Edit(loop.end_byte, loop.end_byte, "\n" + "\n".join(after)))
+            strided += 1
+        if not strided or (scans and not n_scans):
+            continue
+        if single:
+            pos = k.body.start_byte + 1
+            edits.append(Edit(pos, pos, f"\n{indent_at(src, statements(k.body)[0].start_byte) if statements(k.body) else '    '}"
+                                             "const int ks_lane = threadIdx.x & 31;  // ks-optimize: one warp does this work"))
+            for l in ls:
+                edits.append(Edit(l.block.start_byte, l.block.end_byte, str(WARP)))
+            what = "one thread -> one warp"
+        else:
+            d = decls[0]
+            edits.append(Edit(d.value.start_byte, d.value.end_byte, f"({raw(src, d.value)}) / {WARP}"))
+            eol = src.raw.find(b"\n", d.stmt.end_byte)
+            eol = len(src.raw) if eol < 0 else eol
+            edits.append(Edit(eol, eol, f"\n{indent_at(src, d.stmt.start_byte)}const int ks_lane = threadIdx.x & 31;"
+                                            f"  // ks-optimize: one warp per {d.name}"))
+            for l in ls:
+                edits.append(Edit(l.grid.start_byte, l.grid.end_byte, f"({raw(src, l.grid)}) * {WARP}"))
+            what = f"one {d.name} per thread -> one {d.name} per warp"
+        how = f"{strided - n_scans} loop(s) lane-strided, accumulators all-reduced with __shfl_xor_sync"
+        if n_scans:
+            how += f"; {n_scans} running-sum loop(s) as warp scans (__shfl_up_sync)"
+        out.append(candidate(src, edits, "warp_scan" if scans else "warp_per_row", f"{k.name}: {what}; {how}",
+                        excerpt=code(src, decls[0].stmt) if decls else k.name))
+    return out
+
+
+PAIR = Pair(ShuffleToShared, (Rewrite("warp_per_row", "warp_shuffle_reduce", warp_per_row, prior=8.0),),
+            inverted_by=("warp_per_row", "warp_scan"))

@@ -17,6 +17,9 @@ into the last array, its last statement the shift `w0[q] = w1[q]; w1[q] = w2[q];
 write to the window arrays in the loop, a loop-invariant `X`, and no store to shared memory in the
 loop body (so the rows read are the rows the preloads read). Removes the sliding-window form of
 register_tile.
+
+Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
+this operator's skills through the LLM materializer only (the pair's forward half is empty).
 """
 from __future__ import annotations
 
@@ -27,10 +30,11 @@ from tree_sitter import Node
 
 from corpora.code.nodes import call_name, same
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, norm
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import FunctionIndex, norm
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
+
 
 _SHIFT = re.compile(r"(\w+)\s*\[\s*(\w+)\s*\]\s*=\s*(\w+)\s*\[\s*\2\s*\]\s*;")
 
@@ -157,3 +161,6 @@ class SlidingWindowToReload(Operator):
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+PAIR = Pair(SlidingWindowToReload)

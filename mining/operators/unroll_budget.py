@@ -22,9 +22,10 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
+from mining.operators.nodes import block_dims, int_value, launches
 from mining.operators.rewrite_util import pragma_before
-from mining.operators.shrink_register_tile import int_value
 from corpora.code.parse import text, walk
+
 
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255
@@ -76,8 +77,6 @@ def trip_count(src: Source, loop: Node) -> Optional[int]:
 
 def block_threads(src: Source, kernel: str) -> int:
     """The most threads per block any launch of `kernel` in the file uses (1024 when unknown)."""
-    from mining.materialize import block_dims, launches
-
     best = 0
     for launch in launches(src, kernel):
         dims = block_dims(src, launch)

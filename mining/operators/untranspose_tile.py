@@ -15,6 +15,9 @@ Every access has to be one of these forms (the array is never passed, offset or 
 otherwise) and index expressions must be free of side effects (a vector access's are repeated).
 A vector access whose elements crossed into the next row in the original would leave the array
 now; the gate's memory checker rejects such a candidate.
+
+Forward: none here; transposed_tile skills are served by `stage_matmul_tiles`
+(shared_tile_to_global.py).
 """
 from __future__ import annotations
 
@@ -26,10 +29,11 @@ from tree_sitter import Node
 from corpora.code.nodes import same
 from corpora.code.source import Source
 from mining.carriers import transposed_tile_sites
-from mining.operators.base import Edit, Operator
-from mining.operators.fill_forwarding import FunctionIndex, subscript_chain
+from mining.operators.base import Edit, Operator, Pair
+from mining.operators.nodes import FunctionIndex, subscript_chain
 from mining.operators.rewrite_util import has_side_effects, splice_range, structural
 from corpora.code.parse import text, walk
+
 
 _VEC = re.compile(r"reinterpret_cast\s*<\s*(const\s+)?(?:volatile\s+)?((?:u?int|float|double|u?short|u?char|u?long)"
                   r"([234]))\s*(?:const\s*)?\*\s*>$")
@@ -155,3 +159,6 @@ def _plus(expr: str, q: int) -> str:
             break
         top = inner
     return f"{expr} + {q}" if not re.search(r"[?:<>=&|^]", top) else f"({expr}) + {q}"
+
+
+PAIR = Pair(UntransposeTile)

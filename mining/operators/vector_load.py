@@ -6,12 +6,42 @@ becomes per-component scalar loads assembled with `make_<vec>`:
 
 `__ldg(p4 + i)` keeps the read-only path per component (`__ldg((p) + 4 * (i) + k)`); removing
 `__ldg` is ldg_to_plain_load's job. Only casts of a pointer to the vector's own scalar type.
+
+Forward, `vectorize_elementwise` and `vectorize_loop` (the inverse of vector_load_to_scalar and
+vector_store_to_scalar alike): the `p[i]` accesses of a 1-D grid-stride loop, or the unit-stride
+`p[base + j]` accesses of a row loop, move four elements per 16-byte access, followed by a scalar
+tail. Only pointers whose every access in the loop has the same base, that are not both read and
+written, and whose stores are unconditional statements. Precondition: 16-byte alignment of every
+pointer (row start), generated as a runtime check with the original loop as the fallback, so the
+rewrite is sound for any alignment: each element is still read and written once, in the same
+iteration order within a thread.
+
+Every other wide global load, however spelled (view macros, pointers bound to a cast, parameters
+typed `uint4 *`, struct types, copies into registers or shared memory), is narrowed by the
+type-directed rewrite of `devectorize.py`: the same optimization, so the same skill.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from tree_sitter import Node
+
+from corpora.code.nodes import call_name, enclosing
+from corpora.code.source import Source
 from mining.carriers import vector_accesses
-from mining.operators.base import Edit, Operator
+from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
+                                   rewrite_range)
+from mining.operators.grid_clamp import clamp_edits
+from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
+from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents, in_ldg,
+                                    indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var, mentions,
+                                    raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
+                                    unit_update, written_names)
+from mining.operators.devectorize import devectorize_edits
 from mining.operators.vector_access import VECTORS, element, scalar_base_ok
+from corpora.code.parse import walk
 
 
 class VectorLoadToScalar(Operator):
@@ -20,6 +50,11 @@ class VectorLoadToScalar(Operator):
     description = "split one vector global load into scalar loads"
 
     def edits(self, src):
+        own = list(self._house_edits(src))
+        yield from own
+        yield from devectorize_edits(src, "load", skip=[(e.start, e.end) for e in own])
+
+    def _house_edits(self, src):
         for a in vector_accesses(src):
             if a.kind != "load" or a.via not in ("subscript", "deref", "ldg") or not scalar_base_ok(src, a):
                 continue
@@ -29,3 +64,307 @@ class VectorLoadToScalar(Operator):
             n = VECTORS[a.vec_type][1]
             parts = ", ".join(element(a, k, a.via == "ldg") for k in range(n))
             yield Edit(a.node.start_byte, a.node.end_byte, f"make_{a.vec_type}({parts})")
+
+
+# --------------------------------------------------------------------------- forward half
+VEC_OF = {"float": "float4", "int": "int4", "unsigned int": "uint4", "unsigned": "uint4", "int32_t": "int4",
+          "uint32_t": "uint4"}
+
+
+@dataclass
+class VecPlan:
+    loads: dict[str, list[Node]]  # pointer -> subscripts (or __ldg calls) read
+    stores: dict[str, list[Node]]  # pointer -> assignment expressions `p[i] = e`
+    types: dict[str, tuple[str, bool]]
+
+
+def _vector_plan(src: Source, k: Kernel, body: Node, var: str, index_ok: Callable[[str], Optional[str]],
+                 top_level: Callable[[Node], bool]) -> Optional[tuple[VecPlan, dict[str, str]]]:
+    """Which pointers of `body` can move 4 elements at a time: every access of the pointer has an
+    index accepted by `index_ok` (returns its base text), loads and stores do not mix on one
+    pointer, and stores are unconditional statements. Returns the plan and pointer -> base."""
+    ptrs = {n: t for n, t in local_pointers(src, k).items() if " ".join(t[0].split()) in VEC_OF}
+    subs = subscripts_of(src, body, ptrs)
+    bases: dict[str, str] = {}
+    bad: set[str] = set()
+    loads: dict[str, list[Node]] = {}
+    stores: dict[str, list[Node]] = {}
+    for s in subs:
+        p = sub_base(s)
+        b = index_ok(sub_index(s))
+        if b is None or (p in bases and bases[p] != b):
+            bad.add(p)
+            continue
+        bases[p] = b
+        if is_lhs(s):
+            asg = s.parent
+            while asg is not None and asg.type == "parenthesized_expression":
+                asg = asg.parent
+            if asg is None or asg.type != "assignment_expression" or asg.children[1].type != "=" or \
+                    asg.parent is None or asg.parent.type != "expression_statement" or not top_level(asg.parent):
+                bad.add(p)
+                continue
+            stores.setdefault(p, []).append(asg)
+        elif address_taken(s):
+            call = in_ldg(s)
+            if call is None:
+                bad.add(p)
+                continue
+            loads.setdefault(p, []).append(call)
+        else:
+            loads.setdefault(p, []).append(s)
+    for p in set(loads) & set(stores):
+        bad.add(p)
+    for p in bad:
+        loads.pop(p, None)
+        stores.pop(p, None)
+    if not loads and not stores:
+        return None
+    # a store pointer written by a later statement's read? (stores are not read back: checked above)
+    return VecPlan(loads, stores, {p: ptrs[p] for p in set(loads) | set(stores)}), bases
+
+
+def _vector_body(src: Source, body: Node, plan: VecPlan, kvar: str) -> str:
+    edits = []
+    for p, nodes in plan.loads.items():
+        for n in nodes:
+            edits.append(Edit(n.start_byte, n.end_byte, f"ks_{p}[{kvar}]"))
+    for p, asgs in plan.stores.items():
+        for a in asgs:
+            left = a.child_by_field_name("left")
+            edits.append(Edit(left.start_byte, left.end_byte, f"ks_{p}[{kvar}]"))
+    return rewrite_range(src, body.start_byte, body.end_byte, edits)
+
+
+def _vec_io(plan: VecPlan, ptr_expr: Callable[[str], str], vindex: str, ind: str) -> tuple[str, str]:
+    """(loads + store arrays before the element loop, vector stores after it)."""
+    pre, post = [], []
+    for p in sorted(plan.loads):
+        t, const = plan.types[p]
+        vt = VEC_OF[" ".join(t.split())]
+        cast = f"reinterpret_cast<const {vt}*>({ptr_expr(p)})"
+        load = f"__ldg({cast} + {vindex})" if const else f"{cast}[{vindex}]"
+        pre.append(f"{ind}const {vt} ks_{p}4 = {load};")
+        pre.append(f"{ind}const {t} ks_{p}[4] = {{ks_{p}4.x, ks_{p}4.y, ks_{p}4.z, ks_{p}4.w}};")
+    for p in sorted(plan.stores):
+        t, _ = plan.types[p]
+        vt = VEC_OF[" ".join(t.split())]
+        pre.append(f"{ind}{t} ks_{p}[4];")
+        post.append(f"{ind}reinterpret_cast<{vt}*>({ptr_expr(p)})[{vindex}] = make_{vt}(ks_{p}[0], ks_{p}[1], ks_{p}[2], ks_{p}[3]);")
+    return "\n".join(pre), "\n".join(post)
+
+
+def _align_check(ptrs: list[str]) -> str:
+    return "((" + " | ".join(f"(size_t)({p})" for p in ptrs) + ") & 15) == 0"
+
+
+def _top_of(body):
+    """Whether a statement sits directly in `body` (its block, or `body` itself when it is one statement)."""
+    def top(st):
+        if st.parent is None:
+            return False
+        if body.type == "compound_statement":
+            return st.parent.start_byte == body.start_byte
+        return st.start_byte == body.start_byte
+    return top
+
+
+def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
+    """A 1-D grid-stride loop whose body reads/writes `p[i]` -> 16-byte accesses of four elements
+    per iteration plus a scalar tail. A one-element-per-thread kernel is turned into the
+    grid-stride form first (same step). Precondition: the pointers are 16-byte aligned -- checked
+    at run time (the scalar loop runs everything otherwise)."""
+    src = Source(source)
+    out = []
+    for k in kernels(src):
+        loops = grid_stride_x_loops(src, k)
+        if not loops:
+            oe = one_element(src, k)
+            clamp = clamp_edits(src, k.name) if oe is not None else None
+            if oe is None or clamp is None:
+                continue
+            staged = apply_edits(src.raw, grid_stride_edits(src, oe) + clamp)
+            for m in vectorize_elementwise(staged, ctx):
+                if m.description.startswith(k.name + ":"):
+                    m.source, m.description = m.source, m.description + " (after turning it into a grid-stride loop)"
+                    out.append(m)
+            continue
+        for loop, ty, var, bound, stride in loops:
+            body = loop.child_by_field_name("body")
+            if body is None or returns_or_syncs(src, body) or bare_jumps(src, body) or has_loop(body):
+                continue
+            if "ks_v" in code(src, loop):
+                continue
+            top = _top_of(body)
+            res = _vector_plan(src, k, body, var, lambda idx, var=var: "" if idx == var else None, top)
+            if res is None:
+                continue
+            plan, _ = res
+            ind = indent_at(src, loop.start_byte)
+            i2, i3 = ind + "    ", ind + "        "
+            pre, post = _vec_io(plan, lambda p: p, "ks_v", i3)
+            inner = _vector_body(src, body, plan, "ks_k")
+            t = " ".join(ty.replace("const", "").split()) or "int"
+            ptrs = sorted(set(plan.loads) | set(plan.stores))
+            text_ = (f"{{\n{i2}// ks-optimize: 16-byte accesses when {', '.join(ptrs)} are 16-byte aligned (checked here), "
+                     f"scalar tail\n"
+                     f"{i2}const long long ks_n = (long long)({bound});\n"
+                     f"{i2}const long long ks_nv = ({_align_check(ptrs)}) ? ks_n / 4 : 0;\n"
+                     f"{i2}for (long long ks_v = (long long)blockIdx.x * blockDim.x + threadIdx.x; ks_v < ks_nv; "
+                     f"ks_v += (long long)gridDim.x * blockDim.x) {{\n"
+                     f"{pre}\n"
+                     f"{i3}#pragma unroll\n"
+                     f"{i3}for (int ks_k = 0; ks_k < 4; ++ks_k) {{\n"
+                     f"{i3}    const {t} {var} = ({t})(ks_v * 4 + ks_k);\n"
+                     f"{block_body(inner, i3 + '    ')}\n"
+                     f"{i3}}}\n"
+                     + (f"{post}\n" if post else "") +
+                     f"{i2}}}\n"
+                     f"{i2}for ({t} {var} = ({t})(ks_nv * 4) + {raw(src, loop_init_value(loop))}; {var} < {bound}; "
+                     f"{var} += {stride}) {{\n{block_body(raw(src, body), i3)}\n{i2}}}\n"
+                     f"{ind}}}")
+            out.append(candidate(src, [Edit(loop.start_byte, loop.end_byte, text_)], "vectorize_elementwise",
+                            f"{k.name}: float4/int4 accesses of {', '.join(ptrs)} in the grid-stride loop, scalar tail",
+                            guards=[f"16-byte alignment of {', '.join(ptrs)} (runtime check; scalar loop otherwise)"],
+                            excerpt=code(src, loop)[:160]))
+    return out
+
+
+_LANE_INIT = re.compile(r"^\((.*)\)\s*\+\s*ks_lane$", re.S)
+
+
+def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
+    """A unit-stride loop over a row (`for (j = s; j < e; ++j)`, or the lane-strided form
+    warp_per_row writes) whose accesses are `p[j]` / `p[base + j]` -> four elements per 16-byte
+    access. Precondition: each `p + base + s` is 16-byte aligned (e.g. the row length N % 4 == 0):
+    generated as a runtime check; rows that fail it take the original loop."""
+    src = Source(source)
+    out = []
+    all_edits, all_ptrs, all_guards = [], [], []
+    for k in kernels(src):
+        for loop in src.nodes("for_statement", within=k.body):
+            outer = enclosing(loop, "for_statement", "while_statement", "do_statement")
+            body = loop.child_by_field_name("body")
+            if outer is not None and body is not None and has_loop(body):
+                continue  # outermost or innermost loops
+            if outer is not None and re.search(r"\bks_(v|k|nv)\b", code(src, outer.child_by_field_name("initializer")
+                                                                       or outer)):
+                continue  # the element loop of an earlier vectorization
+            lv = loop_var(src, loop)
+            cond = loop.child_by_field_name("condition")
+            if lv is None or cond is None or body is None or re.search(r"\bks_(?!lane\b)\w+", code(src, cond) + " " + lv[2]):
+                continue
+            ty, var, init = lv
+            ends = []
+            for part in split_top(strip_parens(code(src, cond)), "&&"):
+                m = re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(var), strip_parens(part))
+                if not m:
+                    break
+                ends.append(m.group(1))
+            else:
+                m = True
+            if not ends or m is not True:
+                continue
+            end = ends[0]
+            for e in ends[1:]:  # j < a && j < b: the loop ends at min(a, b)
+                end = f"(({end}) < ({e}) ? ({end}) : ({e}))"
+            upd = re.sub(r"\s+", "", code(src, loop.child_by_field_name("update")))
+            lane = _LANE_INIT.match(init.strip())
+            if lane and upd == f"{var}+={WARP}":
+                s0, step, lane_txt = lane.group(1), WARP, "ks_lane"
+            elif unit_update(src, loop, var):
+                s0, step, lane_txt = init, 1, "0"
+            else:
+                continue
+            if mentions(end, var) or returns_or_syncs(src, body) or bare_jumps(src, body):
+                continue
+            written = written_names(src, body)
+            if idents(end) & written:
+                continue
+
+            def index_ok(idx: str, var=var, written=written) -> Optional[str]:
+                idx = strip_parens(idx)
+                if idx == var:
+                    return "0"
+                parts = split_top(idx, "+")
+                if len(parts) >= 2 and strip_parens(parts[-1]) == var:
+                    base = " + ".join(parts[:-1])
+                elif len(parts) >= 2 and strip_parens(parts[0]) == var:
+                    base = " + ".join(parts[1:])
+                else:
+                    return None
+                if mentions(base, var) or idents(base) & written or "-" in base or "[" in base:
+                    return None
+                return base
+
+            top = _top_of(body)
+            res = _vector_plan(src, k, body, var, index_ok, top)
+            if res is None:
+                continue
+            plan, bases = res
+            ptrs = sorted(set(plan.loads) | set(plan.stores))
+            tail0 = f"({s0}) + ks_nv * 4"
+            if re.fullmatch(r"\s*[123]\s*", s0) and not plan.stores and _idempotent_only(src, body):
+                # max/min over [s0, e): start the 16-byte part at 0 (seeing elements before s0 again is harmless)
+                tail0 = f"(ks_nv * 4 > ({s0}) ? ks_nv * 4 : ({s0}))"
+                s0 = "0"
+            exprs = {p: f"{p} + ({bases[p]}) + ({s0})" if bases[p] != "0" else f"{p} + ({s0})" for p in ptrs}
+            ind = indent_at(src, loop.start_byte)
+            i2, i3 = ind + "    ", ind + "        "
+            pre, post = _vec_io(plan, lambda p: exprs[p], "ks_v", i3)
+            inner = _vector_body(src, body, plan, "ks_k")
+            t = " ".join(ty.replace("const", "").split()) or "int"
+            vstep = "" if step == 1 else f" * {step}"
+            text_ = (f"{{\n{i2}// ks-optimize: 16-byte accesses when every row start is 16-byte aligned (checked here), "
+                     f"the original loop for the rest\n"
+                     f"{i2}const long long ks_span = (long long)({end}) - (long long)({s0});\n"
+                     f"{i2}const long long ks_nv = ({_align_check([exprs[p] for p in ptrs])} && ks_span > 0) ? ks_span / 4 : 0;\n"
+                     f"{i2}for (long long ks_v = {lane_txt}; ks_v < ks_nv; ks_v += {step}) {{\n"
+                     f"{pre}\n"
+                     f"{i3}#pragma unroll\n"
+                     f"{i3}for (int ks_k = 0; ks_k < 4; ++ks_k) {{\n"
+                     f"{i3}    const {t} {var} = ({t})(({s0}) + ks_v * 4 + ks_k);\n"
+                     f"{block_body(inner, i3 + '    ')}\n"
+                     f"{i3}}}\n"
+                     + (f"{post}\n" if post else "") +
+                     f"{i2}}}\n"
+                     f"{i2}for ({t} {var} = ({t})({tail0}){' + ks_lane' if step != 1 else ''}; "
+                     f"{raw(src, cond)}; {raw(src, loop.child_by_field_name('update'))}) {{\n"
+                     f"{block_body(raw(src, body), i3)}\n{i2}}}\n"
+                     f"{ind}}}")
+            del vstep
+            e = Edit(loop.start_byte, loop.end_byte, text_)
+            guard = f"16-byte alignment of {', '.join(exprs[p] for p in ptrs)} (runtime check; original loop otherwise)"
+            all_edits.append(e)
+            all_ptrs += ptrs
+            all_guards.append(guard)
+            out.append(candidate(src, [e], "vectorize_loop",
+                            f"{k.name}: float4 accesses of {', '.join(ptrs)} in loop `{code(src, loop)[:60]}`",
+                            guards=[guard], excerpt=code(src, loop)[:160]))
+    if len(all_edits) > 1:
+        out.insert(0, candidate(src, all_edits, "vectorize_loop",
+                           f"float4 accesses in {len(all_edits)} row loops ({', '.join(sorted(set(all_ptrs)))})",
+                           guards=all_guards))
+    return out
+
+
+def _idempotent_only(src: Source, body: Node) -> bool:
+    """Every write in the body is `x = fmaxf(x, e)` (or fminf / max / min) or a local declaration."""
+    for n in walk(body):
+        if n.type == "update_expression":
+            return False
+        if n.type == "assignment_expression":
+            left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+            if n.children[1].type != "=" or right is None or right.type != "call_expression" or \
+                    call_name(right) not in ("fmaxf", "fminf", "max", "min", "fmax", "fmin"):
+                return False
+            args = right.child_by_field_name("arguments")
+            if args is None or code(src, left) not in [code(src, a) for a in args.named_children]:
+                return False
+    return True
+
+
+PAIR = Pair(VectorLoadToScalar, (Rewrite("vectorize_elementwise", "vector_load", vectorize_elementwise, prior=2.0),
+                                Rewrite("vectorize_loop", "vector_load", vectorize_loop, prior=1.8)),
+            # the type-directed narrowing's inverse lives beside it (devectorize.py's forward-only pair)
+            inverted_by=("vectorize_elementwise", "vectorize_loop", "vectorize_copy_loop"))

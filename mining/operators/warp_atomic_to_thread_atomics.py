@@ -10,19 +10,28 @@ warp sum must be a device function of this file that adds up a value across the 
 adds, `+=` / `+`, values obtained by warp shuffles or through a shared exchange), assigned back to
 the same variable that the guarded `atomicAdd` then publishes, in two consecutive statements; the
 guard must be a lane-0 test.
+
+Forward: `privatize_atomics` (privatized_to_global_atomics.py) and `warp_per_row`
+(shuffle_to_shared.py), in that order: per-thread global atomics are gathered per block again,
+through a shared copy or a warp all-reduce.
+
+Any other block or warp sum that only feeds one thread's `atomicAdd` (helpers, shared partials,
+barriers, a folding warp) is dropped the same way by `reduce_then_publish.py`: the same
+optimization, so the same skill.
 """
 from __future__ import annotations
 
 import re
 from typing import Optional
 
-from corpora.code.nodes import same
 from corpora.code.source import Source
 from mining.carriers import atomic_per_block_sites
-from mining.operators.base import Edit, Operator
-
+from mining.operators.base import Edit, Operator, Pair
+from corpora.code.nodes import same
+from mining.operators.reduce_then_publish import publish_edits
 from mining.operators.rewrite_util import node_at, structural
 from corpora.code.parse import text
+
 
 _LANE0 = re.compile(r"\(\s*\(?\s*(?:\w*lane\w*|threadIdx\.x\s*(?:&\s*31|%\s*32)|tid\s*(?:&\s*31|%\s*32))\s*\)?\s*==\s*0\s*\)")
 
@@ -47,10 +56,16 @@ class WarpAtomicToThreadAtomics(Operator):
     def edits(self, src: Source):
         sums = _warp_sums(src)
         st = structural(src)
+        own = []
         for site in atomic_per_block_sites(src):
             call = node_at(st, site.start_byte, site.end_byte, "call_expression")
             e = self.rewrite(st, call, sums) if call is not None else None
             if e is not None:
+                own.append(e)
+                yield e
+        # any block or warp sum feeding one thread's atomic, however it is computed (issue 19)
+        for e in publish_edits(src):
+            if not any(o.start < e.end and e.start < o.end for o in own):
                 yield e
 
     def rewrite(self, src: Source, call, sums) -> Optional[Edit]:
@@ -77,3 +92,6 @@ class WarpAtomicToThreadAtomics(Operator):
         if m is None or m.group(1) not in sums:
             return None
         return Edit(prev.start_byte, guard.end_byte, text(stmt))
+
+
+PAIR = Pair(WarpAtomicToThreadAtomics, inverted_by=("privatize_atomics", "warp_per_row"))

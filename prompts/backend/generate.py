@@ -16,8 +16,8 @@ Strategies:
   mining/llm.py; with ``repair=N`` the compile gate's diagnostics go back to the model for
   up to N more attempts.
 
-Every result is checked by the compile gate (mining/backend/gate.py) when clang-15 is
-installed, spliced into T's real file: replacing T's own implementation when T has one (the
+Every result is checked by the compile gate (mining/backend/gate.py; clang and headers of the
+LLVM version T's tree came from) when that toolchain is installed, spliced into T's real file: replacing T's own implementation when T has one (the
 benchmark's case), else appended to the file that holds T's class for the role.
 """
 from __future__ import annotations
@@ -78,8 +78,31 @@ class GenerateRequest:
 
 
 # --------------------------------------------------------------------------- resolution
-def resolve_role(index: BackendIndex, role: str) -> str:
-    """A role as given (``ELFObjectWriter::getRelocType``, or just ``getRelocType``) -> one known role."""
+def target_role_classes(store, target: str) -> set[str]:
+    """The role classes T's own classes stand for: every class T defines or declares, T's name
+    stripped (``LoongArchELFObjectWriter`` -> ``ELFObjectWriter``), renamed where its base
+    class says it implements another role's class (``XtensaObjectWriter`` -> ``ELFObjectWriter``:
+    retrieval/backend_index.role_renames)."""
+    from corpora.backends.tree import strip_target
+    from retrieval.backend.index import role_renames, target_aliases
+
+    aliases = target_aliases(store)
+    classes = store.query("SELECT target, name, parents FROM target_attributes WHERE kind = 'class'")
+    renames = role_renames(classes, aliases)
+    names = {r["name"] for r in store.query("SELECT name FROM target_attributes WHERE target = ? AND "
+                                            "kind IN ('class', 'declaration')", [target])}
+    names |= {r["class_name"] for r in store.query("SELECT DISTINCT class_name FROM functions WHERE target = ? "
+                                                   "AND class_name IS NOT NULL", [target])}
+    own = aliases.get(target, [target])
+    return {renames.get((target, n)) or strip_target(n, own) for n in names}
+
+
+def resolve_role(index: BackendIndex, role: str, target: Optional[str] = None) -> str:
+    """A role as given (``ELFObjectWriter::getRelocType``, or just ``getRelocType``) -> one known role.
+
+    A bare method name that several roles end in is resolved by ``target``'s own code: the one
+    role T implements, else the one whose class T defines or declares (a new target's header
+    comes before its function bodies); otherwise it is ambiguous."""
     roles = index.roles()
     if role in roles:
         return role
@@ -90,7 +113,26 @@ def resolve_role(index: BackendIndex, role: str) -> str:
     if len(tail) == 1:
         return tail[0]
     if len(tail) > 1:
-        raise BackendInputError(f"role {role!r} is ambiguous: {', '.join(tail[:8])}")
+        cands, why = tail, ""
+        if target:
+            own = {r["role"] for r in index.store.query("SELECT DISTINCT role FROM functions WHERE target = ?",
+                                                        [target])}
+            implemented = [r for r in tail if r in own]
+            if len(implemented) == 1:
+                return implemented[0]
+            if implemented:
+                cands, why = implemented, f" ({target} implements {len(implemented)} of them)"
+            else:
+                classes = target_role_classes(index.store, target)
+                declared = [r for r in tail if r.rsplit("::", 1)[0] in classes]
+                if len(declared) == 1:
+                    return declared[0]
+                if declared:
+                    cands, why = declared, f" ({target} has classes for {len(declared)} of them)"
+                else:
+                    why = f" ({target} implements none of them and has no class for any)"
+        raise BackendInputError(f"role {role!r} is ambiguous{why}: {', '.join(cands[:8])}; "
+                                f"name the class too (e.g. {cands[0]})")
     import difflib
 
     close = difflib.get_close_matches(role, sorted(roles), n=3, cutoff=0.6)
@@ -219,9 +261,15 @@ def _gate_check(gate, target: str, host: dict, code: str, label: str = "generate
     sp = Splice(label, code, host["start_byte"], host["end_byte"])
     res = gate.check(target, host["path"], [sp])
     f = res.functions.get(label, {"passed": res.passed, "diagnostics": []})
-    return {"passed": bool(res.passed and f["passed"]), "function_passed": f["passed"],
-            "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics, "cached": res.cached,
-            "seconds": res.seconds, "host": f"{target}/{host['path']}"}
+    verdict = res.function_verdict(label) if not res.passed else "pass"
+    out = {"passed": None if verdict == "environment" else verdict == "pass", "verdict": verdict,
+           "function_passed": f["passed"], "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics,
+           "cached": res.cached, "seconds": res.seconds, "host": f"{target}/{host['path']}",
+           "toolchain": gate.tools.name, "stderr": res.stderr}
+    if res.environment:
+        out["skipped"] = res.environment
+        out["host_diagnostics"] = res.host_diagnostics
+    return out
 
 
 def llvm_version(store, target: str) -> str:
@@ -238,16 +286,18 @@ def llvm_version(store, target: str) -> str:
 
 
 def make_gate(store, target: str):
-    """A CompileGate for the corpus T was indexed from, or (None, reason)."""
-    from mining.backend.gate import CompileGate, toolchain_available
+    """A CompileGate for the corpus T was indexed from (its LLVM version's toolchain), or
+    (None, reason)."""
+    from mining.backend.gate import CompileGate
 
-    missing = toolchain_available()
-    if missing:
-        return None, f"compile gate skipped: {missing} not installed (apt-get install llvm-15-dev clang-15)"
     root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
     if not root:
         return None, f"compile gate skipped: {target} has no source tree in the store"
-    return CompileGate(Path(root).parent, store.cache_dir), None
+    gate = CompileGate(Path(root).parent, store.cache_dir)
+    why = gate.unavailable()
+    if why:
+        return None, f"compile gate skipped: {why}"
+    return gate, None
 
 
 def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, gate=None, log=None) -> dict:
@@ -262,7 +312,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     if req.target not in known:
         raise BackendInputError(f"unknown target {req.target!r}; indexed: {', '.join(sorted(known))} "
                                 f"(index its tree with `skills backend index`)")
-    role = resolve_role(index, req.role)
+    role = resolve_role(index, req.role, req.target)
     cache = AdaptCache(store)
     dst, hits, adapted = candidates_with_adaptations(store, index, req.target, role, req.k, req.exclude_targets,
                                                      cache=cache)
@@ -357,8 +407,9 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         else:
             verdict = _gate_check(gate, req.target, host, code)
             n = 0
+            # an environment verdict (the host file fails without the function) is nothing to repair
             while req.model and req.strategy in ("llm", "skills") and n < req.repair \
-                    and not (verdict["passed"] and not lint):
+                    and verdict.get("verdict") != "environment" and not (verdict["passed"] and not lint):
                 n += 1
                 diag = "\n".join(f"- line {d['line']}:{d['column']}: {d['message']}" for d in verdict["diagnostics"]) \
                     or "- (no diagnostics inside the function; see the lint below)"
@@ -465,14 +516,18 @@ def render_text(result: dict) -> str:
     lines.append(result["code"].rstrip())
     g = result.get("gate")
     if g:
-        if g.get("passed") is None:
+        if g.get("verdict") == "environment":
+            lines.append(f"gate: NOT CHECKED in {g.get('host')}: {g.get('skipped')}")
+            for d in g.get("host_diagnostics", []):
+                lines.append(f"  host file: line {d['line']}:{d['column']}: {d['message']}")
+        elif g.get("passed") is None:
             lines.append(f"gate: {g.get('skipped')}")
         else:
-            lines.append(f"gate: {'PASS' if g['passed'] else 'FAIL'} in {g.get('host')}")
+            lines.append(f"gate: {'PASS' if g['passed'] else 'FAIL'} in {g.get('host')} ({g.get('toolchain')})")
             for d in g.get("diagnostics", []):
                 lines.append(f"  line {d['line']}:{d['column']}: {d['message']}")
-            for d in g.get("file_diagnostics", [])[:5]:
-                lines.append(f"  file: {d['message']}")
+            for d in g.get("file_diagnostics", []):
+                lines.append(f"  file: line {d['line']}:{d['column']}: {d['message']}")
     for w in result.get("lint", []):
         lines.append(f"lint: line {w['line']}: {w['message']}")
     return "\n".join(lines)

@@ -30,9 +30,12 @@ from typing import Callable, Optional, Sequence
 
 from corpora.backends.tree import (
     ATTRIBUTE_KINDS, BackendInputError, TargetTree, find_target_dirs, load_target, neutralize, parse_cpp,
-    subtokens_of_name,
+    strip_target, subtokens_of_name,
 )
 
+# Part of every target's fingerprint: a change to what ingest extracts (class bases, roles)
+# re-parses stores made by an older version once.
+INGEST_VERSION = "2"
 TEXT_COLLECTION = "backend_func_text"
 TEXT_MAX_TOKENS = 128
 FUNC_GRAPH_MAX_NODES = 384
@@ -75,6 +78,7 @@ def fingerprint_dir(target_dir: Path) -> str:
 
 def _fingerprint_with_relocs(target_dir: Path, relocs_dir: Optional[Path]) -> str:
     h = hashlib.sha256(fingerprint_dir(target_dir).encode())
+    h.update(INGEST_VERSION.encode())
     if relocs_dir is not None:
         for f in sorted(relocs_dir.glob("*.def")):
             h.update(f.name.encode())
@@ -181,10 +185,86 @@ def ingest_targets(path: Path, store, targets: Optional[Sequence[str]] = None, f
                     [ingest_id, str(path.resolve()), time.strftime("%Y-%m-%d %H:%M:%S"),
                      [t.target for t in trees], sum(len(t.files) for t in trees),
                      sum(len(t.failed_files) for t in trees), json.dumps({"force": force, "targets": list(targets or [])})])
+    if trees:
+        canonical_roles(store)
     report.targets.sort(key=lambda r: r["target"])
     report.n_functions = int(store.scalar("SELECT count(*) FROM functions") or 0)
     report.seconds = round(time.monotonic() - started, 2)
     return report
+
+
+def drop_targets(store, targets: Sequence[str]) -> None:
+    """Remove targets from the store (a benchmark's store holding a target of another run)."""
+    if not targets:
+        return
+    with store.transaction() as con:
+        for t in targets:
+            for table in ("functions", "target_attributes", "target_files", "targets"):
+                con.execute(f"DELETE FROM {table} WHERE target = ?", [t])
+    canonical_roles(store)
+
+
+def role_renames(classes: Sequence[dict], aliases: dict[str, list[str]]) -> dict[tuple[str, str], str]:
+    """(target, class) -> the role class it implements, where its own name hides it.
+
+    A role's class part is the class name with T's name stripped (``RISCVELFObjectWriter`` ->
+    ``ELFObjectWriter``). Xtensa calls its ELF writer ``XtensaObjectWriter``; like the others it
+    derives from ``MCELFObjectTargetWriter``. Per LLVM base class B (one T does not define), the
+    stripped names of the classes deriving from it vote, one vote per target; a class whose
+    stripped name no other target uses for B takes the majority name, when two or more targets
+    hold it and T has no class of that name for B already."""
+    own = {(c["target"], c["name"]) for c in classes}
+    votes: dict[str, dict[str, set]] = {}
+    per_class: list[tuple[str, str, str, list[str]]] = []
+    for c in classes:
+        T = c["target"]
+        stripped = strip_target(c["name"], aliases.get(T, [T]))
+        bases = [b.split("::")[-1] for b in (c["parents"] or []) if (T, b.split("::")[-1]) not in own]
+        per_class.append((T, c["name"], stripped, bases))
+        for b in bases:
+            votes.setdefault(b, {}).setdefault(stripped, set()).add(T)
+    out: dict[tuple[str, str], str] = {}
+    for T, name, stripped, bases in per_class:
+        picks = set()
+        for b in bases:
+            ranked = sorted(votes[b].items(), key=lambda kv: (-len(kv[1]), kv[0]))
+            top, holders = ranked[0]
+            if len(ranked) > 1 and len(ranked[1][1]) == len(holders):
+                continue  # no majority name for this base
+            if top != stripped and len(holders) >= 2 and votes[b][stripped] == {T} and T not in holders:
+                picks.add(top)
+        if len(picks) == 1:
+            out[(T, name)] = picks.pop()
+    return out
+
+
+def canonical_roles(store) -> int:
+    """Rewrite ``functions.role`` after an ingest: the role T's own classes implement
+    (``role_renames``); roles are recomputed from the qualified names each time, so the pass is
+    idempotent and follows every change of the other targets. Returns the functions renamed."""
+    aliases = target_aliases(store)
+    classes = store.query("SELECT target, name, parents FROM target_attributes WHERE kind = 'class'")
+    renames = role_renames(classes, aliases)
+    rows = store.query("SELECT func_id, target, qualified_name, class_name, role FROM functions "
+                       "WHERE class_name IS NOT NULL")
+    updates = []
+    n = 0
+    for r in rows:
+        T = r["target"]
+        want = strip_target(r["qualified_name"], aliases.get(T, [T]))
+        new_cls = renames.get((T, r["class_name"]))
+        if new_cls:
+            parts = want.split("::")
+            if len(parts) >= 2:
+                parts[-2] = new_cls
+                want = "::".join(parts)
+                n += 1
+        if want != r["role"]:
+            updates.append((want, r["func_id"]))
+    if updates:
+        with store.transaction() as con:
+            con.executemany("UPDATE functions SET role = ? WHERE func_id = ?", updates)
+    return n
 
 
 def target_aliases(store) -> dict[str, list[str]]:
@@ -323,7 +403,9 @@ def _train_func_gnn(store, rows, aliases, exclude, seed, epochs, log):
     tag = model_tag(exclude)
     name = f"backend-func-gnn__{tag}"
     train_rows = [r for r in rows if r["target"] not in set(exclude)]
-    fp = fingerprint([[(r["func_id"], _doc_sha(r, aliases)) for r in train_rows], seed, epochs, FUNC_GRAPH_MAX_NODES,
+    # roles are the contrastive positives: a changed role retrains
+    fp = fingerprint([[(r["func_id"], _doc_sha(r, aliases), r["role"]) for r in train_rows], seed, epochs,
+                      FUNC_GRAPH_MAX_NODES,
                       [(r["func_id"], _doc_sha(r, aliases)) for r in rows if r["target"] in set(exclude)]])
     collection = f"backend_func_graph__{tag}"
     vi = VectorIndex(store.chroma_dir)
@@ -361,7 +443,8 @@ def _train_target_gnn(store, targets, aliases, exclude, seed, epochs, log):
     tag = model_tag(exclude)
     name = f"backend-target-gnn__{tag}"
     collection = f"backend_target_graph__{tag}"
-    attrs = store.query("SELECT target, kind, name, parents, refs FROM target_attributes WHERE kind <> 'alias' "
+    attrs = store.query("SELECT target, kind, name, parents, refs FROM target_attributes "
+                        "WHERE kind NOT IN ('alias', 'class') "
                         "ORDER BY target, kind, name")
     by_t: dict[str, list[dict]] = {}
     for a in attrs:

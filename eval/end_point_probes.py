@@ -1,0 +1,106 @@
+"""Are the backward walk's end points correct on the probe set, not only on the problem's own
+workloads? (issue 19 target)
+
+    python -m eval.end_point_probes RESULT.json --store DIR [--only a,b] [--out FILE]
+
+For every judged expert of a `bench_lineage` result: the end point (the lineage's last kernel,
+read from the store the walk saved it in) and the expert are gated (correctness, CPU executor)
+on the adversarial workloads `mining/probe.py` derives from the definition's axes and from the
+*expert's* own constants (tiles, vector widths, geometry bounds, each at the boundary and one
+past it). A probe the expert itself fails lies outside the expert's domain and says nothing
+about the walk; an end point *regresses* only on a probe the expert passes. Table to stdout,
+JSON only where --out names it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _final_source(store: Path, problem: str) -> Optional[str]:
+    from skills.kernel_store import KernelStore
+    from skills.store import Store
+
+    with Store(store, read_only=True) as st:
+        ks = KernelStore(st)
+        lins = [l for l in ks.lineages() if l.problem == problem]
+        if not lins:
+            return None
+        return ks.source(lins[-1].final_hash)
+
+
+def check_expert(expert, store: Path, work: Path, max_probes: int) -> dict[str, Any]:
+    from corpora.problem import load_problem
+    from corpora.real import materialize
+    from mining.gate import GateConfig, run_gate
+    from mining.probe import outcomes_from_gate, probe_problem_dir, probe_workloads
+
+    t0 = time.perf_counter()
+    d = materialize(expert, store / "sources", work / expert.source / expert.problem)
+    problem = load_problem(d)
+    expert_src = (d / "kernel.cu").read_text()
+    end_src = _final_source(store, expert.problem)
+    row: dict[str, Any] = {"problem": expert.problem, "source": expert.source}
+    if end_src is None:
+        return {**row, "status": "no lineage in the store"}
+    probes = probe_workloads(problem, expert_src, max_probes=max_probes)
+    pdir = probe_problem_dir(problem, probes, store / "cache")
+    cfg = GateConfig(executor="cpu", stages=("correctness",), store=store)
+    outs = {}
+    for label, text in (("expert", expert_src), ("end", end_src)):
+        res = run_gate(pdir, kernel=Path("kernel.cu"), config=cfg, source=text).to_dict()
+        outs[label] = outcomes_from_gate(res, probes)
+    regressions = [e.axes for x, e in zip(outs["expert"], outs["end"]) if x.passed and not e.passed]
+    return {**row, "status": "ok" if not regressions else "regressed", "probes": len(probes.workloads),
+            "expert_pass": sum(o.passed for o in outs["expert"]), "end_pass": sum(o.passed for o in outs["end"]),
+            "regressions": regressions, "end_is_expert": end_src == expert_src,
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from corpora.real import list_experts
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("result", type=Path, help="a bench_lineage JSON (its judged experts are checked)")
+    ap.add_argument("--store", type=Path, required=True, help="the store the walk saved its lineages in")
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--max-probes", type=int, default=10)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    try:
+        res = json.loads(args.result.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: {args.result}: {exc}", file=sys.stderr)
+        return 2
+    judged = {(e["source"], e["problem"]) for e in res.get("experts", []) if "steps" in e}
+    only = set(args.only.split(",")) if args.only else None
+    experts = [e for e in list_experts() if (e.source, e.problem) in judged and
+               (only is None or e.problem in only or f"{e.source}/{e.problem}" in only)]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ks-probes-") as tmp:
+        for e in experts:
+            row = check_expert(e, args.store, Path(tmp), args.max_probes)
+            rows.append(row)
+            print(f"{e.source + '/' + e.problem:40s} {row['status']:10s} probes {row.get('probes', '-'):>3} "
+                  f"expert {row.get('expert_pass', '-'):>3} end {row.get('end_pass', '-'):>3} "
+                  f"{row.get('wall_s', '')} s", flush=True)
+    bad = [r for r in rows if r["status"] != "ok"]
+    summary = {"experts": len(rows), "regressed": len([r for r in rows if r["status"] == "regressed"]),
+               "not_checked": len([r for r in rows if r["status"] not in ("ok", "regressed")])}
+    print(f"total: {summary['experts']} end points on their probes, {summary['regressed']} regressed, "
+          f"{summary['not_checked']} not checked")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"result": str(args.result), "rows": rows, "summary": summary}, indent=1))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""half2_to_scalar: packed two-lane half-precision arithmetic (`__hadd2`, `__hmul2`, `__hfma2`, ...)
+becomes the same operation on each lane (issue 19: generic simplifications):
+
+    HALF2(c[i]) = __hadd2(HALF2(a[i]), HALF2(b[i]));
+->  HALF2(c[i]) = ([&]() { auto ks_a = (HALF2(a[i])); const auto ks_b = (HALF2(b[i]));
+                          ks_a.x = __hadd(ks_a.x, ks_b.x); ks_a.y = __hadd(ks_a.y, ks_b.y); return ks_a; }());
+
+Detection by meaning: a call of a two-lane intrinsic of cuda_fp16.h / cuda_bf16.h whose operands
+are evaluated once (the lambda binds them); the lane operation is the intrinsic's scalar
+counterpart. Why it is sound: a packed intrinsic is defined lane by lane as its scalar
+counterpart (same IEEE half / bfloat16 rounding per lane), and `.x` / `.y` are the low and high
+lanes of `__half2` and `__nv_bfloat162` alike.
+
+`forward` is the inverse: two scalar half operations of the same kind on the `.x` and `.y` lanes of
+the same pair of values become one packed intrinsic.
+"""
+from __future__ import annotations
+
+import re
+
+from corpora.code.nodes import call_name
+from corpora.code.source import Source
+from mining.operators.base import Edit, Operator, Pair, Rewrite, raw_text
+
+# packed intrinsic -> (scalar intrinsic, operand count)
+PACKED = {"__hadd2": ("__hadd", 2), "__hsub2": ("__hsub", 2), "__hmul2": ("__hmul", 2), "__h2div": ("__hdiv", 2),
+          "__hfma2": ("__hfma", 3), "__hmax2": ("__hmax", 2), "__hmin2": ("__hmin", 2), "__hneg2": ("__hneg", 1),
+          "__habs2": ("__habs", 1), "__hadd2_sat": ("__hadd_sat", 2), "__hmul2_sat": ("__hmul_sat", 2),
+          "__hfma2_sat": ("__hfma_sat", 3)}
+
+
+class Half2ToScalar(Operator):
+    name = "half2_to_scalar"
+    carrier = "packed_half2_math"
+    description = "compute a packed two-lane half operation one lane at a time"
+
+    def edits(self, src: Source):
+        for call in src.nodes("call_expression"):
+            name = call_name(call)
+            if name not in PACKED:
+                continue
+            scalar, arity = PACKED[name]
+            args = call.child_by_field_name("arguments")
+            a = [c for c in (args.named_children if args is not None else []) if c.type != "comment"]
+            if len(a) != arity:
+                continue
+            texts = [raw_text(src, n.start_byte, n.end_byte) for n in a]
+            names = [f"ks_{c}" for c in "abc"[:arity]]
+            binds = [f"auto {names[0]} = ({texts[0]});"] + [f"const auto {n} = ({t});" for n, t in zip(names[1:], texts[1:])]
+            lanes = " ".join(f"{names[0]}.{lane} = {scalar}({', '.join(f'{n}.{lane}' for n in names)});"
+                             for lane in ("x", "y"))
+            yield Edit(call.start_byte, call.end_byte, f"([&]() {{ {' '.join(binds)} {lanes} return {names[0]}; }}())")
+
+
+# --------------------------------------------------------------------------- forward
+def forward(source: str, ctx=None) -> list:
+    """`r.x = __hadd(a.x, b.x); r.y = __hadd(a.y, b.y);` -> `r = __hadd2(a, b);` (both lanes of the
+    same values, consecutive statements)."""
+    from mining.operators.base import Materialization
+
+    src = Source(source)
+    code = src.code.decode("utf-8", "replace")
+    scalar_of = {v[0]: k for k, v in PACKED.items() if v[1] == 2}
+    pat = re.compile(r"(\w+)\.x\s*=\s*(__h\w+)\(\s*(\w+)\.x\s*,\s*(\w+)\.x\s*\)\s*;\s*"
+                     r"\1\.y\s*=\s*\2\(\s*\3\.y\s*,\s*\4\.y\s*\)\s*;")
+    out = []
+    for m in pat.finditer(code):
+        if m.group(2) not in scalar_of:
+            continue
+        new = f"{m.group(1)} = {scalar_of[m.group(2)]}({m.group(3)}, {m.group(4)});"
+        s, e = len(code[:m.start()].encode()), len(code[:m.end()].encode())
+        text_ = (src.raw[:s] + new.encode() + src.raw[e:]).decode("utf-8")
+        out.append(Materialization(source=text_, rewrite="packed_half2", carrier="packed_half2_math",
+                                   description=f"one {scalar_of[m.group(2)]} on both lanes"))
+    return out
+
+
+PAIR = Pair(Half2ToScalar, (Rewrite("packed_half2", "packed_half2_math", forward, prior=1.5),))

@@ -1,0 +1,394 @@
+"""Forwarding a shared tile whatever its fill looks like, by solving the fill's index equations
+(issue 19: forwarding of shared tiles filled by multi-row loops and transposed stores).
+
+`fill_forwarding` replaces a fill index by the reader's only where the index stands as a whole
+summand of the value. Tiles filled by loops over several rows per thread, through locals that mix
+the thread's coordinates, do not have that shape:
+
+    int x = bx * T + threadIdx.x, y = by * T + threadIdx.y, in = x + y * w;
+    for (int i = 0; i < T; i += R) tile[threadIdx.y + i][threadIdx.x] = idata[in + i * w];
+    __syncthreads();
+    for (int i = 0; i < T; i += R) odata[out + i * h] = tile[threadIdx.x][threadIdx.y + i];
+
+Here the value's index, with the locals inlined, is the polynomial bx*T + tx + (by*T + ty)*w + i*w;
+the fill indices are r = ty + i and c = tx. Solving them for the writer's unknowns (ty = r - i,
+tx = c) and substituting gives bx*T + c + (by*T + r)*w: the writer's loop variable cancels, so
+the element at (r, c) holds idata[bx*T + c + (by*T + r)*w] whoever wrote it. Each read
+`tile[a][b]` becomes that value at r = a, c = b; the fill (with its loop) and the tile go.
+
+Why it is sound: the substitution is exact integer algebra (sympy over the integers; every
+coefficient of the result must be an integer, and no writer unknown may remain), so the value
+the reader gets is the one the fill stored at that element; the writer-independent symbols
+(block indices, sizes, locals computed from them) must not change between the fill and the
+reads, the value may read only global memory the kernel never writes, and the fill must be the
+tile's only write, before a barrier that precedes every read, outside any loop that also holds
+reads. A guarded fill (`if (r < R && c < C) tile[..] = ..;`) gives the reads `(G) ? value : 0`
+with the guard solved the same way: an element the guard skipped was never written, so the
+original read there was undefined. Whether the fill covered every element read is not proven
+(as in fill_forwarding): an element nobody wrote was undefined before; the gate judges the result.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from tree_sitter import Node
+
+from corpora.code.source import Source
+from mining.operators.base import Edit
+from mining.operators.rewrite_util import splice_range
+from corpora.code.parse import text, walk
+
+_FIELD = re.compile(r"^(threadIdx|blockIdx|blockDim|gridDim)\.([xyz])$")
+_THREAD = {"ks_f_threadIdx_x", "ks_f_threadIdx_y", "ks_f_threadIdx_z"}
+_BARRIER = re.compile(r"^(__syncthreads\s*\(\s*\)|(\w+::)*sync\s*\(\s*\w+\s*\)|\w+\s*\.\s*sync\s*\(\s*\))\s*;$")
+
+
+class NotAlgebra(Exception):
+    pass
+
+
+def _top_stmt(node: Node, body: Node) -> Optional[Node]:
+    """The statement of the function body that contains node."""
+    p = node
+    while p is not None and p.parent is not None and not (p.parent.start_byte == body.start_byte and
+                                                          p.parent.end_byte == body.end_byte):
+        p = p.parent
+    return p
+
+
+class IndexAlgebra:
+    """sympy translation of C index arithmetic (+, -, *, integer literals, names, launch fields,
+    subscripts of read-only pointers as uninterpreted functions)."""
+
+    def __init__(self, src: Source, body: Node, fill_top: Node, writer_loops: list[Node], readonly: set[str]):
+        import sympy
+        self.sp = sympy
+        self.src, self.body, self.fill_top = src, body, fill_top
+        self.loop_vars = {}
+        for lp in writer_loops:
+            init = lp.child_by_field_name("initializer")
+            m = re.search(r"\b(?:int|unsigned|size_t|long)?\s*(\w+)\s*=", text(init)) if init is not None else None
+            if m is None:
+                raise NotAlgebra("loop variable")
+            self.loop_vars[m.group(1)] = lp
+        self.readonly = readonly
+        self.functions: dict[str, object] = {}
+        self.invariant_names: set[str] = set()
+        self.symbols: dict[str, object] = {}
+
+    def sym(self, name: str):
+        if name not in self.symbols:
+            self.symbols[name] = self.sp.Symbol(name, integer=True)
+        return self.symbols[name]
+
+    def writer_unknowns(self, expr) -> set:
+        return {s for s in expr.free_symbols if s.name in _THREAD or s.name in self.loop_vars}
+
+    # ---- locals: the definition that reaches a position, straight-line at the top of the body
+    def _reaching(self, name: str, before: int) -> Optional[Node]:
+        best = None
+        for st in self.body.named_children:
+            if st.start_byte >= before:
+                break
+            for n in walk(st):
+                if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and \
+                        n.child_by_field_name("declarator").type == "identifier" and \
+                        text(n.child_by_field_name("declarator")) == name and n.start_byte < before:
+                    if st.type != "declaration":
+                        return None
+                    best = n.child_by_field_name("value")
+                elif n.type == "assignment_expression" and text(n.child_by_field_name("left")) == name and \
+                        n.start_byte < before:
+                    if st.type != "expression_statement" or text(n.children[1]) != "=":
+                        return None  # assigned under a branch or a loop: not straight-line
+                    best = n.child_by_field_name("right")
+        return best
+
+    def _thread_dependent(self, name: str, seen=None) -> bool:
+        """Some assignment to `name` anywhere in the body reads the thread index (or such a local)."""
+        seen = set() if seen is None else seen
+        if name in seen:
+            return False
+        seen.add(name)
+        for n in walk(self.body):
+            value = None
+            if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and \
+                    text(n.child_by_field_name("declarator")) == name:
+                value = n.child_by_field_name("value")
+            elif n.type == "assignment_expression" and text(n.child_by_field_name("left")) == name:
+                value = n.child_by_field_name("right")
+            if value is None:
+                continue
+            t = text(value)
+            if re.search(r"\bthreadIdx\b", t):
+                return True
+            for ident in set(re.findall(r"\b[A-Za-z_]\w*\b", t)):
+                if ident != name and self._is_local(ident) and self._thread_dependent(ident, seen):
+                    return True
+        return False
+
+    def _is_local(self, name: str) -> bool:
+        return any(n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and
+                   text(n.child_by_field_name("declarator")) == name for n in walk(self.body))
+
+    def expr(self, node: Node, pos: int, depth: int = 0):
+        sp = self.sp
+        if depth > 40:
+            raise NotAlgebra("too deep")
+        t = node.type
+        if t == "parenthesized_expression":
+            return self.expr(node.named_children[0], pos, depth + 1)
+        if t == "number_literal":
+            s = text(node).rstrip("uUlL")
+            if not re.fullmatch(r"\d+|0[xX][0-9a-fA-F]+", s):
+                raise NotAlgebra("literal")
+            return sp.Integer(int(s, 0))
+        if t == "field_expression":
+            m = _FIELD.match("".join(text(node).split()))
+            if not m:
+                raise NotAlgebra("field")
+            return self.sym(f"ks_f_{m.group(1)}_{m.group(2)}")  # never a C identifier of the kernel
+        if t == "identifier":
+            name = text(node)
+            if name in self.loop_vars:
+                return self.sym(name)
+            if self._is_local(name) and self._thread_dependent(name):
+                value = self._reaching(name, pos)
+                if value is None:
+                    raise NotAlgebra(f"no straight-line definition of {name}")
+                return self.expr(value, value.start_byte, depth + 1)
+            self.invariant_names.add(name)
+            return self.sym(name)
+        if t == "binary_expression":
+            op = text(node.child_by_field_name("operator") or node.children[1])
+            a = self.expr(node.child_by_field_name("left"), pos, depth + 1)
+            b = self.expr(node.child_by_field_name("right"), pos, depth + 1)
+            if op == "+":
+                return a + b
+            if op == "-":
+                return a - b
+            if op == "*":
+                return a * b
+            if op in ("/", "%", "<<", ">>", "&") and not self.writer_unknowns(a) and not self.writer_unknowns(b):
+                fn = self.sp.Function({"/": "ks_div", "%": "ks_mod", "<<": "ks_shl", ">>": "ks_shr", "&": "ks_and"}[op])
+                return fn(a, b)
+            raise NotAlgebra(f"operator {op}")
+        if t == "unary_expression" and text(node.children[0]) == "-":
+            return -self.expr(node.child_by_field_name("argument"), pos, depth + 1)
+        if t == "subscript_expression":
+            base = node.child_by_field_name("argument")
+            idx = node.child_by_field_name("indices")
+            inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
+            if base is None or base.type != "identifier" or text(base) not in self.readonly or len(inner) != 1:
+                raise NotAlgebra("subscript")
+            fn = self.functions.setdefault(text(base), self.sp.Function("ks_load_" + text(base)))
+            return fn(self.expr(inner[0], pos, depth + 1))
+        if t == "cast_expression":
+            return self.expr(node.child_by_field_name("value"), pos, depth + 1)
+        raise NotAlgebra(t)
+
+
+def to_c(expr, names: dict[str, str]) -> str:
+    """C text of a sympy expression built by IndexAlgebra (names: symbol -> C spelling)."""
+    import sympy
+    if isinstance(expr, sympy.Integer):
+        v = int(expr)
+        return str(v) if v >= 0 else f"({v})"
+    if isinstance(expr, sympy.Symbol):
+        return names.get(expr.name, expr.name)
+    if isinstance(expr, sympy.Add):
+        parts = [to_c(a, names) for a in sympy.Add.make_args(expr)]
+        pos = [p for p in parts if not p.startswith("(-")]
+        neg = [p[2:-1] if p.startswith("(-") and p.endswith(")") and re.fullmatch(r"\(-[\w.]+\)", p) else None
+               for p in parts if p.startswith("(-")]
+        out = " + ".join(pos) if pos else "0"
+        for p, n in zip([p for p in parts if p.startswith("(-")], neg):
+            out += f" - {n}" if n is not None else f" + {p}"
+        return out
+    if isinstance(expr, sympy.Mul):
+        coeff, rest = expr.as_coeff_Mul()
+        factors = [to_c(f, names) for f in sympy.Mul.make_args(rest)]
+        factors = [f if re.fullmatch(r"[\w.]+|\w+\(.*\)", f) else f"({f})" for f in factors]
+        if coeff == 1:
+            return " * ".join(factors)
+        if coeff == -1:
+            return "(-" + " * ".join(factors) + ")"
+        return f"({to_c(coeff, names)} * " + " * ".join(factors) + ")" if coeff < 0 else \
+            f"{to_c(coeff, names)} * " + " * ".join(factors)
+    if isinstance(expr, sympy.Function) or isinstance(expr, sympy.core.function.AppliedUndef):
+        name = type(expr).__name__
+        args = [to_c(a, names) for a in expr.args]
+        ops = {"ks_div": "/", "ks_mod": "%", "ks_shl": "<<", "ks_shr": ">>", "ks_and": "&"}
+        if name in ops:
+            return f"(({args[0]}) {ops[name]} ({args[1]}))"
+        if name.startswith("ks_load_"):
+            return f"{name[len('ks_load_'):]}[{args[0]}]"
+    raise NotAlgebra(f"cannot print {expr}")
+
+
+def _c_names(sym: IndexAlgebra) -> dict[str, str]:
+    out = {}
+    for name in sym.symbols:
+        m = re.match(r"^ks_f_(threadIdx|blockIdx|blockDim|gridDim)_([xyz])$", name)
+        out[name] = f"{m.group(1)}.{m.group(2)}" if m else name
+    return out
+
+
+def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:
+    """One edit that forwards the shared tile `name` into its reads (see the module docstring)."""
+    import sympy
+
+    body = fn.child_by_field_name("body")
+    if body is None:
+        return None
+    uses = [n for n in walk(body) if n.type == "identifier" and text(n) == name and
+            not (decl.start_byte <= n.start_byte < decl.end_byte)]
+    writes, reads = [], []
+    for u in uses:
+        sub = u
+        while sub.parent is not None and sub.parent.type == "subscript_expression" and \
+                sub.parent.child_by_field_name("argument").start_byte == sub.start_byte:
+            sub = sub.parent
+        if sub.type != "subscript_expression":
+            return None
+        p = sub.parent
+        if p is not None and p.type == "assignment_expression" and p.child_by_field_name("left").start_byte == \
+                sub.start_byte:
+            if text(p.children[1]) != "=" or p.parent is None or p.parent.type != "expression_statement":
+                return None
+            writes.append((sub, p))
+        elif p is not None and (p.type in ("update_expression",) or (p.type == "pointer_expression" and
+                                                                     p.children[0].type == "&")):
+            return None
+        else:
+            reads.append(sub)
+    if len(writes) != 1 or not reads:
+        return None
+    wsub, asg = writes[0]
+    fill_stmt = asg.parent
+    fill_top = _top_stmt(fill_stmt, body)
+    read_tops = [_top_stmt(r, body) for r in reads]
+    if fill_top is None or any(rt is None or rt.start_byte <= fill_top.start_byte for rt in read_tops):
+        return None
+    first_read = min(rt.start_byte for rt in read_tops)
+    between = [st for st in body.named_children if fill_top.end_byte <= st.start_byte < first_read]
+    if not any(_BARRIER.match(" ".join(text(st).split())) for st in between):
+        return None
+    # the fill's loops (inside its top statement): they must hold nothing but the fill
+    writer_loops, guards, p = [], [], fill_stmt.parent
+    while p is not None and p.start_byte >= fill_top.start_byte and p is not body:
+        if p.type == "for_statement":
+            writer_loops.append(p)
+        elif p.type == "if_statement" and p.child_by_field_name("alternative") is None:
+            guards.append(p.child_by_field_name("condition"))
+        elif p.type not in ("compound_statement", "condition_clause"):
+            return None
+        if p.start_byte == fill_top.start_byte and p.end_byte == fill_top.end_byte:
+            break
+        p = p.parent
+    for lp in writer_loops + ([fill_top] if fill_top.type == "if_statement" else []):
+        inner = lp.child_by_field_name("body") or lp.child_by_field_name("consequence")
+        stmts = [c for c in walk(inner) if c.type.endswith("_statement") and c.type not in ("compound_statement",)]
+        if any(s.type not in ("expression_statement", "for_statement", "if_statement") for s in stmts) or \
+                len([s for s in stmts if s.type == "expression_statement"]) != 1:
+            return None
+    # memory the kernel writes may not be read by the value
+    written = set()
+    for n in walk(body):
+        if n.type == "assignment_expression":
+            base = n.child_by_field_name("left")
+            while base is not None and base.type == "subscript_expression":
+                base = base.child_by_field_name("argument")
+            if base is not None and base.type == "identifier":
+                written.add(text(base))
+    f = src.function_at(fn.start_byte)
+    readonly = {pp.name for pp in f.params if pp.is_pointer} - written
+    try:
+        sym = IndexAlgebra(src, body, fill_top, writer_loops, readonly)
+        idx_nodes = _indices(wsub)
+        w = [sympy.expand(sym.expr(i, fill_top.start_byte)) for i in idx_nodes]
+        value = sympy.expand(sym.expr(asg.child_by_field_name("right"), fill_top.start_byte))
+        unknowns = sorted(set().union(*(sym.writer_unknowns(x) for x in w + [value])), key=lambda s: s.name)
+        rs = [sympy.Symbol(f"ks_r{k}", integer=True) for k in range(len(w))]
+        sol = sympy.solve([wk - rk for wk, rk in zip(w, rs)], unknowns, dict=True)
+        if len(sol) != 1:
+            return None
+        solved = sympy.expand(value.subs(sol[0]))
+        if sym.writer_unknowns(solved):
+            return None
+        # the fill's guards, seen from the element: (r < R && c < C) at the writer's coordinates
+        guard_parts = []
+        for g in guards:
+            for lhs, op, rhs in _comparisons(g):
+                a = sympy.expand(sym.expr(lhs, fill_top.start_byte).subs(sol[0]))
+                b = sympy.expand(sym.expr(rhs, fill_top.start_byte).subs(sol[0]))
+                if sym.writer_unknowns(a) or sym.writer_unknowns(b):
+                    return None
+                guard_parts.append((a, op, b))
+        for a in sympy.preorder_traversal(solved):
+            if isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer):
+                return None
+    except (NotAlgebra, NotImplementedError, TypeError, ValueError):
+        return None
+    # the writer-independent names keep their values from the fill to the last read
+    last = max(r.end_byte for r in reads)
+    for nm in sym.invariant_names:
+        for n in walk(body):
+            if n.type == "assignment_expression" and text(n.child_by_field_name("left")) == nm and \
+                    fill_top.start_byte <= n.start_byte < last:
+                return None
+    names = _c_names(sym)
+    subs = []
+    for r in reads:
+        try:
+            ridx = _indices(r)
+        except NotAlgebra:
+            return None
+        if len(ridx) != len(w):
+            return None
+        rn = dict(names)
+        for k, node in enumerate(ridx):
+            rn[f"ks_r{k}"] = "(" + " ".join(text(node).split()) + ")"
+        try:
+            value_text = to_c(solved, rn)
+            if guard_parts:
+                cond = " && ".join(f"({to_c(a, rn)}) {op} ({to_c(b, rn)})" for a, op, b in guard_parts)
+                value_text = f"({cond}) ? {value_text} : 0"
+            subs.append((r.start_byte, r.end_byte, "(" + value_text + ")"))
+        except NotAlgebra:
+            return None
+    subs.append((fill_top.start_byte, fill_top.end_byte, ""))
+    subs.append((decl.start_byte, decl.end_byte, ""))
+    subs.sort()
+    if any(b[0] < a[1] for a, b in zip(subs, subs[1:])):
+        return None
+    lo, hi = subs[0][0], max(e for _, e, _ in subs)
+    return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+def _comparisons(cond: Node) -> list[tuple[Node, str, Node]]:
+    """The comparisons of a guard made of `&&` and relational operators (NotAlgebra otherwise)."""
+    c = cond
+    while c.type in ("condition_clause", "parenthesized_expression") and c.named_children:
+        c = c.named_children[0]
+    if c.type != "binary_expression":
+        raise NotAlgebra("guard")
+    op = text(c.child_by_field_name("operator") or c.children[1])
+    if op == "&&":
+        return _comparisons(c.child_by_field_name("left")) + _comparisons(c.child_by_field_name("right"))
+    if op in ("<", "<=", ">", ">=", "==", "!="):
+        return [(c.child_by_field_name("left"), op, c.child_by_field_name("right"))]
+    raise NotAlgebra("guard operator")
+
+
+def _indices(sub: Node) -> list[Node]:
+    out = []
+    while sub.type == "subscript_expression":
+        idx = sub.child_by_field_name("indices")
+        inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
+        if len(inner) != 1:
+            raise NotAlgebra("index")
+        out.insert(0, inner[0])
+        sub = sub.child_by_field_name("argument")
+    return out

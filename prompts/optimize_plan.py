@@ -1,0 +1,139 @@
+"""The order in which `skills optimize` spends its budget: the value plan of retrieval/plan.py.
+
+Retrieval (prompts/optimize.py ``retrieve``) returns the skills that may apply, from the hybrid
+search or from a scan of the store. ``order_retrieved`` re-ranks them the way `skills query --plan`
+does, whichever backend produced them: every applicable skill is valued on the current kernel
+(retrieval/value.py: measured GPU effect, else the static prior of its carrier in the kernel's
+regime, times the share of the kernel's work its sites cover), structural carriers first in an order
+that can be applied (retrieval/plan.py: a shared tile before the register tile loaded from it),
+then the qualifiers, then the skills whose site no detector found (a forward rewrite may still find
+one). ``candidate_key`` orders the materialized candidates by that plan, so the per-step slice of
+candidates gated in parallel holds the structural steps first.
+
+``fit_to_deadline`` trims a step's candidates to what the time left can gate, from the seconds a
+gated candidate has taken so far in this run: a step that starts just before the time limit does
+not overrun it by a full batch.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Optional, Sequence
+
+from mining.operators.registry import get_rewrite, rewrites_for
+from retrieval.applicability import Checker
+from retrieval.plan import order
+from retrieval.value import QUALIFIERS, Valuer
+
+
+def expand_hits(ans: dict) -> list[dict]:
+    """The answer's skill hits in order, an "also" entry replaced by its skills."""
+    out = []
+    for h in ans.get("hits", []):
+        if h.get("kind") == "also":
+            out.extend(h.get("skills", []))
+        else:
+            out.append(h)
+    return out
+
+
+def _as_json(skill: Any) -> dict:
+    return skill if isinstance(skill, dict) else skill.model_dump(mode="json")
+
+
+def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
+                    exclude_problems: Sequence[str] = (), policy: str = "value",
+                    as_json: Callable[[Any], dict] = _as_json) -> list:
+    """``retrieved`` (prompts.optimize.Retrieved, whose ``skill`` is a record) in plan order; each
+    applicable one gets ``value``. The query-side passes read skills as JSON: ``as_json`` gives that
+    form (the optimizer's cached one). ``policy`` "library" / "memory": the benchmark's deterministic
+    baselines (``baseline_order``)."""
+    if policy != "value":
+        return baseline_order(retrieved, source, policy, as_json)
+    try:
+        checker = Checker(source)
+        valuer = Valuer(checker, None, op_type, exclude_problems)
+    except Exception:  # noqa: BLE001 - a source the parser cannot read: keep retrieval's order
+        return retrieved
+    scored, rest = [], []
+    for r in retrieved:
+        try:
+            app = checker.check(as_json(r.skill))
+        except Exception:  # noqa: BLE001 - a detector bug must not stop optimizing
+            rest.append(r)
+            continue
+        if app.status != "applicable":
+            rest.append(r)
+            continue
+        val = valuer.value(as_json(r.skill), app)
+        r.value = val
+        scored.append((r, val))
+    best: dict[str, tuple] = {}
+    for r, val in scored:  # one entry per carrier decides the carrier's place; its other skills follow it
+        c = r.skill.carrier
+        if c not in best or val["score"] > best[c][1]["score"]:
+            best[c] = (r, val)
+    carriers = sorted(best, key=lambda c: -best[c][1]["score"])
+    structural = [c for c in carriers if c not in QUALIFIERS]
+    quals = [c for c in carriers if c in QUALIFIERS]
+    planned = order(structural, lambda c: c, lambda c: best[c][1]["score"],
+                    lambda c: list(best[c][0].skill.requires or [])) + quals
+    place = {c: n for n, c in enumerate(planned)}
+    scored.sort(key=lambda t: (place[t[0].skill.carrier], -t[1]["score"]))
+    out = [r for r, _ in scored] + rest
+    for n, r in enumerate(out, start=1):
+        r.rank = n
+    return out
+
+
+def candidate_key(c: Any) -> tuple:
+    """Sort key of a materialized candidate: the rank of its skill in the plan (structural steps
+    come first there), then the rewrite's prior (expected effect)."""
+    rank = c.rank if c.rank else 10 ** 6  # LLM candidates (rank 0) after the plan's steps
+    return (rank, -c.prior)
+
+
+def baseline_order(retrieved: list, source: str, policy: str, as_json: Callable[[Any], dict] = _as_json) -> list:
+    """The deterministic baselines of eval/bench_optimize.py, same rewrites and gate, no value plan:
+    ``library``: the rewrite library in its fixed order of expected effect (each forward rewrite's
+    ``prior`` in the operator registry), no mined skills; ``memory``: past skills by token overlap of their simpler-side
+    code with the kernel (the flat-memory style: no preconditions, effects or plan)."""
+    if policy == "library":
+        def key(r):
+            names = rewrites_for(r.skill.operator, r.skill.carrier)
+            return -max([get_rewrite(w).prior for w in names] or [0.0])
+    elif policy == "memory":
+        tok = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
+        q = set(tok.findall(source))
+
+        def key(r):
+            best = 0.0
+            d = as_json(r.skill)
+            for e in (d.get("evidence") or [])[:8] + [d]:
+                t = set(tok.findall(e.get("before", "") or ""))
+                if t:
+                    best = max(best, len(t & q) / len(t | q))
+            return -best
+    else:
+        raise ValueError(f"unknown ordering policy {policy!r}")
+    out = sorted(retrieved, key=key)
+    for n, r in enumerate(out, start=1):
+        r.rank = n
+    return out
+
+
+def fit_to_deadline(todo: list, t0: float, time_limit_s: Optional[float], gated_seconds: Sequence[float],
+                    jobs: int, now: float) -> list:
+    """The candidates that the time left can gate (at least one), from the mean seconds a gated
+    candidate took so far (``jobs`` at a time); all of them without a limit or a history."""
+    if time_limit_s is None or not gated_seconds or not todo:
+        return todo
+    left = time_limit_s - (now - t0)
+    per = sum(gated_seconds) / len(gated_seconds)
+    batches = max(1, int(left // max(per, 1e-3)))
+    return todo[:max(1, min(len(todo), batches * max(1, jobs)))]
+
+
+def geomean(xs: Sequence[float]) -> Optional[float]:
+    v = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, v)) / len(v)) if v else None
