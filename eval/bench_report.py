@@ -10,7 +10,7 @@ are made distinct by a variant suffix so the store holds as many as asked. Then 
 loading it (`data-ready-ms`, set by the page's script once the DOM is parsed and the script
 ran) and taking a full screenshot.
 
-The same builders make the small "mined" store of tests/test_report.py (`demo_store`). The JSON
+The same builders make the small "mined" store of tests/skills/test_report.py (`demo_store`). The JSON
 (stamped: eval/stamp.py) goes to --out, else to an untracked temporary report_bench.json
 (eval/results/report_bench.json is the committed record).
 """

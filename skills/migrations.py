@@ -8,7 +8,7 @@ old store opened read-only (skills/store.py).
 
 Rules for a new migration: append it (never edit or reorder an applied one; ids are its place
 in the list, from 1), make it work on every store an earlier release could have written, and add
-a row to the old-store fixture's checks (tests/test_store_migrations.py) when it changes data.
+a row to the old-store fixture's checks (tests/skills/test_store_migrations.py) when it changes data.
 
 Migrations 1-4 are the tables as the first releases created them (idempotent ``CREATE ... IF NOT
 EXISTS``: a store written before migrations existed already has them, and its data stays as is);

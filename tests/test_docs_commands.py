@@ -61,7 +61,7 @@ def test_mcp_error_kinds_in_the_docs_match_the_server():
 
 def test_test_script_passes_its_arguments_and_prints_the_summary():
     env = dict(os.environ)
-    r = subprocess.run(["bash", "scripts/test.sh", "tests/test_skill_retrieval_units.py", "-k",
+    r = subprocess.run(["bash", "scripts/test.sh", "tests/retrieval/test_skill_retrieval_units.py", "-k",
                         "bm25_save_load_round_trip"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = r.stdout.strip().splitlines()[-1]

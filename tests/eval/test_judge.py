@@ -1,0 +1,99 @@
+"""The independent judge (eval/judge.py): real nvcc static stage on a shipped problem, the
+coalescing check on small kernels, and the carrier accounting of the mine JSON."""
+from pathlib import Path
+
+import pytest
+
+from eval.judge import (Facts, JudgeError, check_observation, coalesced, dynamic_smem, judge_step, opcode_matches,
+                        static_facts)
+from mining.gate.static import nvcc_path
+from mining.mine import carrier_accounting
+
+ROOT = Path(__file__).resolve().parents[2]
+VADD = ROOT / "corpora" / "kernels" / "vector_add"
+
+NAIVE_MM = """
+__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+  const unsigned x = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x < M && y < N) { float t = 0.0f;
+    for (int i = 0; i < K; ++i) t += A[x * K + i] * B[i * N + y];
+    C[x * N + y] = t; }
+}"""
+COALESCED_MM = """
+#define BS 32
+#define OFFSET(r, c, ld) ((r) * (ld) + (c))
+__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+  const int row = blockIdx.x * BS + (threadIdx.x / BS);
+  const int col = blockIdx.y * BS + (threadIdx.x % BS);
+  if (row < M && col < N) { float t = 0.0f;
+    for (int i = 0; i < K; ++i) t += A[OFFSET(row, i, K)] * B[OFFSET(i, col, N)];
+    C[OFFSET(row, col, N)] = t; }
+}
+void launch(const float* A, const float* B, float* C, int M, int N, int K) {
+  mm<<<dim3(M / BS, N / BS), BS * BS, 2 * BS * BS * sizeof(float)>>>(A, B, C, M, N, K);
+}"""
+VEC = """
+#define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])
+__global__ void add(float* a, float* c, int n) {
+  int idx = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (idx < n) { FLOAT4(c[idx]) = FLOAT4(a[idx]); }
+}"""
+
+
+def test_coalescing_check_and_launch_smem():
+    assert coalesced(NAIVE_MM, "B")[0] is False  # stride 0 across the warp: x, not y, follows threadIdx.x
+    ok, why = coalesced(NAIVE_MM, "C")
+    assert ok is False and "lane strides" in why
+    assert coalesced(COALESCED_MM, "B")[0] is True and coalesced(COALESCED_MM, "C")[0] is True
+    assert coalesced(VEC, "a")[0] is True  # 4 floats per lane inside a float4 access
+    assert coalesced(VEC, "q")[0] is None
+    assert dynamic_smem(COALESCED_MM) == 2 * 32 * 32 * 4
+
+
+def test_opcode_matching_and_vocabulary():
+    assert opcode_matches("LDG.E.128.CONSTANT", "LDG.E.128") and opcode_matches("SHFL.BFLY", "SHFL")
+    assert opcode_matches("LDG.E.128.CONSTANT", "LDG.E.CONSTANT")
+    assert not opcode_matches("LDGSTS.E", "LDG") and not opcode_matches("LDG.E", "LDG.E.128")
+    for ok in ("sass:LDG.E.128", "smem", "registers", "ffma_per_load", "coalesced:A", "none:hint only"):
+        check_observation(ok)
+    with pytest.raises(JudgeError, match="not in the judge's vocabulary"):
+        check_observation("sass:ldg")
+
+
+def test_verdicts_from_facts():
+    naive = Facts(sass={"LDG.E": 2, "FFMA": 1}, registers=10, static_ok=True, sass_available=True)
+    expert = Facts(sass={"LDG.E.128": 2, "FFMA": 16, "LDS": 4}, registers=40, smem_static=4096, static_ok=True,
+                   sass_available=True)
+    end_undone = Facts(sass={"LDG.E": 8, "FFMA": 4}, registers=40, static_ok=True, sass_available=True)
+    v = judge_step("vector_load", "f32x4", "", ["sass:LDG.E.128"], naive, expert, end_undone)
+    assert v.verdict == "undone"
+    v = judge_step("register_tile", "tile", "", ["registers", "ffma_per_load"], naive, expert, end_undone)
+    assert v.verdict == "kept"  # registers still above the naive's
+    v = judge_step("shared_tile", "tile", "", ["smem", "sass:LDS"], naive, expert, end_undone)
+    assert v.verdict == "undone"
+    v = judge_step("hint", "x", "", ["none:no observation", "sass:SHFL"], naive, expert, end_undone)
+    assert v.verdict == "unobservable" and "not visible in the expert" in v.reason
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc for the static stage")
+def test_static_stage_sees_vector_loads(tmp_path):
+    store = tmp_path / "store"
+    naive = static_facts(VADD, (VADD / "naive.cu").read_text(), store)
+    expert = static_facts(VADD, (VADD / "kernel.cu").read_text(), store)
+    assert naive.static_ok and expert.static_ok and expert.sass_available, (naive.reason, expert.reason)
+    assert expert.sass_count("LDG.E.128") > naive.sass_count("LDG.E.128") == 0
+    v = judge_step("vector_load", "vec4", "", ["sass:LDG.E.128", "sass:STG.E.128"], naive, expert, naive)
+    assert v.verdict == "undone"  # the end point is the naive kernel: every observation says gone
+    v = judge_step("vector_load", "vec4", "", ["sass:LDG.E.128"], naive, expert, expert)
+    assert v.verdict == "kept"
+
+
+def test_carrier_accounting_never_counts_undetected_as_removed():
+    expert = (VADD / "kernel.cu").read_text()
+    naive = (VADD / "naive.cu").read_text()
+    removed, remaining, undetected = carrier_accounting(["vector_load", "double_buffer"], expert, naive)
+    assert removed == ["vector_load"] and remaining == [] and undetected == ["double_buffer"]
+    # 0 steps: the end point is the expert; nothing removed even for a carrier the detectors miss
+    removed, remaining, undetected = carrier_accounting(["vector_load", "double_buffer"], expert, expert)
+    assert removed == [] and remaining == ["vector_load"] and undetected == ["double_buffer"]

@@ -1,0 +1,53 @@
+"""The one property every deoptimization operator owes the walk, checked on the corpus: it finds at
+least one site, and every site it finds is rewritten by a byte-local edit (the bytes outside the
+site identical, the site itself changed) that parses no worse than its input, the same way twice.
+
+"The corpus" is what the walk meets: each shipped expert kernel, and the kernel as it stands when
+the operator's turn comes in registry order (every earlier operator applied to its fixpoint);
+some operators only have sites there (drop_pipeline_sync after async_copy_to_sync, the two-pass
+rewrites after drop_unroll_pragma or block_reduce_to_serial). An operator that finds no site on
+any of them fails here: a property test over zero sites proves nothing."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from mining.operators import all_operators, get_operator
+from corpora.code.parse import parse_cuda, syntax_issues
+
+from _operator_support import KERNELS, assert_outside_identical, to_fixpoint
+
+OPERATORS = [op.name for op in all_operators()]
+PROBLEMS = sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file())
+
+
+@functools.lru_cache(maxsize=None)
+def _states() -> dict[str, list[str]]:
+    """operator -> the distinct kernels it is checked on (experts, and each expert at its turn)."""
+    out: dict[str, list[str]] = {name: [] for name in OPERATORS}
+    for problem in PROBLEMS:
+        expert = source = (KERNELS / problem / "kernel.cu").read_text()
+        for op in all_operators():
+            out[op.name] += list(dict.fromkeys((expert, source)))
+            source, _ = to_fixpoint(op, source, limit=60)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _issues(source: str) -> int:
+    return len(syntax_issues(parse_cuda(source)))
+
+
+@pytest.mark.parametrize("name", OPERATORS)
+def test_operator_has_sites_on_the_corpus_and_each_rewrite_is_byte_local(name):
+    op = get_operator(name)
+    n_sites = 0
+    for source in _states()[name]:
+        for site in op.find_sites(source):
+            n_sites += 1
+            new = op.apply(source, site)
+            assert_outside_identical(source, new, site)
+            assert op.apply(source, site) == new  # deterministic
+            assert _issues(new) <= _issues(source), (name, site.line, site.excerpt)
+    assert n_sites >= 1, f"{name} finds no site on the corpus (experts, or the walk's state at its turn)"
