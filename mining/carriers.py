@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from tree_sitter import Node
 
-from corpora.code.nodes import call_name, declarator_name, enclosing, same
+from corpora.code.nodes import call_name, declarator_name, enclosing, is_assignment_target, same
 from corpora.code.parse import FunctionSig, text
 from corpora.code.source import Site, Source
 from mining.carriers_meaning import LOAD_INTRINSICS, STORE_INTRINSICS, extend_detectors
@@ -65,10 +65,10 @@ def _access(src: Source, start: Node) -> Optional[tuple[str, Node, Optional[str]
             idx = p.child_by_field_name("indices")
             inner = text(idx)[1:-1].strip() if idx is not None else "0"
             index = inner if offset is None else f"({offset}) + ({inner})"
-            kind = "store" if _is_lhs(p) else "load"
+            kind = "store" if is_assignment_target(p) else "load"
             return kind, p, index, "subscript"
         if p.type == "pointer_expression" and p.children and p.children[0].type == "*":
-            kind = "store" if _is_lhs(p) else "load"
+            kind = "store" if is_assignment_target(p) else "load"
             return kind, p, offset if offset is not None else "0", "deref"
         if p.type == "argument_list" and p.parent is not None and p.parent.type == "call_expression":
             name = call_name(p.parent)
@@ -77,13 +77,6 @@ def _access(src: Source, start: Node) -> Optional[tuple[str, Node, Optional[str]
             if name in STORE_INTRINSICS:
                 return "store", p.parent, None, "call"
         return None
-
-
-def _is_lhs(node: Node) -> bool:
-    p = node.parent
-    while p is not None and p.type == "parenthesized_expression":
-        node, p = p, p.parent
-    return p is not None and p.type == "assignment_expression" and same(p.child_by_field_name("left"), node)
 
 
 def vector_accesses(src: Source) -> list[VectorAccess]:
@@ -757,7 +750,7 @@ def _shared_subscripts(src: Source, lhs: bool) -> Iterator[tuple[str, Node, list
         while base.type == "subscript_expression":
             base = base.child_by_field_name("argument")
         name = text(base)
-        if name in shared and len(parts) >= 2 and _is_lhs(sub) == lhs:
+        if name in shared and len(parts) >= 2 and is_assignment_target(sub) == lhs:
             yield name, sub, parts
 
 

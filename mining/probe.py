@@ -28,8 +28,8 @@ from typing import Any, Callable, Optional
 from tree_sitter import Node
 
 from corpora.problem import Problem, ProblemError, workload_from_dict
-from corpora.code.source import Source
 from corpora.code.nodes import enclosing
+from corpora.code.source import Source
 from mining.gate.cache import content_key
 
 DIVISORS = (2, 4, 8, 16, 32, 64, 128)

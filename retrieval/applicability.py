@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
+from corpora.code.nodes import call_name, declarator_name, enclosing, is_written
 from corpora.code.source import Source
-from corpora.code.nodes import call_name, declarator_name, enclosing
 from mining.carriers import DETECTORS, grid_stride_loops
 from corpora.code.parse import text, walk
 from mining.axes_check import precondition_verdict
@@ -134,18 +134,6 @@ def _pointer_names(src: Source, f, fn) -> tuple[dict[str, bool], dict[str, str]]
     return const, elem
 
 
-def _is_write(node) -> bool:
-    p = node.parent
-    while p is not None and p.type == "parenthesized_expression":
-        node, p = p, p.parent
-    if p is None:
-        return False
-    if p.type == "assignment_expression" and p.child_by_field_name("left") is not None and \
-            p.child_by_field_name("left").id == node.id:
-        return True
-    return p.type == "update_expression"
-
-
 def _in_call(node, names: set[str]) -> bool:
     p = node.parent
     while p is not None and p.type not in ("expression_statement", "compound_statement"):
@@ -168,7 +156,7 @@ def global_accesses(src: Source):
                 continue
             if node.parent is not None and node.parent.type == "pointer_expression" and text(node.parent)[:1] == "&":
                 continue
-            yield f, node, name, const[name], elem.get(name, ""), _is_write(node)
+            yield f, node, name, const[name], elem.get(name, ""), is_written(node)
 
 
 # --------------------------------------------------------------------------- detectors
@@ -1113,7 +1101,7 @@ def _register_cache_sites(src: Source) -> list[SiteMatch]:
                 continue
             reads = set()
             for n in walk(loop):
-                if n.type == "subscript_expression" and not _is_write(n):
+                if n.type == "subscript_expression" and not is_written(n):
                     arg = n.child_by_field_name("argument")
                     if arg is not None and text(arg) in const and re.search(r"\b%s\b" % re.escape(var), text(n)):
                         reads.add(text(arg))

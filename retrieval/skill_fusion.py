@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from retrieval.skill_search import FUSION_WEIGHTS, QUERY_VERSION, RRF_K, SCAN_LIMIT, QueryError, Searcher, SkillIndex
+from retrieval.fusion import RRF_K
+from retrieval.skill_search import FUSION_WEIGHTS, QUERY_VERSION, SCAN_LIMIT, QueryError, Searcher, SkillIndex
 
 WEIGHT_LEVELS = (0.0, 0.5, 1.0, 2.0)
 MODALITIES = ("bm25", "text", "graph", "prior")

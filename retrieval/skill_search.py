@@ -29,11 +29,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
+from retrieval.fusion import RRF_K
 from retrieval.snapshot import TEXT_MAX_TOKENS, current_snapshot
 
 MODES = ("bm25", "text", "graph", "fused")
 RANKS = ("value", "similarity")  # value: what a skill is expected to buy here (retrieval/value.py)
-RRF_K = 60
 # RRF weights. "prior" is the evidence prior: skills ranked by how many kernels' walks produced them
 # (an optimization found in most experts is more likely to apply to a new kernel than one found
 # once). It is query-independent, so it only reorders what the three similarity modalities agree on.

@@ -61,6 +61,26 @@ def declarator_shape(d: Node) -> tuple[Optional[str], str]:
     return (text(d) if d is not None else None), shape
 
 
+def is_assignment_target(node: Node) -> bool:
+    """`node` (parentheses aside) is the left side of an assignment."""
+    p = node.parent
+    while p is not None and p.type == "parenthesized_expression":
+        node, p = p, p.parent
+    return p is not None and p.type == "assignment_expression" and same(p.child_by_field_name("left"), node)
+
+
+def is_written(node: Node) -> bool:
+    """`node` (parentheses aside) is assigned to or incremented / decremented."""
+    p = node.parent
+    while p is not None and p.type == "parenthesized_expression":
+        node, p = p, p.parent
+    if p is None:
+        return False
+    if p.type == "assignment_expression":
+        return same(p.child_by_field_name("left"), node)
+    return p.type == "update_expression"
+
+
 def writer_of(node: Node) -> Optional[Node]:
     """The assignment / update / address-of that writes (or may write) through `node`, if any; a
     member of the element (`v[k].x = ...`) counts."""

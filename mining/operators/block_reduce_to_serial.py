@@ -40,11 +40,10 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import call_name
+from corpora.code.nodes import call_name, same
 from corpora.code.source import Source
 from mining.carriers import block_reduce_shared_sites
 from mining.operators.base import Edit, Operator, Pair
-from corpora.code.nodes import same
 from mining.operators.nodes import norm, rename_identifiers
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk

@@ -24,11 +24,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from corpora.code.nodes import call_name
+from corpora.code.nodes import call_name, same
 from corpora.code.source import Source
 from mining.carriers import block_reduce_shared_sites
 from mining.operators.base import Edit, Operator, Pair
-from corpora.code.nodes import same
 from mining.operators.rewrite_util import splice_range, structural
 from corpora.code.parse import text, walk
 

@@ -34,12 +34,11 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import call_name
+from corpora.code.nodes import call_name, contains, same
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate
 from mining.operators.grid_clamp import clamp_edits
 from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
-from corpora.code.nodes import contains, same
 from mining.operators.nodes import (FunctionIndex, code, has, idents, indent_at, kernels, line_start, raw, split_top,
                                     statements, strip_parens, sub_base, sub_index)
 from mining.operators.rewrite_util import params_of, pragma_before, splice_range, structural

@@ -41,11 +41,10 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import call_name
+from corpora.code.nodes import call_name, contains, same, writer_of
 from corpora.code.source import Source
 from mining.carriers import pointer_roots
 from mining.operators.base import Edit, Operator, Pair
-from corpora.code.nodes import contains, same, writer_of
 from mining.operators.nodes import FunctionIndex, loops_around, reads_global, subscript_chain, tokens
 from mining.operators.rewrite_util import (after_open_brace, body_indent, line_indent, pragma_before, splice_range,
                                            structural)
