@@ -1096,6 +1096,63 @@ def _online_softmax_sites(src: Source) -> list[SiteMatch]:
             for f, red, prev in _second_passes(src, "max", "sum", exp=True)]
 
 
+def y_stride(expr: str) -> str:
+    """x_stride for threadIdx.y (the axis a 2-D mapping may have put on the contiguous dimension)."""
+    return x_stride(expr.replace("threadIdx.x", "threadIdx.w").replace("threadIdx.y", "threadIdx.x"))
+
+
+@finder("coalesced_access")
+def _uncoalesced_sites(src: Source) -> list[SiteMatch]:
+    """Global accesses of a 2-D mapping where threadIdx.x moves a stride per lane and threadIdx.y one
+    element: swapping the roles of the thread axes puts a warp on consecutive addresses."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        if not f.is_kernel:
+            continue
+        defs = local_definitions(src, f)
+        swapped, coalesced = [], False
+        for g, node, name, is_const, elem, write in _global_accesses(src):
+            if g.name != f.name:
+                continue
+            idx = expand_index(_subscript_index(node), defs, src)
+            xs = x_stride(idx)
+            coalesced |= xs == "unit"
+            if xs == "strided" and y_stride(idx) == "unit":
+                swapped.append(node)
+        if swapped and not coalesced:  # a side already coalesced (a transpose) would lose by the swap
+            node = swapped[0]
+            s = _node_site(src, node, f"`{text(node)}`: threadIdx.x moves a stride per lane and threadIdx.y one "
+                           "element: swap the thread axes so a warp reads consecutive addresses", f.name)
+            s.code = _line_text(src, s.line)
+            out.append(s)
+    return out
+
+
+@finder("block_per_row")
+def _row_per_thread_sites(src: Source) -> list[SiteMatch]:
+    """One thread walking a whole row in an accumulating loop: a block per row sweeps it together."""
+    out = []
+    for line, why in serial_loops(src):
+        if "tree" in why:
+            continue
+        f = src.function_at(src._line_starts[line - 1])
+        out.append(SiteMatch(line, line, f.name if f else "", _line_text(src, line),
+                             "one thread accumulates a whole row: a block per row sweeps it in block-stride steps "
+                             "and reduces the partials"))
+    return out
+
+
+@finder("thread_coarsening")
+def _coarsening_sites(src: Source) -> list[SiteMatch]:
+    """Kernels mapping one element to each thread: several elements per thread (a pack, rows) give
+    more independent work per thread and wider accesses."""
+    out = []
+    for s in _grid_stride_sites(src):
+        out.append(SiteMatch(s.line, s.end_line, s.function, s.code, f"{s.function} maps one element to each thread: "
+                             "give each thread several (a compile-time pack)"))
+    return out
+
+
 @finder("register_cache")
 def _register_cache_sites(src: Source) -> list[SiteMatch]:
     """The same global data read again by a later loop of the same thread (a row swept once per
