@@ -968,6 +968,26 @@ def _scan_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
+@finder("decoupled_lookback", "dynamic_tile_id")
+def _cross_block_scan_sites(src: Source) -> list[SiteMatch]:
+    """A scan that crosses blocks (per-element running sums, or a warp / block scan already there):
+    where tiles can publish aggregates and look back instead of a second pass. Other kernels (a
+    reduction, an element-wise map) have no site."""
+    out = list(_scan_sites(src))
+    if out:
+        return out
+    for carrier in ("warp_scan", "block_scan"):
+        det = DETECTORS.get(carrier)
+        try:
+            sites = det(src) if det is not None else []
+        except Exception:  # a detector bug must not fail a query
+            sites = []
+        for site in sites[:1]:
+            out.append(SiteMatch(site.line, site.line, site.function, _line_text(src, site.line),
+                                 f"a {carrier.replace('_', ' ')} whose blocks combine across the grid"))
+    return out[:1]
+
+
 @finder("atomic_per_block", "privatized_atomics")
 def _atomic_sites(src: Source) -> list[SiteMatch]:
     out = []
