@@ -957,6 +957,26 @@ def _scan_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
+@finder("decoupled_lookback", "dynamic_tile_id")
+def _cross_block_scan_sites(src: Source) -> list[SiteMatch]:
+    """A scan that crosses blocks (per-element running sums, or a warp / block scan already there):
+    where tiles can publish aggregates and look back instead of a second pass. Other kernels (a
+    reduction, an element-wise map) have no site."""
+    out = list(_scan_sites(src))
+    if out:
+        return out
+    for carrier in ("warp_scan", "block_scan"):
+        det = DETECTORS.get(carrier)
+        try:
+            sites = det(src) if det is not None else []
+        except Exception:  # a detector bug must not fail a query
+            sites = []
+        for site in sites[:1]:
+            out.append(SiteMatch(site.line, site.line, site.function, _line_text(src, site.line),
+                                 f"a {carrier.replace('_', ' ')} whose blocks combine across the grid"))
+    return out[:1]
+
+
 @finder("atomic_per_block", "privatized_atomics")
 def _atomic_sites(src: Source) -> list[SiteMatch]:
     out = []
@@ -1083,6 +1103,63 @@ def _online_softmax_sites(src: Source) -> list[SiteMatch]:
     return [_pass_site(src, f, red, f"`{red[1]}` sums exponentials after a separate max pass (`{prev[1]}`, line "
                        f"{prev[0]}): an online (running-max) softmax needs one sweep")
             for f, red, prev in _second_passes(src, "max", "sum", exp=True)]
+
+
+def y_stride(expr: str) -> str:
+    """x_stride for threadIdx.y (the axis a 2-D mapping may have put on the contiguous dimension)."""
+    return x_stride(expr.replace("threadIdx.x", "threadIdx.w").replace("threadIdx.y", "threadIdx.x"))
+
+
+@finder("coalesced_access")
+def _uncoalesced_sites(src: Source) -> list[SiteMatch]:
+    """Global accesses of a 2-D mapping where threadIdx.x moves a stride per lane and threadIdx.y one
+    element: swapping the roles of the thread axes puts a warp on consecutive addresses."""
+    out = []
+    for f, fn, _ in _device_funcs(src):
+        if not f.is_kernel:
+            continue
+        defs = local_definitions(src, f)
+        swapped, coalesced = [], False
+        for g, node, name, is_const, elem, write in _global_accesses(src):
+            if g.name != f.name:
+                continue
+            idx = expand_index(_subscript_index(node), defs, src)
+            xs = x_stride(idx)
+            coalesced |= xs == "unit"
+            if xs == "strided" and y_stride(idx) == "unit":
+                swapped.append(node)
+        if swapped and not coalesced:  # a side already coalesced (a transpose) would lose by the swap
+            node = swapped[0]
+            s = _node_site(src, node, f"`{text(node)}`: threadIdx.x moves a stride per lane and threadIdx.y one "
+                           "element: swap the thread axes so a warp reads consecutive addresses", f.name)
+            s.code = _line_text(src, s.line)
+            out.append(s)
+    return out
+
+
+@finder("block_per_row")
+def _row_per_thread_sites(src: Source) -> list[SiteMatch]:
+    """One thread walking a whole row in an accumulating loop: a block per row sweeps it together."""
+    out = []
+    for line, why in serial_loops(src):
+        if "tree" in why:
+            continue
+        f = src.function_at(src._line_starts[line - 1])
+        out.append(SiteMatch(line, line, f.name if f else "", _line_text(src, line),
+                             "one thread accumulates a whole row: a block per row sweeps it in block-stride steps "
+                             "and reduces the partials"))
+    return out
+
+
+@finder("thread_coarsening")
+def _coarsening_sites(src: Source) -> list[SiteMatch]:
+    """Kernels mapping one element to each thread: several elements per thread (a pack, rows) give
+    more independent work per thread and wider accesses."""
+    out = []
+    for s in _grid_stride_sites(src):
+        out.append(SiteMatch(s.line, s.end_line, s.function, s.code, f"{s.function} maps one element to each thread: "
+                             "give each thread several (a compile-time pack)"))
+    return out
 
 
 @finder("register_cache")

@@ -38,8 +38,12 @@ from retrieval.applicability import (device_funcs, expand_index, global_accesses
                                      loop_var, runtime_bound, serial_loops, thread_coords, x_stride)
 from retrieval.plan import order as plan_order, predecessors
 
-# Declarative qualifiers: a keyword or a pragma, no restructuring. Grouped into one "also" entry.
-QUALIFIERS = ("restrict", "unroll_pragma", "ldg", "launch_bounds", "fast_math")
+# Declarative qualifiers: a keyword, a pragma or an intrinsic in place of a plain operation, no
+# restructuring. Grouped into one "also" entry. The cache hints (mining/operators/cache_hints.py:
+# __ldcs, __ldcg, __stcs ...) are qualifiers of the same kind as __ldg.
+CACHE_HINTS = ("streaming_load", "l2_only_load", "cache_all_load", "last_use_load", "volatile_load", "streaming_store",
+               "l2_only_store", "write_through_store", "write_back_store")
+QUALIFIERS = ("restrict", "unroll_pragma", "ldg", "launch_bounds", "fast_math") + CACHE_HINTS
 
 REGIMES = {
     "reuse": "every global operand of the hot loop is re-read by other threads (a GEMM / attention shape): "
@@ -50,6 +54,8 @@ REGIMES = {
     "transpose": "a copy that reads rows and writes columns: one side of the traffic is strided (uncoalesced)",
     "bank": "a 2-D shared array read down a column (neighbouring lanes in its first index): the accesses of a warp "
             "fall into one bank and serialize",
+    "uncoalesced": "threadIdx.x walks the strided dimension of a 2-D array while threadIdx.y walks the contiguous one: "
+                   "a warp's accesses are a row apart, one transaction each",
     "memory": "each element is read O(1) times: bound by memory bandwidth",
 }
 
@@ -76,6 +82,7 @@ PRIOR: dict[str, dict[str, float]] = {
     "shared_vector_load": {"reuse": 1.1, "*": 1.0},
     "shared_padding": {"bank": 1.4, "reuse": 1.1, "transpose": 1.3, "*": 1.02},
     "coalesced_transpose": {"transpose": 3.0, "*": 1.0},
+    "coalesced_access": {"uncoalesced": 4.0, "*": 1.0},
     # work mapped onto threads
     "warp_shuffle_reduce": {"serial": 4.0, "atomic": 3.0, "*": 1.3},
     "block_reduce_shared": {"serial": 1.5, "atomic": 2.0, "*": 1.1},
@@ -93,7 +100,9 @@ PRIOR: dict[str, dict[str, float]] = {
     "register_cache": {"*": 1.2},
     "fused_epilogue": {"*": 1.3},
     "fused_residual": {"*": 1.3},
-    # access width and launch shape
+    # access width, work per thread and launch shape
+    "thread_coarsening": {"memory": 1.15, "*": 1.05},
+    "specialized_dispatch": {"*": 1.05},
     "vector_load": {"memory": 1.3, "transpose": 1.2, "*": 1.1},
     "vector_store": {"memory": 1.15, "transpose": 1.1, "*": 1.05},
     "grid_stride": {"*": 1.05},
@@ -103,6 +112,7 @@ PRIOR: dict[str, dict[str, float]] = {
     "unroll_pragma": {"*": 1.05},
     "launch_bounds": {"*": 1.02},
     "fast_math": {"*": 1.05},
+    **{h: {"*": 1.02} for h in CACHE_HINTS},
 }
 UNKNOWN_PRIOR = 1.05
 # a prior is an order of magnitude: its spread is the gain halved and doubled
@@ -254,7 +264,7 @@ def _loop_region(loops: list, line: int) -> Optional[tuple[int, int, str]]:
     return best
 
 
-MEMORY_REGIMES = ("roofline", "memory", "transpose")
+MEMORY_REGIMES = ("roofline", "memory", "transpose", "uncoalesced")
 
 
 def coverage(shape: KernelShape, src, sites: Sequence[Any]) -> tuple[float, str]:
@@ -340,6 +350,10 @@ def kernel_shape(checker) -> KernelShape:
     if tr:
         regimes.append("transpose")
         reasons["transpose"] = f"line {tr[0].line}: {tr[0].reason}"
+    unco = checker.opportunities("coalesced_access") or []
+    if unco:
+        regimes.append("uncoalesced")
+        reasons["uncoalesced"] = f"line {unco[0].line}: {unco[0].reason}"
     bank = _column_reads(src)
     if bank:
         regimes.append("bank")
