@@ -50,13 +50,13 @@ PAIRS: tuple[Pair, ...] = (
     online_softmax_to_two_pass.PAIR, chan_stats_to_two_pass.PAIR,
     # outer-product register tiles, transposed operand tiles, decoupled look-back, block scan
     register_tile_to_dot.PAIR, untranspose_tile.PAIR, lookback_to_chained.PAIR, block_scan_to_thread_totals.PAIR,
-    # the flash-loop split, after everything that simplifies the loop
-    online_rescale_to_two_pass.PAIR,
     # generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
     # instance goes once the fine-grained steps above have narrowed what they can of it; then a
-    # compile-time constant that sizes one thread's work becomes 1; last, the thread axes of a 2-D
+    # compile-time constant that sizes one thread's work becomes 1; then the thread axes of a 2-D
     # kernel trade places (coalescing undone) once its tiles and vector accesses are plain
     drop_specialized_dispatch.PAIR, shrink_work_constant.PAIR, swap_thread_axes.PAIR,
+    # the flash-loop split duplicates the sweep, so every other simplification of it comes first
+    online_rescale_to_two_pass.PAIR,
     sliding_window_to_reload.PAIR,
 )
 
