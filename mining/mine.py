@@ -66,16 +66,15 @@ PRIORITY += ("block_reduce_to_serial", "register_array_to_recompute", "block_str
              "online_softmax_to_two_pass", "chan_stats_to_two_pass")
 # outer-product register tiles, transposed operand tiles, decoupled look-back, block scan (helper A2)
 PRIORITY += ("register_tile_to_dot", "untranspose_tile", "lookback_to_chained", "block_scan_to_thread_totals")
+# generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
+# instance goes once the fine-grained steps above have narrowed what they can of that instance;
+# then a compile-time constant that sizes one thread's work (pack width, tile extent) becomes 1;
+# then the thread axes of a 2-D kernel trade places, so its warps walk the other dimension
+# (coalescing undone) once its tiles and vector accesses are plain
+PRIORITY += ("drop_specialized_dispatch", "shrink_work_constant", "swap_thread_axes")
 # last: splitting a flash-style sweep into a max pass and an accumulation pass duplicates the
 # sweep, so every other simplification of it comes first (helper A1)
 PRIORITY += ("online_rescale_to_two_pass",)
-# generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
-# instance goes once the fine-grained steps above have narrowed what they can of that instance;
-# then a compile-time constant that sizes one thread's work (pack width, tile extent) becomes 1
-PRIORITY += ("drop_specialized_dispatch", "shrink_work_constant")
-# last: the thread axes of a 2-D kernel trade places, so its warps walk the other dimension
-# (coalescing undone) once its tiles and vector accesses are plain
-PRIORITY += ("swap_thread_axes",)
 
 
 @dataclass(frozen=True)
