@@ -1115,12 +1115,12 @@ def _uncoalesced_sites(src: Source) -> list[SiteMatch]:
     """Global accesses of a 2-D mapping where threadIdx.x moves a stride per lane and threadIdx.y one
     element: swapping the roles of the thread axes puts a warp on consecutive addresses."""
     out = []
-    for f, fn, _ in _device_funcs(src):
+    for f, fn, _ in device_funcs(src):
         if not f.is_kernel:
             continue
         defs = local_definitions(src, f)
         swapped, coalesced = [], False
-        for g, node, name, is_const, elem, write in _global_accesses(src):
+        for g, node, name, is_const, elem, write in global_accesses(src):
             if g.name != f.name:
                 continue
             idx = expand_index(_subscript_index(node), defs, src)
