@@ -85,9 +85,11 @@ def test_retrieval_checks_contiguity_and_cross_thread_reduction():
 
     sgemm = Checker((KERNELS / "sgemm" / "naive.cu").read_text())
     loads = sgemm.opportunities("vector_load")
-    # A[(size_t)row * K + k] walks k with unit stride; B[(size_t)k * N + col] jumps N per k: no float4
-    assert [s.line for s in loads] == [9] and "A[(size_t)row * K + k]" in loads[0].reason
-    assert "B[" not in loads[0].reason
+    # A[(size_t)row * K + k] walks k with unit stride (one thread's float4); B[(size_t)k * N + col]
+    # jumps N per k, so its only float4 is across neighbouring lanes (each lane taking four columns)
+    assert [s.line for s in loads] == [9, 9] and "A[(size_t)row * K + k]" in loads[0].reason
+    assert "B[" not in loads[0].reason.split(" in loop ")[0] and "unit stride" in loads[0].reason
+    assert "B[(size_t)k * N + col]" in loads[1].reason and "neighbouring lanes" in loads[1].reason
     assert sgemm.opportunities("warp_shuffle_reduce") == []  # the serial k loop: nothing to combine
     softmax = Checker((KERNELS / "softmax" / "naive.cu").read_text())
     assert [s.line for s in softmax.opportunities("warp_shuffle_reduce")] == [11, 13]  # row reductions
