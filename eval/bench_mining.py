@@ -65,7 +65,8 @@ def end_point_timing(problem_dir: Path, final: str, store: Path) -> dict[str, An
 
 def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model: str | None,
         max_steps: int, seeds: tuple[int, ...], parallel_problems: int = 1, end_points: bool = True,
-        strategy: str | None = None, time_limit_s: float | None = None) -> dict[str, Any]:
+        strategy: str | None = None, time_limit_s: float | None = None,
+        timeout_s: float = 120.0) -> dict[str, Any]:
     from corpora.problem import load_problem
     from mining.gate import BadInput, GateConfig, run_gate
     from mining.gate.executors import resolve_executor
@@ -78,7 +79,7 @@ def run(executor: str, problems: list[str] | None, store: Path, jobs: int, model
     dirs = sorted(p.parent for p in CORPUS.glob("*/definition.json"))
     rows: list[dict[str, Any]] = []
     cfg = MineConfig(executor=executor, jobs=jobs, store=store, model=model, max_steps=max_steps, seeds=seeds,
-                     strategy=strategy, time_limit_s=time_limit_s)
+                     strategy=strategy, time_limit_s=time_limit_s, timeout_s=timeout_s)
     selected = []
     for d in dirs:
         problem = load_problem(d)
@@ -274,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--strategy", default=None, help="priority or smallest_effect (default: by executor)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per walk (termination time_limit)")
+    ap.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds per gate run (a loaded machine times out candidates an idle one passes)")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (eval/results/... to record it)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--merge", type=Path, nargs="+", default=None,
@@ -294,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.TemporaryDirectory(prefix="ks-bench-mining-")
         store = Path(tmp.name)
     res = {**origin, **run(args.executor, problems, store.resolve(), args.jobs, args.model, args.max_steps, seeds,
-                           args.parallel_problems, not args.no_end_points, args.strategy, args.time_limit)}
+                           args.parallel_problems, not args.no_end_points, args.strategy, args.time_limit,
+                           args.timeout)}
     write_result(res, args.out, f"bench_mining_{res['executor']}.json", indent=2)
     if args.json:
         print(json.dumps(res, indent=2))
