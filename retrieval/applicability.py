@@ -86,15 +86,21 @@ def _node_site(src: Source, node, reason: str, fn: str = "") -> SiteMatch:
 
 
 def _device_funcs(src: Source):
-    """Kernels and __device__ functions (where device-code optimizations apply)."""
-    for f in src.funcs:
-        fn = src.func_node(f)
-        if fn is None:
-            continue
-        head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
-                                       else f.end_byte)]
-        if f.is_kernel or b"__device__" in head:
-            yield f, fn, head
+    """Kernels and __device__ functions (where device-code optimizations apply), found once per
+    source (every finder asks)."""
+    got = getattr(src, "_device_funcs_memo", None)
+    if got is None:
+        got = []
+        for f in src.funcs:
+            fn = src.func_node(f)
+            if fn is None:
+                continue
+            head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
+                                           else f.end_byte)]
+            if f.is_kernel or b"__device__" in head:
+                got.append((f, fn, head))
+        src._device_funcs_memo = got
+    return iter(got)
 
 
 def _param_nodes(fn) -> list:
@@ -755,11 +761,20 @@ def runtime_bound(src, loop) -> bool:
 def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) -> list[tuple[int, str]]:
     """(line, why) of the loops where one thread does what many could: an accumulation over a runtime
     bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
-    or none: a row per thread), and shared-memory tree reductions with a barrier per level."""
+    or none: a row per thread), and shared-memory tree reductions with a barrier per level. Kept on
+    the source per ``reuse_frac`` (several finders ask)."""
+    memo = getattr(src, "_serial_loops_memo", None)
+    if memo is None:
+        memo = src._serial_loops_memo = {}
+    key = reuse_frac >= 0.99
+    if key not in memo:
+        memo[key] = _serial_loops(src, reuse_frac)
+    return [(ln, why) for fname, ln, why in memo[key] if functions is None or fname in functions]
+
+
+def _serial_loops(src, reuse_frac: float) -> list[tuple[str, int, str]]:
     out = []
     for f, fn, _ in _device_funcs(src):
-        if functions is not None and f.name not in functions:
-            continue
         defs = None
         for loop in src.nodes("for_statement", within=fn):
             upd = " ".join(text(loop.child_by_field_name("update") or loop).split())
@@ -768,7 +783,7 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
             if var and re.search(r">>=\s*1|/=\s*2|=\s*\w+\s*>>\s*1|\*=\s*2|<<=\s*1", upd) and \
                     re.search(r"__syncthreads|\bsync\s*\(|\.sync\s*\(", body) and \
                     re.search(r"\w+\s*\[[^\]]+\]\s*(\+=|=[^;]*\+)[^;]*\[[^\]]*\b%s\b" % re.escape(var), body):
-                out.append((src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
+                out.append((f.name, src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
                 continue
             if not runtime_bound(src, loop):
                 continue
@@ -798,7 +813,7 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
             if "unit" in strides:
                 continue  # lanes take neighbouring elements: the loop is already spread over threads
             head = " ".join(text(loop).split("{")[0].split())[:80]
-            out.append((src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
+            out.append((f.name, src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
     return out
 
 
@@ -838,7 +853,16 @@ def single_thread_guarded(node) -> bool:
 
 def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
     """Loops accumulating products of two operands staged in shared memory (a tiled GEMM's inner
-    loop): where the steps that build on a shared tile apply."""
+    loop): where the steps that build on a shared tile apply (kept on the source: six finders ask)."""
+    memo = getattr(src, "_staged_dot_memo", None)
+    if memo is None:
+        memo = src._staged_dot_memo = {}
+    if need_half not in memo:
+        memo[need_half] = _find_staged_dot_loops(src, need_half)
+    return list(memo[need_half])
+
+
+def _find_staged_dot_loops(src: Source, need_half: bool) -> list[SiteMatch]:
     out = []
     shared = set(src.shared_names)
     for f, fn, _ in _device_funcs(src):

@@ -668,8 +668,8 @@ def rank_entries(valued: list[tuple[int, Any, dict, dict]], group_qualifiers: bo
 
 
 # --------------------------------------------------------------------------- the query's selection
-POOL_TOP = 24  # skills examined in similarity order ...
-POOL_PER_CARRIER = 3  # ... plus the most similar few of every carrier, however low they rank
+POOL_TOP = 16  # skills examined in similarity order ...
+POOL_PER_CARRIER = 2  # ... plus the most similar few of every carrier, however low they rank
 
 
 def carrier_codes(index):
@@ -728,7 +728,7 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
 
     finite = fused_scores[np.isfinite(fused_scores)] if len(fused_scores) else fused_scores
     fmax = float(max(finite.max(), 1e-12)) if len(finite) else 1.0
-    valued, filtered, memo = [], [], {}
+    valued, filtered, memo, same = [], [], {}, {}
     for pos, i in enumerate(pool.tolist()):
         if drop is not None and drop(i):
             continue
@@ -741,7 +741,14 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
                                  "present_at": [p["line"] for p in quick.present][:12]})
             continue
         rec = index.record(i)
-        app = checker.check(rec, (), axes=axes, refs=index.excerpt_refs(i))
+        # a detector's verdict depends on the carrier, operator, requires, conflicts and preconditions
+        # only: skills that share them (variants) share the check
+        full = key + (repr(rec.get("preconditions") or []),) if checker.has_detector(rec) else None
+        app = same.get(full) if full is not None else None
+        if app is None:
+            app = checker.check(rec, (), axes=axes, refs=index.excerpt_refs(i))
+            if full is not None:
+                same[full] = app
         if app.status != "applicable":
             if app.status in ("already_applied", "no_site") and checker.has_detector(rec):
                 memo[key] = app
