@@ -375,7 +375,7 @@ class Searcher:
         return self._pool
 
     def scores(self, code: Optional[str] = None, text: Optional[str] = None, units=None, timing: Optional[dict] = None,
-               drop_docs=None):
+               drop_docs=None, beside=None):
         """Per-skill scores per modality (+ per-skill best graph window) for a code or text query.
         ``drop_docs``: boolean mask of documents to ignore (the fusion calibration's held-out problem)."""
         import numpy as np
@@ -405,6 +405,8 @@ class Searcher:
         out = {"bm25": per_skill(bm)}
         if timing is not None:
             timing["bm25_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        if beside is not None:  # Python work of this query (site finders) while the worker embeds
+            beside()
         work.run()
         if pending is not None and not pending.cancel():  # not cancellable: the worker is on a batch
             pending.result()
@@ -489,7 +491,7 @@ class Searcher:
         count = getattr(self.embedder, "count_tokens", None)
         return query_units(code, functions=functions, with_graphs=self.index.gnn() is not None, count_tokens=count)
 
-    def _prepared(self, code: str, path: str):
+    def _prepared(self, code: str, path: str, value: bool = False):
         """(checker, units, scores, best window) of a code query, cached by content: a re-query of
         the same code (an agent looping over a kernel) skips parsing, site finding and scoring."""
         key = hashlib.sha1(code.encode()).hexdigest()
@@ -517,7 +519,12 @@ class Searcher:
                              f"({first['kind']} near {first['snippet']!r}); {len(locs)} problem(s) found", locs)
         units = self.units(code, functions=checker.src.funcs)
         timing["parse_ms"] = round((time.perf_counter() - t) * 1e3, 2)
-        scores, best_window = self.scores(code=code, units=units, timing=timing)
+        beside = None
+        if value:  # the value ranking will ask every carrier's detectors: ask them beside the embedding
+            from retrieval.value import prewarm
+
+            beside = lambda: prewarm(checker, self.index)  # noqa: E731
+        scores, best_window = self.scores(code=code, units=units, timing=timing, beside=beside)
         out = (checker, units, scores, best_window, timing, {})  # the dict: rankings per fusion weights
         self._qcache.put(key, out)
         return out, False
@@ -549,7 +556,7 @@ class Searcher:
         if code is not None:
             if not code.strip():
                 raise QueryError("bad_input", f"{path or 'the query'} is empty")
-            prepared, cached = self._prepared(code, path)
+            prepared, cached = self._prepared(code, path, value=rank == "value")
             checker, units, scores, best_window, t_prep = prepared[:5]
             if not cached:
                 timing.update(t_prep)

@@ -706,6 +706,31 @@ def candidate_pool(index, order, top: int = POOL_TOP, per_carrier: int = POOL_PE
     return order[np.flatnonzero(keep)]
 
 
+def prewarm(checker, index) -> None:
+    """Run, once, what valuing a query will ask of its code: the kernel's regime and every carrier's
+    detector and site finder over the index (memoized on the checker). Called beside the embedding
+    (retrieval/skill_search.py ``scores``): this Python work overlaps the encoders' native work."""
+    try:
+        kernel_shape(checker)
+        pairs = getattr(index, "_carrier_operator_pairs", None)
+        if pairs is None:
+            pairs = index._carrier_operator_pairs = sorted(set(zip(index.table["carrier"], index.table["operator"])))
+        for carrier, operator in pairs:
+            checker.present(carrier)
+            if checker.opportunities(operator) is None:
+                checker.opportunities(carrier)
+    except Exception:  # noqa: BLE001 - a finder bug surfaces where the skill is checked, not here
+        pass
+
+
+def upper_bound(rec: dict, valuer: "Valuer") -> float:
+    """The most a skill can be worth here: ln of its gain (the top of its measured spread, else its
+    prior in the kernel's regimes)."""
+    gpu = measured_effect(rec, valuer.op_type, valuer.size, valuer.exclude)
+    gain = max(gpu["spread"]) if gpu is not None else prior_effect(rec.get("carrier", ""), valuer.shape.regimes)["time_ratio"]
+    return math.log(max(1.0, gain))
+
+
 def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, include_filtered: bool = True,
                     drop=None, op_type: Optional[str] = None, exclude_problems: Sequence[str] = (),
                     group_qualifiers: bool = True, hints: Optional[dict] = None) -> dict:
@@ -729,7 +754,44 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
     finite = fused_scores[np.isfinite(fused_scores)] if len(fused_scores) else fused_scores
     fmax = float(max(finite.max(), 1e-12)) if len(finite) else 1.0
     valued, filtered, memo, same = [], [], {}, {}
-    for pos, i in enumerate(pool.tolist()):
+    rank_of = {int(i): pos for pos, i in enumerate(pool.tolist())}
+    # branch and bound: a skill's value can never exceed ln(its gain) (coverage and confidence are at
+    # most 1), so the pool is valued in order of that bound, and valuing stops once k entries are
+    # worth at least the bound of everything left (the qualifiers count as one entry: their bounds
+    # summed). The answer is the one valuing the whole pool would give; fewer sites are looked for.
+    bounds = {}
+    for i in rank_of:
+        bounds[i] = upper_bound(index.record(i), valuer)
+    qual_ids = [i for i in rank_of if tab["carrier"][i] in QUALIFIERS] if group_qualifiers else []
+    qual_bound = sum(bounds[i] for i in {tab["carrier"][i]: i for i in qual_ids}.values())
+    todo = sorted((i for i in rank_of if i not in set(qual_ids)), key=lambda i: (-bounds[i], rank_of[i]))
+    quals_done = not qual_ids
+    best_of: dict[str, float] = {}
+
+    def enough(next_bound: float) -> bool:
+        worth = sorted(best_of.values(), reverse=True)
+        return len(worth) >= k and worth[k - 1] >= next_bound
+
+    queue = []
+    for i in todo:
+        if not quals_done and qual_bound >= bounds[i]:
+            queue.extend(sorted(qual_ids, key=lambda j: rank_of[j]))
+            quals_done = True
+        queue.append(i)
+    if not quals_done:
+        queue.extend(sorted(qual_ids, key=lambda j: rank_of[j]))
+    qual_set = set(qual_ids)
+    in_quals = False
+    for i in queue:
+        if i in qual_set and not in_quals:
+            in_quals = True
+            if enough(qual_bound):
+                break
+        elif i not in qual_set:
+            in_quals = False
+            if enough(bounds[i]):
+                break
+        pos = rank_of[i]
         if drop is not None and drop(i):
             continue
         key = (tab["carrier"][i], tab["operator"][i], tuple(tab["requires"][i]), tuple(tab["conflicts"][i]))
@@ -760,6 +822,9 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
         sim = float(fused_scores[i]) / fmax
         val = valuer.value(rec, app, sim if math.isfinite(sim) else 0.0)
         valued.append((i, app, val, rec))
+        c = "also" if i in qual_set else (rec.get("carrier", "") or rec.get("key", ""))
+        best_of[c] = best_of.get(c, 0.0) + val["score"] if c == "also" else max(best_of.get(c, -1e9), val["score"])
+    valued.sort(key=lambda t: rank_of[t[0]])  # similarity order (ties between equal values)
     structural, quals = rank_entries(valued, group_qualifiers)
     items: list[dict] = [{"kind": "skill", "entry": e, "score": e.score} for e in structural]
     if quals:
