@@ -160,7 +160,15 @@ def _in_call(node, names: set[str]) -> bool:
 
 
 def _global_accesses(src: Source):
-    """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global accesses."""
+    """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global
+    accesses, found once per source (most finders walk them)."""
+    memo = getattr(src, "_global_accesses_memo", None)
+    if memo is None:
+        memo = src._global_accesses_memo = list(_find_global_accesses(src))
+    return iter(memo)
+
+
+def _find_global_accesses(src: Source):
     for f, fn, _ in _device_funcs(src):
         const, elem = _pointer_names(src, f, fn)
         for node in src.nodes("subscript_expression", within=fn):
