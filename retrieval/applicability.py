@@ -73,6 +73,24 @@ class Applicability:
 
 
 # --------------------------------------------------------------------------- query-side helpers
+_QUALIFIER_WORDS = {"__device__", "__host__", "__global__", "__forceinline__", "__noinline__", "inline", "static",
+                    "constexpr", "extern"}
+
+
+def blank_qualifier_macros(code: str) -> str:
+    """The code with every use of an object-like macro that expands to function qualifiers only
+    (``#define HOST_DEVICE_INLINE __device__ __host__ inline``) replaced by spaces: the parser does
+    not expand macros, and such a use before a declaration breaks it. Offsets and lines are kept."""
+    names = [m.group(1) for m in re.finditer(r"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]+)$", code)
+             if set(m.group(2).split()) and set(m.group(2).split()) <= _QUALIFIER_WORDS]
+    if not names:
+        return code
+    pat = re.compile(r"(?m)^(?![ \t]*#)(.*?)\b(%s)\b" % "|".join(map(re.escape, names)))
+    while True:
+        new = pat.sub(lambda m: m.group(1) + " " * len(m.group(2)), code)
+        if new == code:
+            return code
+        code = new
 def _line_text(src: Source, line: int) -> str:
     lines = src.raw.decode("utf-8", "replace").splitlines()
     return " ".join(lines[line - 1].split())[:160] if 0 < line <= len(lines) else ""
@@ -564,7 +582,15 @@ def _transposed_copy_sites(src: Source) -> list[SiteMatch]:
                     out.append(s)
                     break
     done = {s.function for s in out}
-    return out + [s for s in _strided_transposes(src) if s.function not in done]
+    out += [s for s in _strided_transposes(src) if s.function not in done]
+    for f, loop, staged in mma_loops(src):  # tensor-core fragments loaded straight from global memory
+        if not staged and f.name not in {s.function for s in out}:
+            s = _node_site(src, loop, "fragments are loaded from global memory in every iteration: stage the tiles "
+                           "in shared memory for the warps that share them", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
+    return out
 
 
 def local_definitions(src: Source, f) -> dict[str, str]:
@@ -859,6 +885,30 @@ def single_thread_guarded(node) -> bool:
     return False
 
 
+def mma_loops(src: Source) -> list[tuple]:
+    """(function, loop, staged) for loops that multiply tensor-core fragments (``wmma::mma_sync``):
+    ``staged`` when every fragment the loop loads comes from a shared array."""
+    memo = getattr(src, "_mma_loops_memo", None)
+    if memo is not None:
+        return memo
+    out = []
+    shared = set(src.shared_names)
+    for f, fn, _ in _device_funcs(src):
+        for loop in src.nodes("for_statement", within=fn):
+            calls = [c for c in src.nodes("call_expression", within=loop)]
+            if not any(call_name(c).endswith("mma_sync") for c in calls):
+                continue
+            loads = [c for c in calls if call_name(c).endswith("load_matrix_sync")]
+            staged = bool(loads) and all(
+                any(re.search(r"\b%s\b" % re.escape(n), text(a)) for a in (c.child_by_field_name("arguments").named_children[1:2]
+                                                                           if c.child_by_field_name("arguments") is not None
+                                                                           else []) for n in shared) for c in loads)
+            out.append((f, loop, staged))
+            break
+    src._mma_loops_memo = out
+    return out
+
+
 def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
     """Loops accumulating products of two operands staged in shared memory (a tiled GEMM's inner
     loop): where the steps that build on a shared tile apply (kept on the source: six finders ask)."""
@@ -872,6 +922,15 @@ def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
 
 def _find_staged_dot_loops(src: Source, need_half: bool) -> list[SiteMatch]:
     out = []
+    for f, loop, staged in mma_loops(src):  # tensor-core fragments loaded from shared tiles
+        if staged:
+            s = _node_site(src, loop, f"`{' '.join(text(loop).split('{')[0].split())[:60]}` multiplies fragments "
+                           "loaded from shared tiles", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
+    if out:
+        return out
     shared = set(src.shared_names)
     for f, fn, _ in _device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
@@ -948,6 +1007,14 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
     """A thread accumulating products of two global operands over a loop (one output per thread):
     computing a small block of outputs per thread reuses every loaded operand from registers."""
     out = []
+    for f, loop, staged in mma_loops(src):
+        code = src.func_code(f).decode("utf-8", "replace")
+        if staged and not re.search(r"fragment\s*<\s*(?:nvcuda::)?(?:wmma::)?accumulator[^;]*\w+\s*\[", code):
+            s = _node_site(src, loop, "one accumulator fragment per warp: a warp tile of several fragments reuses "
+                           "each loaded fragment for several products", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
     for f, fn, _ in _device_funcs(src):
         if any(n.type == "array_declarator" for d in src.nodes("declaration", within=fn) for n in walk(d)) and \
                 re.search(rb"\b\w+\s*\[[^]]+\]\s*\[[^]]+\]\s*\+=", src.func_code(f)):
@@ -997,6 +1064,23 @@ def _scan_sites(src: Source) -> list[SiteMatch]:
                 s.end_line = s.line
                 s.code = _line_text(src, s.line)
                 out.append(s)
+                continue
+            # each thread sums every element before its own and stores the sum: a prefix recomputed
+            # per element (O(n^2) work)
+            cond = " ".join(text(loop.child_by_field_name("condition") or loop).split())
+            var = _loop_var(loop)
+            bound = re.search(r"<=?\s*(\w+)\s*$", cond)
+            if m and var and bound and bound.group(1) != var:
+                coords, dep = _thread_coords(src, f)
+                after = src.code[loop.end_byte:fn.end_byte].decode("utf-8", "replace")
+                if coords and dep.get(bound.group(1), set()) & coords and \
+                        re.search(r"\w+\s*\[[^]]+\]\s*=\s*%s\s*;" % re.escape(m.group(1)), after[:400]):
+                    s = _node_site(src, loop, f"each thread re-sums every element before its own (`{m.group(1)}`): a "
+                                   "prefix recomputed per element; a warp scan with shuffles computes all of them "
+                                   "at once", f.name)
+                    s.end_line = s.line
+                    s.code = _line_text(src, s.line)
+                    out.append(s)
     return out
 
 
@@ -1171,6 +1255,13 @@ def _uncoalesced_sites(src: Source) -> list[SiteMatch]:
             coalesced |= xs == "unit"
             if xs == "strided" and y_stride(idx) == "unit":
                 swapped.append(node)
+        try:
+            from mining.carriers import vector_accesses
+
+            coalesced |= any(src.function_at(v.node.start_byte) is not None and
+                             src.function_at(v.node.start_byte).name == f.name for v in vector_accesses(src))
+        except Exception:  # a detector bug must not fail a query
+            pass
         if swapped and not coalesced:  # a side already coalesced (a transpose) would lose by the swap
             node = swapped[0]
             s = _node_site(src, node, f"`{text(node)}`: threadIdx.x moves a stride per lane and threadIdx.y one "

@@ -508,6 +508,17 @@ class Searcher:
         checker = Checker(code)
         issues = syntax_issues(checker.src.tree)
         if issues:
+            # tree-sitter-cuda does not expand macros: one that stands for function qualifiers
+            # (`#define HOST_DEVICE_INLINE __device__ __host__ inline`) breaks the declaration it
+            # prefixes. Such uses are blanked (same length, same line/columns) and the code read again
+            from retrieval.applicability import blank_qualifier_macros
+
+            blanked = blank_qualifier_macros(code)
+            if blanked != code:
+                retry = Checker(blanked)
+                if len(syntax_issues(retry.src.tree)) < len(issues):
+                    checker, issues = retry, syntax_issues(retry.src.tree)
+        if issues:
             # tree-sitter-cuda mis-parses a `#pragma` between a loop header and its body (valid
             # CUDA): judge syntax with pragma lines blanked (same length, same line/columns)
             issues = syntax_issues(parse_cuda(re.sub(rb"(?m)^[ \t]*#[ \t]*pragma[^\n]*",
@@ -643,7 +654,7 @@ class Searcher:
                     hits.append({"rank": len(hits) + 1, "kind": "also", "skill_id": "also", "key": "also",
                                  "name": "Also: declarative qualifiers", "carrier": "qualifiers",
                                  "skills": members, "why_rank": it["why_rank"],
-                                 "value": {"score": round(it["score"], 5),
+                                 "value": {"score": round(it.get("value_sum", it["score"]), 5),
                                            "expected_time_ratio": it["expected_time_ratio"]}})
                     continue
                 e = it["entry"]

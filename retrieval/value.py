@@ -45,7 +45,9 @@ REGIMES = {
              "the problem's work grows faster than its data, so it is compute-bound once the reuse is captured "
              "and bound by redundant global traffic as written",
     "serial": "one thread walks a whole row or array in an accumulating loop: too little parallelism, latency-bound",
-    "atomic": "per-element atomics on global memory: updates to the same address serialize",
+    "atomic": "per-element atomics on global memory into one address (a reduction): every update serializes",
+    "atomic_bins": "per-element atomics into bins chosen by the data (a histogram): updates to a popular bin "
+                   "serialize, and every one is a global round trip",
     "transpose": "a copy that reads rows and writes columns: one side of the traffic is strided (uncoalesced)",
     "bank": "a 2-D shared array read down a column (neighbouring lanes in its first index): the accesses of a warp "
             "fall into one bank and serialize",
@@ -81,8 +83,8 @@ PRIOR: dict[str, dict[str, float]] = {
     # work mapped onto threads
     "warp_shuffle_reduce": {"serial": 4.0, "atomic": 3.0, "*": 1.3},
     "block_reduce_shared": {"serial": 1.5, "atomic": 2.0, "*": 1.1},
-    "atomic_per_block": {"atomic": 4.0, "*": 1.05},
-    "privatized_atomics": {"atomic": 5.0, "*": 1.0},
+    "atomic_per_block": {"atomic": 4.0, "atomic_bins": 1.5, "*": 1.05},
+    "privatized_atomics": {"atomic_bins": 5.0, "atomic": 1.5, "*": 1.0},
     "warp_per_row": {"serial": 4.0, "*": 1.1},
     "block_per_row": {"serial": 4.0, "*": 1.1},
     "warp_scan": {"serial": 5.0, "*": 1.2},
@@ -332,20 +334,29 @@ def kernel_shape(checker) -> KernelShape:
     regimes: list[str] = []
     reuse_frac, fpl = _reuse(src)
     gemm = _shared_dot_loops(src)
+    from retrieval.applicability import mma_loops
+
+    mma = mma_loops(src)
     if reuse_frac is not None and reuse_frac >= 0.99:
         regimes.append("reuse")
         reasons["reuse"] = "every global load of the hot loop is re-read by other threads"
     elif gemm:
         regimes.append("reuse")
         reasons["reuse"] = f"line {gemm[0]}: a dot-product loop over staged (shared) operands"
+    elif mma:
+        regimes.append("reuse")
+        reasons["reuse"] = f"line {src.line_of(mma[0][1].start_byte)}: tensor-core fragments multiplied in a loop"
     serial = serial_loops(src, reuse_frac or 0.0)
     if serial:
         regimes.append("serial")
         reasons["serial"] = f"line {serial[0][0]}: {serial[0][1]}"
     atom = _per_element_atomics(checker)
     if atom:
-        regimes.append("atomic")
-        reasons["atomic"] = f"line {atom[0].line}: {atom[0].reason}"
+        bins = [s for s in atom if _binned(src, s)]
+        kind = "atomic_bins" if bins else "atomic"
+        regimes.append(kind)
+        s0 = (bins or atom)[0]
+        reasons[kind] = f"line {s0.line}: {s0.reason}"
     tr = [s for s in (checker.opportunities("coalesced_transpose") or [])]
     if tr:
         regimes.append("transpose")
@@ -477,6 +488,21 @@ def _column_reads(src) -> list[tuple[int, str]]:
                 out.append((src.line_of(node.start_byte), " ".join(text(node).split())[:60]))
                 break
     return out
+
+
+def _binned(src, site) -> bool:
+    """An atomic whose address is picked by data (``atomicAdd(&hist[x[i]], 1)``, or a bin computed from
+    a loaded word): a histogram, not a reduction into one place. The index is expanded through the
+    function's single-assignment locals and read for a memory access."""
+    from retrieval.applicability import expand_index, local_definitions
+
+    m = re.search(r"\batomic\w*\s*\(\s*&?\s*\(?\s*\w+\s*(?:\[(.*?)\]\s*\)?\s*,|\+\s*([^,]+),)", site.code)
+    if not m:
+        return False
+    idx = m.group(1) or m.group(2) or ""
+    f = next((g for g in src.funcs if g.name == site.function), None)
+    defs = local_definitions(src, f) if f is not None else {}
+    return bool(re.search(r"\w\s*\[", expand_index(idx, defs, src)))
 
 
 def _per_element_atomics(checker) -> list:
@@ -668,6 +694,7 @@ def rank_entries(valued: list[tuple[int, Any, dict, dict]], group_qualifiers: bo
 
 
 # --------------------------------------------------------------------------- the query's selection
+ALSO_AFTER = 1.02  # the "also" entry comes after the structural entries expected to buy at least this
 POOL_TOP = 16  # skills examined in similarity order ...
 POOL_PER_CARRIER = 2  # ... plus the most similar few of every carrier, however low they rank
 
@@ -830,9 +857,15 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
     if quals:
         members = [{"kind": "skill", "entry": e, "score": e.score} for e in quals]
         logs = sum(math.log(max(1e-6, e.best[2]["expected_time_ratio"])) for e in quals)
-        items.append({"kind": "also", "members": members, "score": sum(e.score for e in quals),
-                      "expected_time_ratio": round(math.exp(logs), 3)})
-    items.sort(key=lambda it: -it["score"])  # the also entry by its members' value together
+        total = sum(e.score for e in quals)
+        # "also": after every structural step expected to buy at least x1.02 here, whatever the
+        # qualifiers add up to (they come with the structural work, not instead of it); among the
+        # structural steps below that, by the qualifiers' summed value
+        worth = [it["score"] for it in items if it["entry"].best[2]["expected_time_ratio"] >= ALSO_AFTER]
+        place = min(min(worth) - 1e-9, total) if worth else total
+        items.append({"kind": "also", "members": members, "score": place, "value_sum": total,
+                      "expected_time_ratio": round(math.exp(logs), 3), "after_structural": bool(worth)})
+    items.sort(key=lambda it: -it["score"])
     carrier = lambda it: it["entry"].carrier if it["kind"] == "skill" else "also"  # noqa: E731
     requires = lambda it: (index.record(it["entry"].best[0]).get("requires") or []) if it["kind"] == "skill" else ()  # noqa: E731
     items = plan_order(items, carrier, lambda it: it["score"], requires)
@@ -875,7 +908,9 @@ def _explain(items: list[dict]) -> None:
         if it["kind"] == "also":
             names = ", ".join(m["entry"].carrier for m in it["members"])
             it["why_rank"] = (f"declarative qualifiers ({names}) grouped: together expected x{it['expected_time_ratio']} "
-                              f"here, placed by their summed value")
+                              "here; " + ("placed after the structural steps expected to buy at least "
+                                          f"x{ALSO_AFTER}" if it.get("after_structural") else
+                                          "no structural step is expected to buy as much: placed by their summed value"))
             placed.append("also")
             continue
         e = it["entry"]
