@@ -80,7 +80,15 @@ def _access(src: Source, start: Node) -> Optional[tuple[str, Node, Optional[str]
 
 
 def vector_accesses(src: Source) -> list[VectorAccess]:
-    """Every global-memory access through a `reinterpret_cast<VEC*>` (bound to a pointer or not)."""
+    """Every global-memory access through a `reinterpret_cast<VEC*>` (bound to a pointer or not),
+    found once per source (the load and store detectors and the query's value model all ask)."""
+    memo = getattr(src, "_vector_accesses_memo", None)
+    if memo is None:
+        memo = src._vector_accesses_memo = _vector_accesses(src)
+    return list(memo)
+
+
+def _vector_accesses(src: Source) -> list[VectorAccess]:
     out: list[VectorAccess] = []
     shared = set(src.shared_names)
     for call in src.nodes("call_expression"):

@@ -171,8 +171,8 @@ def find_decl(src: Source, name: str, at: Node) -> Optional[Decl]:
     scope = enclosing(at, "function_definition", "lambda_expression")
     while scope is not None:
         best = None
-        for d in walk(scope):
-            if d.type != "declaration" or d.start_byte >= at.start_byte:
+        for d in src.nodes("declaration", within=scope):  # the pre-order list's slice, not a walk per question
+            if d.start_byte >= at.start_byte:
                 continue
             container = d.parent
             if container is None or not (container.start_byte <= at.start_byte < container.end_byte):
@@ -576,7 +576,15 @@ def _member_of(node: Node) -> bool:
 
 def wide_accesses(src: Source) -> list[WideAccess]:
     """Every wide access inside a function body, outermost first (a macro call's own expansion is
-    not visible: the call is the access)."""
+    not visible: the call is the access). Kept on the source: several detectors (and every skill a
+    query values) ask for them."""
+    memo = getattr(src, "_wide_accesses_memo", None)
+    if memo is None:
+        memo = src._wide_accesses_memo = _wide_accesses(src)
+    return list(memo)
+
+
+def _wide_accesses(src: Source) -> list[WideAccess]:
     macros = view_macros(src)
     out = []
     for f in src.funcs:

@@ -75,6 +75,24 @@ class Applicability:
 
 
 # --------------------------------------------------------------------------- query-side helpers
+_QUALIFIER_WORDS = {"__device__", "__host__", "__global__", "__forceinline__", "__noinline__", "inline", "static",
+                    "constexpr", "extern"}
+
+
+def blank_qualifier_macros(code: str) -> str:
+    """The code with every use of an object-like macro that expands to function qualifiers only
+    (``#define HOST_DEVICE_INLINE __device__ __host__ inline``) replaced by spaces: the parser does
+    not expand macros, and such a use before a declaration breaks it. Offsets and lines are kept."""
+    names = [m.group(1) for m in re.finditer(r"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]+)$", code)
+             if set(m.group(2).split()) and set(m.group(2).split()) <= _QUALIFIER_WORDS]
+    if not names:
+        return code
+    pat = re.compile(r"(?m)^(?![ \t]*#)(.*?)\b(%s)\b" % "|".join(map(re.escape, names)))
+    while True:
+        new = pat.sub(lambda m: m.group(1) + " " * len(m.group(2)), code)
+        if new == code:
+            return code
+        code = new
 def _line_text(src: Source, line: int) -> str:
     lines = src.raw.decode("utf-8", "replace").splitlines()
     return " ".join(lines[line - 1].split())[:160] if 0 < line <= len(lines) else ""
@@ -88,15 +106,21 @@ def _node_site(src: Source, node, reason: str, fn: str = "") -> SiteMatch:
 
 
 def device_funcs(src: Source):
-    """Kernels and __device__ functions (where device-code optimizations apply)."""
-    for f in src.funcs:
-        fn = src.func_node(f)
-        if fn is None:
-            continue
-        head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
-                                       else f.end_byte)]
-        if f.is_kernel or b"__device__" in head:
-            yield f, fn, head
+    """Kernels and __device__ functions (where device-code optimizations apply), found once per
+    source (every finder asks)."""
+    got = getattr(src, "_device_funcs_memo", None)
+    if got is None:
+        got = []
+        for f in src.funcs:
+            fn = src.func_node(f)
+            if fn is None:
+                continue
+            head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
+                                           else f.end_byte)]
+            if f.is_kernel or b"__device__" in head:
+                got.append((f, fn, head))
+        src._device_funcs_memo = got
+    return iter(got)
 
 
 def _param_nodes(fn) -> list:
@@ -144,7 +168,15 @@ def _in_call(node, names: set[str]) -> bool:
 
 
 def global_accesses(src: Source):
-    """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global accesses."""
+    """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global
+    accesses, found once per source (most finders walk them)."""
+    memo = getattr(src, "_global_accesses_memo", None)
+    if memo is None:
+        memo = src._global_accesses_memo = list(_find_global_accesses(src))
+    return iter(memo)
+
+
+def _find_global_accesses(src: Source):
     for f, fn, _ in device_funcs(src):
         const, elem = _pointer_names(src, f, fn)
         for node in src.nodes("subscript_expression", within=fn):
@@ -540,7 +572,15 @@ def _transposed_copy_sites(src: Source) -> list[SiteMatch]:
                     out.append(s)
                     break
     done = {s.function for s in out}
-    return out + [s for s in _strided_transposes(src) if s.function not in done]
+    out += [s for s in _strided_transposes(src) if s.function not in done]
+    for f, loop, staged in mma_loops(src):  # tensor-core fragments loaded straight from global memory
+        if not staged and f.name not in {s.function for s in out}:
+            s = _node_site(src, loop, "fragments are loaded from global memory in every iteration: stage the tiles "
+                           "in shared memory for the warps that share them", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
+    return out
 
 
 def local_definitions(src: Source, f) -> dict[str, str]:
@@ -745,11 +785,20 @@ def runtime_bound(src, loop) -> bool:
 def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) -> list[tuple[int, str]]:
     """(line, why) of the loops where one thread does what many could: an accumulation over a runtime
     bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
-    or none: a row per thread), and shared-memory tree reductions with a barrier per level."""
+    or none: a row per thread), and shared-memory tree reductions with a barrier per level. Kept on
+    the source per ``reuse_frac`` (several finders ask)."""
+    memo = getattr(src, "_serial_loops_memo", None)
+    if memo is None:
+        memo = src._serial_loops_memo = {}
+    key = reuse_frac >= 0.99
+    if key not in memo:
+        memo[key] = _serial_loops(src, reuse_frac)
+    return [(ln, why) for fname, ln, why in memo[key] if functions is None or fname in functions]
+
+
+def _serial_loops(src, reuse_frac: float) -> list[tuple[str, int, str]]:
     out = []
     for f, fn, _ in device_funcs(src):
-        if functions is not None and f.name not in functions:
-            continue
         defs = None
         for loop in src.nodes("for_statement", within=fn):
             upd = " ".join(text(loop.child_by_field_name("update") or loop).split())
@@ -758,7 +807,7 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
             if var and re.search(r">>=\s*1|/=\s*2|=\s*\w+\s*>>\s*1|\*=\s*2|<<=\s*1", upd) and \
                     re.search(r"__syncthreads|\bsync\s*\(|\.sync\s*\(", body) and \
                     re.search(r"\w+\s*\[[^\]]+\]\s*(\+=|=[^;]*\+)[^;]*\[[^\]]*\b%s\b" % re.escape(var), body):
-                out.append((src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
+                out.append((f.name, src.line_of(loop.start_byte), "a shared-memory tree reduction with a barrier per level"))
                 continue
             if not runtime_bound(src, loop):
                 continue
@@ -788,7 +837,7 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
             if "unit" in strides:
                 continue  # lanes take neighbouring elements: the loop is already spread over threads
             head = " ".join(text(loop).split("{")[0].split())[:80]
-            out.append((src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
+            out.append((f.name, src.line_of(loop.start_byte), f"`{head}` accumulates a whole row in one thread"))
     return out
 
 
@@ -825,10 +874,52 @@ def single_thread_guarded(node) -> bool:
     return False
 
 
+def mma_loops(src: Source) -> list[tuple]:
+    """(function, loop, staged) for loops that multiply tensor-core fragments (``wmma::mma_sync``):
+    ``staged`` when every fragment the loop loads comes from a shared array."""
+    memo = getattr(src, "_mma_loops_memo", None)
+    if memo is not None:
+        return memo
+    out = []
+    shared = set(src.shared_names)
+    for f, fn, _ in device_funcs(src):
+        for loop in src.nodes("for_statement", within=fn):
+            calls = [c for c in src.nodes("call_expression", within=loop)]
+            if not any(call_name(c).endswith("mma_sync") for c in calls):
+                continue
+            loads = [c for c in calls if call_name(c).endswith("load_matrix_sync")]
+            staged = bool(loads) and all(
+                any(re.search(r"\b%s\b" % re.escape(n), text(a)) for a in (c.child_by_field_name("arguments").named_children[1:2]
+                                                                           if c.child_by_field_name("arguments") is not None
+                                                                           else []) for n in shared) for c in loads)
+            out.append((f, loop, staged))
+            break
+    src._mma_loops_memo = out
+    return out
+
+
 def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
     """Loops accumulating products of two operands staged in shared memory (a tiled GEMM's inner
-    loop): where the steps that build on a shared tile apply."""
+    loop): where the steps that build on a shared tile apply (kept on the source: six finders ask)."""
+    memo = getattr(src, "_staged_dot_memo", None)
+    if memo is None:
+        memo = src._staged_dot_memo = {}
+    if need_half not in memo:
+        memo[need_half] = _find_staged_dot_loops(src, need_half)
+    return list(memo[need_half])
+
+
+def _find_staged_dot_loops(src: Source, need_half: bool) -> list[SiteMatch]:
     out = []
+    for f, loop, staged in mma_loops(src):  # tensor-core fragments loaded from shared tiles
+        if staged:
+            s = _node_site(src, loop, f"`{' '.join(text(loop).split('{')[0].split())[:60]}` multiplies fragments "
+                           "loaded from shared tiles", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
+    if out:
+        return out
     shared = set(src.shared_names)
     for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
@@ -905,6 +996,14 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
     """A thread accumulating products of two global operands over a loop (one output per thread):
     computing a small block of outputs per thread reuses every loaded operand from registers."""
     out = []
+    for f, loop, staged in mma_loops(src):
+        code = src.func_code(f).decode("utf-8", "replace")
+        if staged and not re.search(r"fragment\s*<\s*(?:nvcuda::)?(?:wmma::)?accumulator[^;]*\w+\s*\[", code):
+            s = _node_site(src, loop, "one accumulator fragment per warp: a warp tile of several fragments reuses "
+                           "each loaded fragment for several products", f.name)
+            s.end_line = s.line
+            s.code = _line_text(src, s.line)
+            out.append(s)
     for f, fn, _ in device_funcs(src):
         if any(n.type == "array_declarator" for d in src.nodes("declaration", within=fn) for n in walk(d)) and \
                 re.search(rb"\b\w+\s*\[[^]]+\]\s*\[[^]]+\]\s*\+=", src.func_code(f)):
@@ -954,6 +1053,23 @@ def _scan_sites(src: Source) -> list[SiteMatch]:
                 s.end_line = s.line
                 s.code = _line_text(src, s.line)
                 out.append(s)
+                continue
+            # each thread sums every element before its own and stores the sum: a prefix recomputed
+            # per element (O(n^2) work)
+            cond = " ".join(text(loop.child_by_field_name("condition") or loop).split())
+            var = loop_var(loop)
+            bound = re.search(r"<=?\s*(\w+)\s*$", cond)
+            if m and var and bound and bound.group(1) != var:
+                coords, dep = thread_coords(src, f)
+                after = src.code[loop.end_byte:fn.end_byte].decode("utf-8", "replace")
+                if coords and dep.get(bound.group(1), set()) & coords and \
+                        re.search(r"\w+\s*\[[^]]+\]\s*=\s*%s\s*;" % re.escape(m.group(1)), after[:400]):
+                    s = _node_site(src, loop, f"each thread re-sums every element before its own (`{m.group(1)}`): a "
+                                   "prefix recomputed per element; a warp scan with shuffles computes all of them "
+                                   "at once", f.name)
+                    s.end_line = s.line
+                    s.code = _line_text(src, s.line)
+                    out.append(s)
     return out
 
 
@@ -1128,6 +1244,13 @@ def _uncoalesced_sites(src: Source) -> list[SiteMatch]:
             coalesced |= xs == "unit"
             if xs == "strided" and y_stride(idx) == "unit":
                 swapped.append(node)
+        try:
+            from mining.carriers import vector_accesses
+
+            coalesced |= any(src.function_at(v.node.start_byte) is not None and
+                             src.function_at(v.node.start_byte).name == f.name for v in vector_accesses(src))
+        except Exception:  # a detector bug must not fail a query
+            pass
         if swapped and not coalesced:  # a side already coalesced (a transpose) would lose by the swap
             node = swapped[0]
             s = _node_site(src, node, f"`{text(node)}`: threadIdx.x moves a stride per lane and threadIdx.y one "

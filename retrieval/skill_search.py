@@ -374,7 +374,7 @@ class Searcher:
         return self._pool
 
     def scores(self, code: Optional[str] = None, text: Optional[str] = None, units=None, timing: Optional[dict] = None,
-               drop_docs=None):
+               drop_docs=None, beside=None):
         """Per-skill scores per modality (+ per-skill best graph window) for a code or text query.
         ``drop_docs``: boolean mask of documents to ignore (the fusion calibration's held-out problem)."""
         import numpy as np
@@ -404,6 +404,8 @@ class Searcher:
         out = {"bm25": per_skill(bm)}
         if timing is not None:
             timing["bm25_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+        if beside is not None:  # Python work of this query (site finders) while the worker embeds
+            beside()
         work.run()
         if pending is not None and not pending.cancel():  # not cancellable: the worker is on a batch
             pending.result()
@@ -488,7 +490,7 @@ class Searcher:
         count = getattr(self.embedder, "count_tokens", None)
         return query_units(code, functions=functions, with_graphs=self.index.gnn() is not None, count_tokens=count)
 
-    def _prepared(self, code: str, path: str):
+    def _prepared(self, code: str, path: str, value: bool = False):
         """(checker, units, scores, best window) of a code query, cached by content: a re-query of
         the same code (an agent looping over a kernel) skips parsing, site finding and scoring."""
         key = hashlib.sha1(code.encode()).hexdigest()
@@ -505,6 +507,17 @@ class Searcher:
         checker = Checker(code)
         issues = syntax_issues(checker.src.tree)
         if issues:
+            # tree-sitter-cuda does not expand macros: one that stands for function qualifiers
+            # (`#define HOST_DEVICE_INLINE __device__ __host__ inline`) breaks the declaration it
+            # prefixes. Such uses are blanked (same length, same line/columns) and the code read again
+            from retrieval.applicability import blank_qualifier_macros
+
+            blanked = blank_qualifier_macros(code)
+            if blanked != code:
+                retry = Checker(blanked)
+                if len(syntax_issues(retry.src.tree)) < len(issues):
+                    checker, issues = retry, syntax_issues(retry.src.tree)
+        if issues:
             # tree-sitter-cuda mis-parses a `#pragma` between a loop header and its body (valid
             # CUDA): judge syntax with pragma lines blanked (same length, same line/columns)
             issues = syntax_issues(parse_cuda(re.sub(rb"(?m)^[ \t]*#[ \t]*pragma[^\n]*",
@@ -516,7 +529,12 @@ class Searcher:
                              f"({first['kind']} near {first['snippet']!r}); {len(locs)} problem(s) found", locs)
         units = self.units(code, functions=checker.src.funcs)
         timing["parse_ms"] = round((time.perf_counter() - t) * 1e3, 2)
-        scores, best_window = self.scores(code=code, units=units, timing=timing)
+        beside = None
+        if value:  # the value ranking will ask every carrier's detectors: ask them beside the embedding
+            from retrieval.value import prewarm
+
+            beside = lambda: prewarm(checker, self.index)  # noqa: E731
+        scores, best_window = self.scores(code=code, units=units, timing=timing, beside=beside)
         out = (checker, units, scores, best_window, timing, {})  # the dict: rankings per fusion weights
         self._qcache.put(key, out)
         return out, False
@@ -548,7 +566,7 @@ class Searcher:
         if code is not None:
             if not code.strip():
                 raise QueryError("bad_input", f"{path or 'the query'} is empty")
-            prepared, cached = self._prepared(code, path)
+            prepared, cached = self._prepared(code, path, value=rank == "value")
             checker, units, scores, best_window, t_prep = prepared[:5]
             if not cached:
                 timing.update(t_prep)
@@ -635,7 +653,7 @@ class Searcher:
                     hits.append({"rank": len(hits) + 1, "kind": "also", "skill_id": "also", "key": "also",
                                  "name": "Also: declarative qualifiers", "carrier": "qualifiers",
                                  "skills": members, "why_rank": it["why_rank"],
-                                 "value": {"score": round(it["score"], 5),
+                                 "value": {"score": round(it.get("value_sum", it["score"]), 5),
                                            "expected_time_ratio": it["expected_time_ratio"]}})
                     continue
                 e = it["entry"]

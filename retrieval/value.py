@@ -50,7 +50,9 @@ REGIMES = {
              "the problem's work grows faster than its data, so it is compute-bound once the reuse is captured "
              "and bound by redundant global traffic as written",
     "serial": "one thread walks a whole row or array in an accumulating loop: too little parallelism, latency-bound",
-    "atomic": "per-element atomics on global memory: updates to the same address serialize",
+    "atomic": "per-element atomics on global memory into one address (a reduction): every update serializes",
+    "atomic_bins": "per-element atomics into bins chosen by the data (a histogram): updates to a popular bin "
+                   "serialize, and every one is a global round trip",
     "transpose": "a copy that reads rows and writes columns: one side of the traffic is strided (uncoalesced)",
     "bank": "a 2-D shared array read down a column (neighbouring lanes in its first index): the accesses of a warp "
             "fall into one bank and serialize",
@@ -86,8 +88,8 @@ PRIOR: dict[str, dict[str, float]] = {
     # work mapped onto threads
     "warp_shuffle_reduce": {"serial": 4.0, "atomic": 3.0, "*": 1.3},
     "block_reduce_shared": {"serial": 1.5, "atomic": 2.0, "*": 1.1},
-    "atomic_per_block": {"atomic": 4.0, "*": 1.05},
-    "privatized_atomics": {"atomic": 5.0, "*": 1.0},
+    "atomic_per_block": {"atomic": 4.0, "atomic_bins": 1.5, "*": 1.05},
+    "privatized_atomics": {"atomic_bins": 5.0, "atomic": 1.5, "*": 1.0},
     "warp_per_row": {"serial": 4.0, "*": 1.1},
     "block_per_row": {"serial": 4.0, "*": 1.1},
     "warp_scan": {"serial": 5.0, "*": 1.2},
@@ -332,20 +334,29 @@ def kernel_shape(checker) -> KernelShape:
     regimes: list[str] = []
     reuse_frac, fpl = _reuse(src)
     gemm = _shared_dot_loops(src)
+    from retrieval.applicability import mma_loops
+
+    mma = mma_loops(src)
     if reuse_frac is not None and reuse_frac >= 0.99:
         regimes.append("reuse")
         reasons["reuse"] = "every global load of the hot loop is re-read by other threads"
     elif gemm:
         regimes.append("reuse")
         reasons["reuse"] = f"line {gemm[0]}: a dot-product loop over staged (shared) operands"
+    elif mma:
+        regimes.append("reuse")
+        reasons["reuse"] = f"line {src.line_of(mma[0][1].start_byte)}: tensor-core fragments multiplied in a loop"
     serial = serial_loops(src, reuse_frac or 0.0)
     if serial:
         regimes.append("serial")
         reasons["serial"] = f"line {serial[0][0]}: {serial[0][1]}"
     atom = _per_element_atomics(checker)
     if atom:
-        regimes.append("atomic")
-        reasons["atomic"] = f"line {atom[0].line}: {atom[0].reason}"
+        bins = [s for s in atom if _binned(src, s)]
+        kind = "atomic_bins" if bins else "atomic"
+        regimes.append(kind)
+        s0 = (bins or atom)[0]
+        reasons[kind] = f"line {s0.line}: {s0.reason}"
     tr = [s for s in (checker.opportunities("coalesced_transpose") or [])]
     if tr:
         regimes.append("transpose")
@@ -470,6 +481,21 @@ def _column_reads(src) -> list[tuple[int, str]]:
                 out.append((src.line_of(node.start_byte), " ".join(text(node).split())[:60]))
                 break
     return out
+
+
+def _binned(src, site) -> bool:
+    """An atomic whose address is picked by data (``atomicAdd(&hist[x[i]], 1)``, or a bin computed from
+    a loaded word): a histogram, not a reduction into one place. The index is expanded through the
+    function's single-assignment locals and read for a memory access."""
+    from retrieval.applicability import expand_index, local_definitions
+
+    m = re.search(r"\batomic\w*\s*\(\s*&?\s*\(?\s*\w+\s*(?:\[(.*?)\]\s*\)?\s*,|\+\s*([^,]+),)", site.code)
+    if not m:
+        return False
+    idx = m.group(1) or m.group(2) or ""
+    f = next((g for g in src.funcs if g.name == site.function), None)
+    defs = local_definitions(src, f) if f is not None else {}
+    return bool(re.search(r"\w\s*\[", expand_index(idx, defs, src)))
 
 
 def _per_element_atomics(checker) -> list:
@@ -661,8 +687,9 @@ def rank_entries(valued: list[tuple[int, Any, dict, dict]], group_qualifiers: bo
 
 
 # --------------------------------------------------------------------------- the query's selection
-POOL_TOP = 24  # skills examined in similarity order ...
-POOL_PER_CARRIER = 3  # ... plus the most similar few of every carrier, however low they rank
+ALSO_AFTER = 1.02  # the "also" entry comes after the structural entries expected to buy at least this
+POOL_TOP = 16  # skills examined in similarity order ...
+POOL_PER_CARRIER = 2  # ... plus the most similar few of every carrier, however low they rank
 
 
 def carrier_codes(index):
@@ -699,6 +726,31 @@ def candidate_pool(index, order, top: int = POOL_TOP, per_carrier: int = POOL_PE
     return order[np.flatnonzero(keep)]
 
 
+def prewarm(checker, index) -> None:
+    """Run, once, what valuing a query will ask of its code: the kernel's regime and every carrier's
+    detector and site finder over the index (memoized on the checker). Called beside the embedding
+    (retrieval/skill_search.py ``scores``): this Python work overlaps the encoders' native work."""
+    try:
+        kernel_shape(checker)
+        pairs = getattr(index, "_carrier_operator_pairs", None)
+        if pairs is None:
+            pairs = index._carrier_operator_pairs = sorted(set(zip(index.table["carrier"], index.table["operator"])))
+        for carrier, operator in pairs:
+            checker.present(carrier)
+            if checker.opportunities(operator) is None:
+                checker.opportunities(carrier)
+    except Exception:  # noqa: BLE001 - a finder bug surfaces where the skill is checked, not here
+        pass
+
+
+def upper_bound(rec: dict, valuer: "Valuer") -> float:
+    """The most a skill can be worth here: ln of its gain (the top of its measured spread, else its
+    prior in the kernel's regimes)."""
+    gpu = measured_effect(rec, valuer.op_type, valuer.size, valuer.exclude)
+    gain = max(gpu["spread"]) if gpu is not None else prior_effect(rec.get("carrier", ""), valuer.shape.regimes)["time_ratio"]
+    return math.log(max(1.0, gain))
+
+
 def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, include_filtered: bool = True,
                     drop=None, op_type: Optional[str] = None, exclude_problems: Sequence[str] = (),
                     group_qualifiers: bool = True, hints: Optional[dict] = None) -> dict:
@@ -720,8 +772,45 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
 
     finite = fused_scores[np.isfinite(fused_scores)] if len(fused_scores) else fused_scores
     fmax = float(max(finite.max(), 1e-12)) if len(finite) else 1.0
-    valued, filtered, memo = [], [], {}
-    for pos, i in enumerate(pool.tolist()):
+    valued, filtered, memo, same = [], [], {}, {}
+    rank_of = {int(i): pos for pos, i in enumerate(pool.tolist())}
+    # branch and bound: a skill's value can never exceed ln(its gain) (coverage and confidence are at
+    # most 1), so the pool is valued in order of that bound, and valuing stops once k entries are
+    # worth at least the bound of everything left (the qualifiers count as one entry: their bounds
+    # summed). The answer is the one valuing the whole pool would give; fewer sites are looked for.
+    bounds = {}
+    for i in rank_of:
+        bounds[i] = upper_bound(index.record(i), valuer)
+    qual_ids = [i for i in rank_of if tab["carrier"][i] in QUALIFIERS] if group_qualifiers else []
+    qual_bound = sum(bounds[i] for i in {tab["carrier"][i]: i for i in qual_ids}.values())
+    todo = sorted((i for i in rank_of if i not in set(qual_ids)), key=lambda i: (-bounds[i], rank_of[i]))
+    quals_done = not qual_ids
+    best_of: dict[str, float] = {}
+
+    def enough(next_bound: float) -> bool:
+        worth = sorted(best_of.values(), reverse=True)
+        return len(worth) >= k and worth[k - 1] >= next_bound
+
+    queue = []
+    for i in todo:
+        if not quals_done and qual_bound >= bounds[i]:
+            queue.extend(sorted(qual_ids, key=lambda j: rank_of[j]))
+            quals_done = True
+        queue.append(i)
+    if not quals_done:
+        queue.extend(sorted(qual_ids, key=lambda j: rank_of[j]))
+    qual_set = set(qual_ids)
+    in_quals = False
+    for i in queue:
+        if i in qual_set and not in_quals:
+            in_quals = True
+            if enough(qual_bound):
+                break
+        elif i not in qual_set:
+            in_quals = False
+            if enough(bounds[i]):
+                break
+        pos = rank_of[i]
         if drop is not None and drop(i):
             continue
         key = (tab["carrier"][i], tab["operator"][i], tuple(tab["requires"][i]), tuple(tab["conflicts"][i]))
@@ -733,7 +822,14 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
                                  "present_at": [p["line"] for p in quick.present][:12]})
             continue
         rec = index.record(i)
-        app = checker.check(rec, (), axes=axes, refs=index.excerpt_refs(i))
+        # a detector's verdict depends on the carrier, operator, requires, conflicts and preconditions
+        # only: skills that share them (variants) share the check
+        full = key + (repr(rec.get("preconditions") or []),) if checker.has_detector(rec) else None
+        app = same.get(full) if full is not None else None
+        if app is None:
+            app = checker.check(rec, (), axes=axes, refs=index.excerpt_refs(i))
+            if full is not None:
+                same[full] = app
         if app.status != "applicable":
             if app.status in ("already_applied", "no_site") and checker.has_detector(rec):
                 memo[key] = app
@@ -745,14 +841,23 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
         sim = float(fused_scores[i]) / fmax
         val = valuer.value(rec, app, sim if math.isfinite(sim) else 0.0)
         valued.append((i, app, val, rec))
+        c = "also" if i in qual_set else (rec.get("carrier", "") or rec.get("key", ""))
+        best_of[c] = best_of.get(c, 0.0) + val["score"] if c == "also" else max(best_of.get(c, -1e9), val["score"])
+    valued.sort(key=lambda t: rank_of[t[0]])  # similarity order (ties between equal values)
     structural, quals = rank_entries(valued, group_qualifiers)
     items: list[dict] = [{"kind": "skill", "entry": e, "score": e.score} for e in structural]
     if quals:
         members = [{"kind": "skill", "entry": e, "score": e.score} for e in quals]
         logs = sum(math.log(max(1e-6, e.best[2]["expected_time_ratio"])) for e in quals)
-        items.append({"kind": "also", "members": members, "score": sum(e.score for e in quals),
-                      "expected_time_ratio": round(math.exp(logs), 3)})
-    items.sort(key=lambda it: -it["score"])  # the also entry by its members' value together
+        total = sum(e.score for e in quals)
+        # "also": after every structural step expected to buy at least x1.02 here, whatever the
+        # qualifiers add up to (they come with the structural work, not instead of it); among the
+        # structural steps below that, by the qualifiers' summed value
+        worth = [it["score"] for it in items if it["entry"].best[2]["expected_time_ratio"] >= ALSO_AFTER]
+        place = min(min(worth) - 1e-9, total) if worth else total
+        items.append({"kind": "also", "members": members, "score": place, "value_sum": total,
+                      "expected_time_ratio": round(math.exp(logs), 3), "after_structural": bool(worth)})
+    items.sort(key=lambda it: -it["score"])
     carrier = lambda it: it["entry"].carrier if it["kind"] == "skill" else "also"  # noqa: E731
     requires = lambda it: (index.record(it["entry"].best[0]).get("requires") or []) if it["kind"] == "skill" else ()  # noqa: E731
     items = plan_order(items, carrier, lambda it: it["score"], requires)
@@ -794,7 +899,9 @@ def _explain(items: list[dict]) -> None:
         if it["kind"] == "also":
             names = ", ".join(m["entry"].carrier for m in it["members"])
             it["why_rank"] = (f"declarative qualifiers ({names}) grouped: together expected x{it['expected_time_ratio']} "
-                              f"here, placed by their summed value")
+                              "here; " + ("placed after the structural steps expected to buy at least "
+                                          f"x{ALSO_AFTER}" if it.get("after_structural") else
+                                          "no structural step is expected to buy as much: placed by their summed value"))
             placed.append("also")
             continue
         e = it["entry"]

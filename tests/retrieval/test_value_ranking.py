@@ -66,7 +66,7 @@ def searcher(store):
 
 # --------------------------------------------------------------------------- the kernel's regime
 @pytest.mark.parametrize("problem,regime", [("sgemm", "reuse"), ("softmax", "serial"), ("layernorm", "serial"),
-                                            ("histogram", "atomic"), ("transpose", "transpose"),
+                                            ("histogram", "atomic_bins"), ("transpose", "transpose"),
                                             ("vector_add", "memory")])
 def test_kernel_regime_from_the_syntax_tree(problem, regime):
     from retrieval.applicability import Checker
@@ -127,7 +127,7 @@ def test_order_puts_enabling_steps_first_and_plan_drops_unsupported():
 # --------------------------------------------------------------------------- the answer
 def test_sgemm_naive_tile_first_qualifiers_grouped(searcher):
     src = (KERNELS / "sgemm" / "naive.cu").read_text()
-    ans = searcher.query(code=src, path="naive.cu", k=5, plan=True)
+    ans = searcher.query(code=src, path="naive.cu", k=8, plan=True)
     assert ans["ranking"]["method"] == "value" and ans["ranking"]["kernel"]["regimes"][0] == "reuse"
     hits = ans["hits"]
     carriers = [h["carrier"] for h in hits]
@@ -142,7 +142,9 @@ def test_sgemm_naive_tile_first_qualifiers_grouped(searcher):
         assert {"rank", "kind", "skill_id", "key", "value", "why_rank"} <= set(h)
         if h["kind"] == "skill":
             v = h["value"]
-            assert v["effect"]["source"] == "static_prior" and v["expected_time_ratio"] >= 1.0
+            # the fixture's vector_store skill carries a GPU timing; the others only the stated prior
+            want = "gpu_evidence" if h["carrier"] == "vector_store" else "static_prior"
+            assert v["effect"]["source"] == want and v["expected_time_ratio"] >= 1.0
             assert 0 < v["coverage"] <= 1 and v["applicability"]["how"] in ("detector", "requires", "similar_code")
     steps = ans["plan"]["steps"]
     keys = [s.get("carrier") for s in steps]
