@@ -399,3 +399,28 @@ def test_progress_lines_and_eta():
     bar.advance(4)
     bar.close()
     assert term.getvalue().startswith("\r[") and "#" * 24 in term.getvalue() and term.getvalue().endswith("\n")
+
+
+def test_fuse_adds_what_most_other_donors_agree_on():
+    from retrieval.backend_fuse import fuse
+
+    fork = ("unsigned T::f(unsigned K) const {\n  unsigned V = K + 1;\n  switch (K) {\n  case 1:\n    return V;\n"
+            "  }\n  return 0;\n}")
+
+    def other(top: str, mid: str, case: str = "") -> str:
+        return (f"unsigned T::f(unsigned K) const {{\n  {top}\n  unsigned V = K + 1;\n  {mid}\n  switch (K) {{\n"
+                f"  case 1:\n    {case}\n    return V;\n  }}\n  return 0;\n}}")
+
+    others = [other('assert(K != 0 && "bad");', "(void)V;", "V += 2;"),
+              other('assert(K != 0 && "bad");', "(void)V;", "Foo(Bar);"),      # Bar: the fork has no such name
+              other('assert(K != 0 && "bad");', "return 7;", "V += 2;"),       # control flow is never added
+              other("", "unsigned W = V;")]                                     # one donor only
+    res = fuse(fork, others)
+    stmts = parse_definition(res.code)[0]
+    assert stmts == ['assert ( K != 0 && "bad" ) ;', "unsigned V = K + 1 ;", "( void ) V ;", "switch ( K )",
+                     "case 1 :", "V += 2 ;", "return V ;", "return 0 ;"]
+    assert '  assert(K != 0 && "bad");\n  unsigned V' in res.code and "case 1:\n    V += 2;\n    return V;" in res.code
+    assert [(a["statement"], a["votes"], a["of"]) for a in res.added] == [
+        ('assert ( K != 0 && "bad" ) ;', 3, 4), ("( void ) V ;", 2, 4), ("V += 2 ;", 2, 4)]
+    assert fuse(fork, others, min_share=0.75).code.count("\n") == fork.count("\n") + 1  # only the assert: 3 of 4
+    assert fuse(fork, []).code == fork and fuse("int x;", others).code == "int x;"
