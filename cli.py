@@ -423,7 +423,9 @@ def backend_index(
     targets: Optional[str] = typer.Option(None, "--targets", help="Comma-separated targets (default: all found)."),
     force: bool = typer.Option(False, "--force", help="Re-parse targets even when their files are unchanged."),
     holdout: Optional[str] = typer.Option(None, "--holdout", help="Targets to leave out of GNN training (comma-separated)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Targets parsed in parallel."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Targets parsed in parallel."),
+    retrain: bool = typer.Option(False, "--retrain", help="Retrain the function GNN even when under 20% of its "
+                                 "training functions changed (below that it is kept and embeds the changed ones)."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
@@ -440,7 +442,8 @@ def backend_index(
     st = _store(store)
     try:
         report = index_backends(path, st, targets=[t for t in (targets or "").split(",") if t] or None, force=force,
-                                exclude_from_training=[t for t in (holdout or "").split(",") if t], jobs=jobs, log=log)
+                                exclude_from_training=[t for t in (holdout or "").split(",") if t], jobs=jobs, log=log,
+                                retrain=retrain)
     except BackendInputError as exc:
         fail(str(exc))
     if as_json:
@@ -453,7 +456,10 @@ def backend_index(
                f"({report.n_embedded} newly embedded); {len(report.failed_files)} files with syntax errors; "
                f"{report.seconds:.1f}s")
     for name, m in report.models.items():
-        typer.echo(f"model {m['name']}: {m['status']}")
+        typer.echo(f"model {m['name']}: {m['status']}" + (f" ({m['why']})" if m.get("why") else ""))
+    if report.phases:
+        typer.echo("time (wall / CPU seconds): " + ", ".join(f"{k} {v['wall_s']:.0f} / {v['cpu_s']:.0f}"
+                                                           for k, v in report.phases.items()))
     for f in report.failed_files[:20]:
         typer.echo(f"  syntax error: {f['target']}/{f['error'] or f['path']}")
     if len(report.failed_files) > 20:

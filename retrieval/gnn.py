@@ -128,10 +128,11 @@ def nt_xent(z1, z2, temperature: float):
 
 
 def train_contrastive(graphs: Sequence[Any], groups: Sequence[Optional[Any]], enc_cfg: EncoderConfig,
-                      cfg: TrainConfig, sources: Optional[Sequence[Any]] = None, log=None):
+                      cfg: TrainConfig, sources: Optional[Sequence[Any]] = None, log=None, progress=None):
     """Train an encoder on ``graphs`` (torch_geometric Data). ``groups[i]`` is the positive group
     of graph i (None: only augmented views). ``sources[i]`` (e.g. the target) is used to prefer
-    pairs from different sources. Returns (model, info dict)."""
+    pairs from different sources. ``progress`` (a retrieval.progress.Progress) is told the
+    steps: its total becomes epochs x steps per epoch. Returns (model, info dict)."""
     torch = _torch()
     from torch_geometric.data import Batch
 
@@ -149,6 +150,12 @@ def train_contrastive(graphs: Sequence[Any], groups: Sequence[Optional[Any]], en
         else:
             members.setdefault(g, []).append(i)
     units: list[tuple[str, Any]] = [("group", g) for g in sorted(members, key=str)] + [("single", i) for i in singles]
+    if progress is not None:
+        per_epoch = sum(1 for s in range(0, len(units), cfg.batch_groups) if len(units[s: s + cfg.batch_groups]) >= 2)
+        if cfg.max_steps_per_epoch:
+            per_epoch = min(per_epoch, cfg.max_steps_per_epoch)
+        progress.total = float(max(per_epoch * cfg.epochs, 1))
+        progress.unit = "steps"
     losses: list[float] = []
     started = time.monotonic()
     model.train()
@@ -183,6 +190,8 @@ def train_contrastive(graphs: Sequence[Any], groups: Sequence[Optional[Any]], en
             opt.step()
             epoch_loss += loss.item()
             steps += 1
+            if progress is not None:
+                progress.advance(note=f"epoch {epoch + 1}/{cfg.epochs}")
             if cfg.max_steps_per_epoch and steps >= cfg.max_steps_per_epoch:
                 break
         losses.append(round(epoch_loss / max(steps, 1), 5))
@@ -195,7 +204,7 @@ def train_contrastive(graphs: Sequence[Any], groups: Sequence[Optional[Any]], en
     return model, info
 
 
-def embed(model, graphs: Sequence[Any], batch_size: int = 128):
+def embed(model, graphs: Sequence[Any], batch_size: int = 128, progress=None):
     torch = _torch()
     import numpy as np
     from torch_geometric.data import Batch
@@ -205,6 +214,8 @@ def embed(model, graphs: Sequence[Any], batch_size: int = 128):
     with torch.no_grad():
         for s in range(0, len(graphs), batch_size):
             out.append(model(Batch.from_data_list(list(graphs[s: s + batch_size]))).numpy())
+            if progress is not None:
+                progress.advance(len(graphs[s: s + batch_size]))
     return np.concatenate(out, axis=0).astype(np.float32) if out else np.zeros((0, model.cfg.out_dim), np.float32)
 
 

@@ -43,3 +43,24 @@ def gate_skip_reason(major: int = 15):
     if missing:
         return f"LOUD SKIP: {missing} (CI installs it: .ci/apt-extra.txt)"
     return None
+
+
+def fetched_llvm_tree(major: int):
+    """(tree, None) for a fetched LLVM ``major`` tree named by ``SKILLS_LLVM<major>_TREE``, else
+    (None, why the test skips). Tests never fetch: CI runs offline and has no LLVM tree."""
+    import json
+
+    var = f"SKILLS_LLVM{major}_TREE"
+    how = (f"set {var} to a tree fetched with `skills corpora fetch llvm --version {major} --dest DIR` "
+           "(CI runs offline and has none)")
+    value = os.environ.get(var)
+    if not value:
+        return None, f"LOUD SKIP: needs a fetched LLVM {major} tree: {how}"
+    tree = Path(value)
+    try:
+        version = json.loads((tree / "fetch.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None, f"LOUD SKIP: {var}={tree} holds no fetch.json: {how}"
+    if str(version).split(".")[0] != str(major):
+        return None, f"LOUD SKIP: {var}={tree} holds LLVM {version}, not {major}"
+    return tree, None

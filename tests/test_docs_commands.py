@@ -230,3 +230,66 @@ def test_test_script_passes_its_arguments_and_prints_the_summary():
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     last = r.stdout.strip().splitlines()[-1]
     assert re.match(r"1 passed, \d+ deselected in ", last), last  # only the selection, and the closing line
+
+
+# ---------------------------------------------------------------- docs/backends.md, as written, on real LLVM
+def backend_doc_commands() -> list[str]:
+    """The command block at the top of docs/backends.md, comments dropped."""
+    text = (ROOT / "docs" / "backends.md").read_text()
+    block = re.search(r"```\n(skills corpora fetch llvm.*?)```", text, re.S)
+    assert block, "docs/backends.md opens with its command block"
+    return [ln.split("  #", 1)[0].strip() for ln in block.group(1).splitlines() if ln.strip()]
+
+
+def test_backend_doc_commands_are_the_ones_the_tests_run():
+    cmds = backend_doc_commands()
+    assert cmds[0].startswith("skills corpora fetch llvm --version ")
+    assert any(c.startswith("skills backend index .skills/corpora/llvm-") for c in cmds)
+    assert any(c.startswith("python -m eval.bench_backend --llvm .skills/corpora/llvm-") for c in cmds)
+
+
+@pytest.mark.parametrize("major", [15, 19])
+def test_backend_doc_commands_run_as_written_on_a_fresh_store(major, tmp_path):
+    """Every command of docs/backends.md's block, in a fresh folder with the default store, on a
+    real fetched tree (the doc's version replaced by ``major``): fetch reuses the tree put where
+    it fetches to (no network), index builds everything from empty, generate resolves the bare
+    `getRelocType` and gates with the tree's own toolchain, search and the benchmark answer.
+    The `--model` line needs an LLM endpoint (the LLM path is tested with mocks elsewhere).
+    Slow: a full index and benchmark, 30-60 min on 2 cores."""
+    from _backend_support import fetched_llvm_tree, gate_skip_reason
+
+    tree, why = fetched_llvm_tree(major)
+    if tree is None:
+        pytest.skip(why)
+    if gate_skip_reason(major):
+        pytest.skip(gate_skip_reason(major))
+    corpora = tmp_path / ".skills" / "corpora"
+    corpora.mkdir(parents=True)
+    (corpora / f"llvm-{major}").symlink_to(tree.resolve())
+    # a user's function: Sparc's getRelocType, cut out of its file
+    src = (tree / "lib" / "Target" / "Sparc" / "MCTargetDesc" / "SparcELFObjectWriter.cpp").read_text()
+    start = src.index("unsigned SparcELFObjectWriter::getRelocType(")
+    (tmp_path / "my_function.cpp").write_text(src[start:src.index("\n}\n", start) + 3])
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
+               PATH=f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}")
+    env.pop("SKILLS_STORE", None)
+    for cmd in backend_doc_commands():
+        cmd = re.sub(r"--version \d+", f"--version {major}", cmd)
+        cmd = re.sub(r"llvm-\d+", f"llvm-{major}", cmd)
+        if "--model" in cmd:
+            continue
+        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True, timeout=7200, env=env)
+        if cmd.startswith("python -m eval.bench_backend"):
+            assert r.returncode in (0, 1), (cmd, r.stderr[-3000:])  # 1: a target missed its goal, not an error
+            summary = json.loads(r.stdout)
+            assert summary["corpora"]["index"]["version"].startswith(f"{major}.")
+            assert all(t["gate"] and t["gate"]["toolchain"] == f"clang-{major}" for t in summary["targets"].values())
+            continue
+        assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-3000:])
+        if cmd.startswith("skills corpora fetch"):
+            assert "reused" in r.stdout
+        if cmd.startswith("skills backend generate") and "--prompt-only" not in cmd:
+            assert "ELFObjectWriter::getRelocType" in r.stdout and f"(clang-{major})" in r.stdout
+            assert "gate: PASS" in r.stdout or "gate: FAIL" not in r.stdout
+        if cmd.startswith("skills backend search"):
+            assert "ELFObjectWriter::getRelocType" in r.stdout

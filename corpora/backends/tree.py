@@ -208,13 +208,30 @@ def normalize_code(text: str) -> str:
     return " ".join(_TOKEN_RE.findall(cleaned))
 
 
-def statements_of(body: Node) -> list[str]:
+def statements_of(body: Node, sites: Optional[list] = None) -> list[str]:
     """The statements of a function body, in order, each normalized.
 
     Simple statements are one entry each; control statements contribute their header
     (``if ( c )``, ``else``, ``switch ( x )``, ``case K :``, ``for ( ... )``) and then their parts.
+
+    ``sites``, when given, receives one ``StatementSite`` per entry (same order): the entry's
+    bytes and where a statement inserted right after it in this order would go, so an edit can
+    add a statement at a known place of the list (None where no plain insertion is, e.g. after
+    an unbraced ``if`` header or a ``switch`` header).
     """
     out: list[str] = []
+
+    def emit(text: str, node: Node, insert_at: Optional[int]) -> None:
+        out.append(text)
+        if sites is not None:
+            sites.append(StatementSite(text, node.start_byte, node.end_byte, insert_at))
+
+    def opening(block: Optional[Node]) -> Optional[int]:
+        """Just inside a braced block's '{' (None for an unbraced body)."""
+        if block is not None and block.type == "compound_statement" and block.children \
+                and block.children[0].type == "{":
+            return block.children[0].end_byte
+        return None
 
     def visit(node: Node) -> None:
         t = node.type
@@ -226,74 +243,88 @@ def statements_of(body: Node) -> list[str]:
         elif t == "if_statement":
             cond = node.child_by_field_name("condition")
             constexpr = any(c.type == "constexpr" for c in node.children)
-            out.append(("if constexpr " if constexpr else "if ") + (norm(cond) if cond else ""))
             cons = node.child_by_field_name("consequence")
+            emit(("if constexpr " if constexpr else "if ") + (norm(cond) if cond else ""), node, opening(cons))
             if cons is not None:
                 visit(cons)
             alt = node.child_by_field_name("alternative")
             if alt is not None:
-                out.append("else")
+                inner = next((c for c in alt.named_children), None)
+                emit("else", alt, opening(inner))
                 for c in alt.named_children:
                     visit(c)
         elif t == "else_clause":
-            out.append("else")
+            inner = next((c for c in node.named_children), None)
+            emit("else", node, opening(inner))
             for c in node.named_children:
                 visit(c)
         elif t in ("for_statement", "for_range_loop"):
             body = node.child_by_field_name("body")
             head = [tok for c in node.children if c != body for tok in tokens_of(c)]
-            out.append(" ".join(head))
+            emit(" ".join(head), node, opening(body))
             if body is not None:
                 visit(body)
         elif t == "while_statement":
             cond = node.child_by_field_name("condition")
-            out.append("while " + (norm(cond) if cond else ""))
             body = node.child_by_field_name("body")
+            emit("while " + (norm(cond) if cond else ""), node, opening(body))
             if body is not None:
                 visit(body)
         elif t == "do_statement":
-            out.append("do")
             body = node.child_by_field_name("body")
+            emit("do", node, opening(body))
             if body is not None:
                 visit(body)
             cond = node.child_by_field_name("condition")
-            out.append("while " + (norm(cond) if cond else "") + " ;")
+            emit("while " + (norm(cond) if cond else "") + " ;", node, None)
         elif t == "switch_statement":
             cond = node.child_by_field_name("condition")
-            out.append("switch " + (norm(cond) if cond else ""))
+            emit("switch " + (norm(cond) if cond else ""), node, None)
             body = node.child_by_field_name("body")
             if body is not None:
                 visit(body)
         elif t == "case_statement":
             value = node.child_by_field_name("value")
-            out.append(("case " + norm(value) + " :") if value is not None else "default :")
+            colon = next((c for c in node.children if c.type == ":"), None)
+            emit(("case " + norm(value) + " :") if value is not None else "default :", node,
+                 colon.end_byte if colon is not None else None)
             for c in node.named_children:
                 if c == value:
                     continue
                 visit(c)
         elif t == "labeled_statement":
             label = node.child_by_field_name("label")
-            out.append((norm(label) if label else "") + " :")
+            emit((norm(label) if label else "") + " :", node, None)
             for c in node.named_children:
                 if c != label:
                     visit(c)
         elif t == "try_statement":
-            out.append("try")
+            emit("try", node, None)
             for c in node.named_children:
                 visit(c)
         elif t == "catch_clause":
             params = node.child_by_field_name("parameters")
-            out.append("catch " + (norm(params) if params else ""))
+            emit("catch " + (norm(params) if params else ""), node, None)
             body = node.child_by_field_name("body")
             if body is not None:
                 visit(body)
         else:
             s = norm(node)
             if s:
-                out.append(s)
+                # after a plain statement of a block (not a condition's declaration or the like)
+                ok = node.parent is not None and node.parent.type in ("compound_statement", "case_statement")
+                emit(s, node, node.end_byte if ok else None)
 
     visit(body)
     return out
+
+
+@dataclass
+class StatementSite:
+    text: str  # the normalized statement, as statements_of lists it
+    start_byte: int
+    end_byte: int
+    insert_at: Optional[int]  # where a statement following this one in the list goes; None: nowhere plain
 
 
 # --------------------------------------------------------------------------- names

@@ -15,8 +15,10 @@ embedded (embedding every function of LLVM's 24 targets would take ~20 min on 2 
 training (the benchmark trains without the targets it evaluates).
 
 Re-indexing is incremental: a target whose files are unchanged (same fingerprint) is skipped;
-each changed target is replaced in one transaction; models retrain only when their training
-data changed (fingerprint), and say so in the report.
+each changed target is replaced in one transaction; only new or changed texts are embedded;
+the function GNN retrains when ``RETRAIN_FRACTION`` of its training functions changed (else
+the kept model embeds the changed ones), the small target GNN whenever a target changed; the
+report says which and why. Long parts report progress with an ETA (retrieval/progress.py).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import hashlib
 import json
 import time
 import uuid
+from functools import lru_cache
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -37,6 +40,9 @@ from corpora.backends.tree import (
 # re-parses stores made by an older version once.
 INGEST_VERSION = "2"
 TEXT_COLLECTION = "backend_func_text"
+# The function GNN is retrained when this share of its training functions is new, changed or
+# gone; below it the model is kept and new functions are embedded with it.
+RETRAIN_FRACTION = 0.2
 TEXT_MAX_TOKENS = 128
 FUNC_GRAPH_MAX_NODES = 384
 ATTR_CAPS = {"instruction": 300, "instruction_format": 150, "register": 300}  # nodes per kind in a target graph
@@ -61,9 +67,33 @@ class IndexReport:
     n_embedded: int = 0
     models: dict = field(default_factory=dict)
     seconds: float = 0.0
+    # phase -> {"wall_s", "cpu_s"}: CPU seconds (user + system, this process and its workers)
+    # say what a phase costs on a shared machine, where wall time says how busy the machine was
+    phases: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+class PhaseClock:
+    """Wall and CPU seconds of consecutive phases (``lap("embedding")``)."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.monotonic(), self.cpu_now()
+        self.phases: dict[str, dict] = {}
+
+    @staticmethod
+    def cpu_now() -> float:
+        import resource
+
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    def lap(self, name: str) -> dict:
+        w, c = time.monotonic(), self.cpu_now()
+        self.phases[name] = {"wall_s": round(w - self.wall, 1), "cpu_s": round(c - self.cpu, 1)}
+        self.wall, self.cpu = w, c
+        return self.phases[name]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -89,6 +119,10 @@ def _fingerprint_with_relocs(target_dir: Path, relocs_dir: Optional[Path]) -> st
 def function_doc(signature: str, body: str, aliases: Sequence[str]) -> str:
     """The text every modality sees: signature + body with the target's names neutralized."""
     return neutralize(f"{signature}\n{body}", aliases)
+
+
+def _source_bytes(d: Path) -> int:
+    return sum(f.stat().st_size for f in d.rglob("*") if f.suffix in (".cpp", ".h", ".td") and f.is_file())
 
 
 def _load_one(args: tuple[str, Optional[str]]) -> TargetTree:
@@ -128,21 +162,33 @@ def ingest_targets(path: Path, store, targets: Optional[Sequence[str]] = None, f
             continue
         todo.append((d, fp))
 
+    from retrieval.progress import Progress
+
     trees: list[TargetTree] = []
     args = [(str(d), str(relocs_dir) if relocs_dir else None) for d, _ in todo]
+    weight = {d.name: _source_bytes(d) for d, _ in todo}  # a target costs what its sources weigh
+    bar = Progress(f"parsing {len(args)} target(s)", sum(weight.values()) // 1000, log=log, unit="kB")
+
+    def parsed(tree: TargetTree) -> None:
+        trees.append(tree)
+        bar.advance(weight[tree.target] // 1000, note=tree.target)
+        if log and not bar.tty:
+            log(f"parsed {tree.target}: {len(tree.functions)} functions, {len(tree.attributes)} attributes")
+
     if jobs > 1 and len(args) > 1:
         import multiprocessing as mp
 
+        # biggest first, so the last target to finish is a small one
+        order = sorted(args, key=lambda a: -weight[Path(a[0]).name])
         with mp.get_context("fork").Pool(min(jobs, len(args))) as pool:
-            for tree in pool.imap(_load_one, args):
-                trees.append(tree)
-                if log:
-                    log(f"parsed {tree.target}: {len(tree.functions)} functions, {len(tree.attributes)} attributes")
+            for tree in pool.imap_unordered(_load_one, order):
+                parsed(tree)
+        trees.sort(key=lambda t: t.target)
     else:
         for a in args:
-            trees.append(_load_one(a))
-            if log:
-                log(f"parsed {trees[-1].target}: {len(trees[-1].functions)} functions, {len(trees[-1].attributes)} attributes")
+            parsed(_load_one(a))
+    if args:
+        bar.close()
 
     # Validate everything before writing anything.
     for tree in trees:
@@ -366,7 +412,6 @@ def _doc_sha(row: dict, aliases: dict[str, list[str]]) -> str:
 def embed_texts(store, rows: Sequence[dict], aliases: dict[str, list[str]], log=None) -> int:
     """Upsert MiniLM vectors of ``rows`` that are missing or whose text changed (a hash of the
     embedded text is kept in each vector's metadata); drop vectors of functions gone."""
-    from retrieval.text import get_embedder
     from retrieval.vector_index import VectorIndex
 
     vi = VectorIndex(store.chroma_dir)
@@ -383,60 +428,165 @@ def embed_texts(store, rows: Sequence[dict], aliases: dict[str, list[str]], log=
     missing = [want[i] for i in sorted(want) if have.get(i) != shas[i]]
     if not missing:
         return 0
+    import numpy as np
+
+    from retrieval.progress import Progress
+
+    emb = text_embedder(build=True)
     if log:
-        log(f"embedding {len(missing)} functions (MiniLM, {TEXT_MAX_TOKENS} tokens)")
-    emb = get_embedder(TEXT_MAX_TOKENS)
+        log(f"embedding {len(missing)} functions (MiniLM, {TEXT_MAX_TOKENS} tokens, {embedder_name(emb)})")
     # 128 tokens cover ~500 characters of code; cutting first saves tokenizing huge functions
     docs = [function_doc(r["signature"], r["body"], aliases.get(r["target"], [r["target"]]))[:2000] for r in missing]
-    vecs = emb.embed(docs)
+    # chunks of similar length (less padding), progress counted in tokens (what a chunk costs)
+    ntok = [min(n, TEXT_MAX_TOKENS) + 2 for n in emb.count_tokens(docs)] if hasattr(emb, "count_tokens") \
+        else [len(d) // 4 for d in docs]
+    order = sorted(range(len(docs)), key=lambda i: (ntok[i], i))
+    vecs = np.zeros((len(docs), 384), dtype=np.float32)
+    bar = Progress(f"embedding {len(docs)} functions", sum(ntok), log=log, unit="tokens")
+    for s in range(0, len(order), 512):
+        idx = order[s:s + 512]
+        vecs[idx] = emb.embed([docs[i] for i in idx])
+        bar.advance(sum(ntok[i] for i in idx))
+    bar.close()
     vi.upsert(TEXT_COLLECTION, [r["func_id"] for r in missing], embeddings=vecs,
               metadatas=[{"target": r["target"], "role": r["role"], "doc_sha": shas[r["func_id"]]} for r in missing],
               kind="text")
     return len(missing)
 
 
-def _train_func_gnn(store, rows, aliases, exclude, seed, epochs, log):
-    from retrieval.gnn import EncoderConfig, TrainConfig, embed, fingerprint, save_checkpoint, train_contrastive
+@lru_cache(maxsize=2)
+def text_embedder(build: bool = False):
+    """MiniLM for the backend texts: onnxruntime with the fp32 weights when it is installed (the
+    same vectors as sentence-transformers, cosine > 0.9999, at ~0.6x its CPU time), else
+    sentence-transformers. ``build``: an index build may use every core (SKILLS_BLAS_THREADS
+    caps it); a query stays on one."""
+    import os
+
+    from retrieval.minilm_onnx import OnnxMiniLM
+    from retrieval.text import get_embedder
+
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return get_embedder(TEXT_MAX_TOKENS)
+    threads = int(os.environ.get("SKILLS_BLAS_THREADS") or (min(4, os.cpu_count() or 1) if build else 1))
+    return OnnxMiniLM(max_seq_length=TEXT_MAX_TOKENS, precision="fp32", threads=threads)
+
+
+def embedder_name(emb) -> str:
+    return getattr(emb, "backend", "sentence-transformers")
+
+
+def _train_func_gnn(store, rows, aliases, exclude, seed, epochs, log, retrain: bool = False):
+    """The function GNN and its vectors. Trained when there is no model, on request, or when
+    ``RETRAIN_FRACTION`` of its training functions are new, changed (text or role) or gone;
+    otherwise the model is kept and only the graphs of new or changed functions are embedded
+    with it (a one-target change re-indexes in seconds, not a retraining's minutes)."""
+    from retrieval.gnn import EncoderConfig, TrainConfig, embed, fingerprint, load_checkpoint, save_checkpoint, \
+        train_contrastive
     from retrieval.graphs import TOKEN_BUCKETS, vocab_for
+    from retrieval.progress import Progress
     from retrieval.vector_index import VectorIndex
 
     tag = model_tag(exclude)
     name = f"backend-func-gnn__{tag}"
-    train_rows = [r for r in rows if r["target"] not in set(exclude)]
-    # roles are the contrastive positives: a changed role retrains
-    fp = fingerprint([[(r["func_id"], _doc_sha(r, aliases), r["role"]) for r in train_rows], seed, epochs,
-                      FUNC_GRAPH_MAX_NODES,
-                      [(r["func_id"], _doc_sha(r, aliases)) for r in rows if r["target"] in set(exclude)]])
+    excluded = set(exclude)
+    shas = {r["func_id"]: _doc_sha(r, aliases) for r in rows}
+    # roles are the contrastive positives: a changed role is changed training data
+    items = sorted(f"{r['func_id']}|{shas[r['func_id']]}|{r['role']}" for r in rows if r["target"] not in excluded)
+    fp = fingerprint([items, seed, epochs, FUNC_GRAPH_MAX_NODES,
+                      sorted((fid, sha) for fid, sha in shas.items() if fid.split(":", 1)[0] in excluded)])
     collection = f"backend_func_graph__{tag}"
     vi = VectorIndex(store.chroma_dir)
     prev = store.model(name)
-    if prev and prev["data_fingerprint"] == fp and Path(prev["path"]).is_file() and vi.has(collection) \
+    have = bool(prev) and Path(prev["path"]).is_file()
+    items_file = store.models_dir / f"{name}.items.json"
+    if not retrain and have and prev["data_fingerprint"] == fp and vi.has(collection) \
             and vi.collection(collection, kind="precomputed").count() == len(rows):
         return {"name": name, "status": "unchanged", **{k: prev["metadata"].get(k) for k in ("seconds", "losses")}}
-    if log:
-        log(f"building {len(rows)} function graphs")
-    graphs = [function_graph(r["signature"], r["body"], aliases.get(r["target"], [r["target"]])) for r in rows]
-    train_idx = [i for i, r in enumerate(rows) if r["target"] not in set(exclude)]
+    why = ("retrain requested" if retrain else "no model yet" if not have else
+           "its training set was not recorded" if not items_file.is_file() else "")
+    if not why:
+        changed = _changed_items(json.loads(items_file.read_text()), items)
+        frac = changed / max(len(items), 1)
+        if frac >= RETRAIN_FRACTION:
+            why = (f"{changed} training functions new, changed or gone since it was trained "
+                   f"({frac:.0%} >= {RETRAIN_FRACTION:.0%})")
+    if not why:  # keep the model: embed what is new or changed, drop what is gone
+        model, _ = load_checkpoint(prev["path"])
+        stored: dict[str, Optional[str]] = {}
+        if vi.has(collection):
+            col = vi.collection(collection, kind="precomputed")
+            got = col.get(include=["metadatas"])
+            stored = {i: (m or {}).get("doc_sha") for i, m in zip(got["ids"], got["metadatas"])}
+        todo = [r for r in rows if stored.get(r["func_id"]) != shas[r["func_id"]]]
+        gone = sorted(set(stored) - set(shas))
+        for s in range(0, len(gone), 5000):
+            col.delete(ids=gone[s:s + 5000])
+        if todo:
+            graphs = [function_graph(r["signature"], r["body"], aliases.get(r["target"], [r["target"]])) for r in todo]
+            bar = Progress(f"embedding {len(todo)} new or changed function graphs", len(todo), log=log)
+            vecs = embed(model, graphs, progress=bar)
+            bar.close()
+            vi.upsert(collection, [r["func_id"] for r in todo], embeddings=vecs,
+                      metadatas=[{"target": r["target"], "role": r["role"], "doc_sha": shas[r["func_id"]]}
+                                 for r in todo], kind="precomputed", dim=vecs.shape[1])
+        return {"name": name, "status": "kept", "embedded": len(todo), "removed": len(gone),
+                "why": f"{frac:.1%} of its training functions changed (< {RETRAIN_FRACTION:.0%}); new or changed "
+                       "functions embedded with it",
+                **{k: prev["metadata"].get(k) for k in ("seconds", "losses")}}
+    bar = Progress(f"building {len(rows)} function graphs", len(rows), log=log)
+    graphs = []
+    for r in rows:
+        graphs.append(function_graph(r["signature"], r["body"], aliases.get(r["target"], [r["target"]])))
+        bar.advance()
+    bar.close()
+    train_idx = [i for i, r in enumerate(rows) if r["target"] not in excluded]
     enc = EncoderConfig(n_types=len(vocab_for("cpp")), n_buckets=TOKEN_BUCKETS + 1)
     cfg = TrainConfig(seed=seed, epochs=epochs, batch_groups=64)
-    if log:
-        log(f"training {name} on {len(train_idx)} graphs ({epochs} epochs)")
+    bar = Progress(f"training {name} on {len(train_idx)} graphs ({epochs} epochs; {why})", 1.0, log=log)
     model, info = train_contrastive([graphs[i] for i in train_idx], [rows[i]["role"] for i in train_idx], enc, cfg,
-                                    sources=[rows[i]["target"] for i in train_idx], log=log)
+                                    sources=[rows[i]["target"] for i in train_idx], log=log if not bar.tty else None,
+                                    progress=bar)
+    bar.close(f"last epoch loss {info['losses'][-1]:.4f}" if info["losses"] else "")
     path = store.models_dir / f"{name}.pt"
     meta = {**info, "excluded_targets": sorted(exclude), "vocab": "tree-sitter-cpp node kinds",
             "max_nodes": FUNC_GRAPH_MAX_NODES, "positives": "same role in two targets + node-drop views"}
     meta["checkpoint_sha256"] = save_checkpoint(path, model, meta)
+    _atomic_text(items_file, json.dumps(items))
     store.register_model(name, "graph-encoder", path, fp, meta)
-    vecs = embed(model, graphs)
+    bar = Progress(f"embedding {len(graphs)} function graphs", len(graphs), log=log)
+    vecs = embed(model, graphs, progress=bar)
+    bar.close()
     vi.drop(collection)
     vi.upsert(collection, [r["func_id"] for r in rows], embeddings=vecs,
-              metadatas=[{"target": r["target"], "role": r["role"]} for r in rows], kind="precomputed", dim=vecs.shape[1])
-    return {"name": name, "status": "trained", "seconds": info["seconds"], "losses": info["losses"]}
+              metadatas=[{"target": r["target"], "role": r["role"], "doc_sha": shas[r["func_id"]]} for r in rows],
+              kind="precomputed", dim=vecs.shape[1])
+    return {"name": name, "status": "trained", "why": why, "seconds": info["seconds"], "losses": info["losses"]}
 
 
-def _train_target_gnn(store, targets, aliases, exclude, seed, epochs, log):
-    from retrieval.gnn import EncoderConfig, TrainConfig, embed, fingerprint, save_checkpoint, train_contrastive
+def _changed_items(before: Sequence[str], now: Sequence[str]) -> int:
+    """Training items new, changed or gone, a changed one counted once (it leaves its old
+    entry and brings a new one)."""
+    b, n = set(before), set(now)
+    return max(len(b - n), len(n - b))
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _train_target_gnn(store, targets, aliases, exclude, seed, epochs, log, retrain: bool = False):
+    """The target GNN and every target's vector; retrained on the same rule as the function
+    GNN (``RETRAIN_FRACTION`` of its training targets new, changed or gone), else kept and all
+    target graphs (a few dozen) embedded with it again."""
+    from retrieval.gnn import EncoderConfig, TrainConfig, embed, fingerprint, load_checkpoint, save_checkpoint, \
+        train_contrastive
     from retrieval.graphs import TOKEN_BUCKETS
     from retrieval.vector_index import VectorIndex
 
@@ -451,53 +601,85 @@ def _train_target_gnn(store, targets, aliases, exclude, seed, epochs, log):
         by_t.setdefault(a["target"], []).append(a)
     fps = {r["target"]: r["fingerprint"] for r in store.query("SELECT target, fingerprint FROM targets")}
     fp = fingerprint([sorted((t, fps.get(t)) for t in targets), seed, epochs, ATTR_CAPS])
+    items = sorted(f"{t}|{fps.get(t)}" for t in targets if t not in set(exclude))
     vi = VectorIndex(store.chroma_dir)
     prev = store.model(name)
-    if prev and prev["data_fingerprint"] == fp and Path(prev["path"]).is_file() and vi.has(collection):
+    have = bool(prev) and Path(prev["path"]).is_file()
+    if not retrain and have and prev["data_fingerprint"] == fp and vi.has(collection):
         return {"name": name, "status": "unchanged", **{k: prev["metadata"].get(k) for k in ("seconds", "losses")}}
     graphs = [attribute_graph(by_t.get(t, []), aliases.get(t, [t])) for t in targets]
+    items_file = store.models_dir / f"{name}.items.json"
+    why = ("retrain requested" if retrain else "no model yet" if not have else
+           "its training set was not recorded" if not items_file.is_file() else "")
+    if not why:
+        changed = _changed_items(json.loads(items_file.read_text()), items)
+        frac = changed / max(len(items), 1)
+        if frac >= RETRAIN_FRACTION:
+            why = f"{changed} training targets new, changed or gone ({frac:.0%} >= {RETRAIN_FRACTION:.0%})"
+    if not why:
+        model, _ = load_checkpoint(prev["path"])
+        vecs = embed(model, graphs)
+        vi.drop(collection)
+        vi.upsert(collection, list(targets), embeddings=vecs, metadatas=[{"target": t} for t in targets],
+                  kind="precomputed", dim=vecs.shape[1])
+        return {"name": name, "status": "kept", "why": f"{frac:.0%} of its training targets changed (< "
+                f"{RETRAIN_FRACTION:.0%}); every target embedded with it",
+                **{k: prev["metadata"].get(k) for k in ("seconds", "losses")}}
     train_idx = [i for i, t in enumerate(targets) if t not in set(exclude)]
     enc = EncoderConfig(n_types=len(ATTR_NODE_TYPES), n_buckets=TOKEN_BUCKETS + 1, hidden=64, out_dim=32, layers=2)
     cfg = TrainConfig(seed=seed, epochs=epochs, batch_groups=len(train_idx), node_drop=0.2, lr=3e-3)
-    if log:
-        log(f"training {name} on {len(train_idx)} target graphs ({epochs} epochs)")
-    model, info = train_contrastive([graphs[i] for i in train_idx], [None] * len(train_idx), enc, cfg)
+    from retrieval.progress import Progress
+
+    bar = Progress(f"training {name} on {len(train_idx)} target graphs ({epochs} epochs; {why})", 1.0, log=log)
+    model, info = train_contrastive([graphs[i] for i in train_idx], [None] * len(train_idx), enc, cfg, progress=bar)
+    bar.close()
     path = store.models_dir / f"{name}.pt"
     meta = {**info, "excluded_targets": sorted(exclude), "node_types": list(ATTR_NODE_TYPES),
             "positives": "two node-drop views of the same target graph"}
     meta["checkpoint_sha256"] = save_checkpoint(path, model, meta)
+    _atomic_text(items_file, json.dumps(items))
     store.register_model(name, "graph-encoder", path, fp, meta)
     vecs = embed(model, graphs)
     vi.drop(collection)
     vi.upsert(collection, list(targets), embeddings=vecs, metadatas=[{"target": t} for t in targets],
               kind="precomputed", dim=vecs.shape[1])
-    return {"name": name, "status": "trained", "seconds": info["seconds"], "losses": info["losses"]}
+    return {"name": name, "status": "trained", "why": why, "seconds": info["seconds"], "losses": info["losses"]}
 
 
 def build_indexes(store, exclude: Sequence[str] = (), seed: int = 0, func_epochs: int = 8, target_epochs: int = 60,
-                  log=None) -> dict:
+                  log=None, retrain: bool = False) -> dict:
     """Embeddings and models for what is in the store (incremental; see module doc)."""
     aliases = target_aliases(store)
     rows = shared_role_functions(store)
     targets = [r["target"] for r in store.query("SELECT target FROM targets ORDER BY target")]
     out = {"n_shared_role_functions": len(rows)}
+    clock = PhaseClock()
     out["n_embedded"] = embed_texts(store, rows, aliases, log=log)
-    out["func_gnn"] = _train_func_gnn(store, rows, aliases, list(exclude), seed, func_epochs, log)
-    out["target_gnn"] = _train_target_gnn(store, targets, aliases, list(exclude), seed, target_epochs, log)
+    clock.lap("text_embeddings")
+    out["func_gnn"] = _train_func_gnn(store, rows, aliases, list(exclude), seed, func_epochs, log, retrain=retrain)
+    clock.lap("function_gnn")
+    out["target_gnn"] = _train_target_gnn(store, targets, aliases, list(exclude), seed, target_epochs, log,
+                                          retrain=retrain)
+    clock.lap("target_gnn")
+    out["phases"] = clock.phases
     return out
 
 
 def index_backends(path: Path, store, targets: Optional[Sequence[str]] = None, force: bool = False,
                    exclude_from_training: Sequence[str] = (), jobs: int = 1, seed: int = 0,
-                   build: bool = True, func_epochs: int = 8, target_epochs: int = 60, log=None) -> IndexReport:
+                   build: bool = True, func_epochs: int = 8, target_epochs: int = 60, log=None,
+                   retrain: bool = False) -> IndexReport:
     """`skills backend index`: ingest, then (re)build embeddings and models."""
     started = time.monotonic()
+    clock = PhaseClock()
     report = ingest_targets(path, store, targets=targets, force=force, jobs=jobs, log=log)
+    report.phases = {"ingest": clock.lap("ingest")}
     if build:
         info = build_indexes(store, exclude=exclude_from_training, seed=seed, func_epochs=func_epochs,
-                             target_epochs=target_epochs, log=log)
+                             target_epochs=target_epochs, log=log, retrain=retrain)
         report.n_shared_role_functions = info["n_shared_role_functions"]
         report.n_embedded = info["n_embedded"]
         report.models = {"func_gnn": info["func_gnn"], "target_gnn": info["target_gnn"]}
+        report.phases.update(info["phases"])
     report.seconds = round(time.monotonic() - started, 2)
     return report

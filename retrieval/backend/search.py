@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from retrieval.backend.index import (
-    TEXT_COLLECTION, TEXT_MAX_TOKENS, function_doc, function_graph, model_tag, shared_role_functions, target_aliases,
+    TEXT_COLLECTION, function_doc, function_graph, model_tag, shared_role_functions, target_aliases,
 )
 from retrieval.backend.selection import TARGET_TIEBREAK, agreement_matrix, candidate_features, declaration_sets, votes
 from retrieval.fusion import rrf
@@ -158,12 +158,12 @@ class BackendIndex:
     # ---- query vectors
     def query_vectors(self, signature: str, body: str, target: Optional[str]):
         """(doc, text vector, graph vector) for a function given as text."""
+        from retrieval.backend.index import text_embedder
         from retrieval.gnn import embed
-        from retrieval.text import get_embedder
 
         aliases = self.aliases.get(target, [target]) if target else []
         doc = function_doc(signature, body, aliases)
-        tvec = get_embedder(TEXT_MAX_TOKENS).embed([doc])[0]
+        tvec = text_embedder().embed([doc[:2000]])[0]  # cut as the index cuts
         gvec = embed(self.func_model(), [function_graph(signature, body, aliases)])[0]
         return doc, tvec, gvec
 

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from _backend_support import TOY, gate_skip_reason, indexed_toy_store
+from _backend_support import TOY, copy_toy, gate_skip_reason, indexed_toy_store
 from eval.bench_backend import load_result, main, statement_accuracy, summarize_ranks, token_edit_similarity
 
 
@@ -118,6 +118,80 @@ def test_bench_with_skills_on_toy_targets(tmp_path, capsys):
     assert {"skills_vs_fork_adapt_statement_accuracy", "skills_compile_pass_rate_not_lower"} <= set(checks)
     assert sk["compile_checked"] == fa["compile_checked"] == t["n_functions_evaluated"]
     assert rc == (0 if summary["passed"] else 1)
+
+
+def test_bench_writes_nothing_without_out(tmp_path, capsys, monkeypatch):
+    store = tmp_path / "store"
+    shutil.copytree(indexed_toy_store(), store)
+    monkeypatch.chdir(tmp_path)
+    results = TOY.parent.parent.parent / "eval" / "results"
+    before = sorted(p.name for p in results.iterdir())
+    main(["--llvm", str(TOY), "--store", str(store), "--targets", "Wren", "--fork-flow-source", "Kite",
+          "--epochs", "2", "--no-gate"])
+    text = capsys.readouterr().out
+    assert "Wren:" in text and "95% CI: fork-adapt [" in text
+    assert sorted(p.name for p in results.iterdir()) == before and not list(tmp_path.glob("*.json*"))
+
+
+def test_bench_unseen_targets_from_another_tree(tmp_path, capsys):
+    """--queries: the held-out targets come from a 'newer' tree (the toy marked LLVM 19, Wren's
+    ELF writer renamed WrenObjectWriter as Xtensa's is), the donors from the toy; each target's
+    gate follows its own tree, a TableGen failure stays that target's, a host file that fails
+    unmodified under the newer headers is an environment verdict; intervals come with every figure."""
+    newer = copy_toy(tmp_path / "llvm-19")
+    (newer / "fetch.json").write_text(json.dumps({"version": "19.1.7"}))
+    ow = newer / "lib" / "Target" / "Wren" / "MCTargetDesc" / "WrenELFObjectWriter.cpp"
+    ow.write_text(ow.read_text().replace("WrenELFObjectWriter", "WrenObjectWriter")
+                  .replace("createWrenObjectWriter", "createWrenELFObjectWriter"))
+    td = newer / "lib" / "Target" / "Kite" / "Kite.td"
+    td.write_text(td.read_text() + "\ndef Broken : RegisterClass<\"Kite\", [i8], 8, (add NoSuchReg)>;\n")
+    store = tmp_path / "store"
+    shutil.copytree(indexed_toy_store(), store)
+    out = tmp_path / "unseen.json"
+    args = ["--llvm", str(TOY), "--queries", str(newer), "--store", str(store), "--targets", "Wren,Kite",
+            "--fork-flow-source", "Lark", "--epochs", "2", "--resamples", "300", "--out", str(out), "--json"]
+    if gate_skip_reason(19) is not None:
+        args.append("--no-gate")
+    rc = main(args)
+    summary = json.loads(capsys.readouterr().out)
+    full = load_result(out)
+    assert full["corpora"]["queries"]["version"] == "19.1.7" and full["corpora"]["index"]["version"] is None
+    assert full["index"]["donor_targets"] == ["Lark"]
+    from skills.store import Store
+
+    roots = {r["target"]: r["root"] for r in Store(store).query("SELECT target, root FROM targets")}
+    assert roots["Wren"].startswith(str(newer)) and roots["Kite"].startswith(str(newer))
+    assert roots["Lark"].startswith(str(TOY))
+    wren = full["targets"]["Wren"]
+    assert any(e["role"] == "ELFObjectWriter::getRelocType" for e in wren["functions"])  # matched despite its name
+    for T in ("Wren", "Kite"):
+        ci = full["targets"][T]["ci95"]
+        for name in ("recall@1/fused", "fork_adapt_aligned", "fork_flow_aligned", "aligned_ratio"):
+            lo, hi = ci[name]["ci95"]
+            assert lo <= ci[name]["value"] <= hi
+        assert ci["recall@1/fused"]["value"] == full["targets"][T]["retrieval"]["fused"]["recall@1"]
+    ov = full["overall"]["figures"]
+    assert set(ov["aligned_ratio"]["targets"]) == {"Wren", "Kite"}
+    assert ov["fork_adapt_aligned"]["value"] == round((wren["ci95"]["fork_adapt_aligned"]["value"]
+                                                      + full["targets"]["Kite"]["ci95"]["fork_adapt_aligned"]["value"]) / 2, 4)
+    assert set(full["overall"]["checks"]) == {"mean_fork_adapt_vs_fork_flow_statement_accuracy",
+                                              "mean_compile_pass_ratio", "mean_fused_recall@1"}
+    assert rc == (0 if summary["passed"] else 1)
+    if gate_skip_reason(19) is None:
+        kite = full["targets"]["Kite"]
+        assert kite["gate"] is None and kite["gate_error"]["kind"] == "TableGenError"
+        assert "NoSuchReg" in kite["gate_error"]["error"] + kite["gate_error"]["details"]
+        g = wren["gate"]
+        assert g["toolchain"] == "clang-19" and g["llvm_version"] == "19.1.7"
+        env = {e["path"] for e in g["environment_files"]}
+        assert "WrenRegisterInfo.cpp" in env  # eliminateFrameIndex's return type drifted in 19
+        for e in wren["functions"]:
+            v = e["fork_adapt"]["gate_verdict"]
+            assert (v == "environment") == (e["path"] in env)
+            assert ("gate" in e["fork_adapt"]) == (v != "environment")
+        fa = wren["generation"]["fork_adapt"]
+        assert fa["compile_environment"] == sum(1 for e in wren["functions"] if e["path"] in env) > 0
+        assert fa["compile_judged"] == len(wren["functions"]) - fa["compile_environment"]
 
 
 def test_bench_bad_input(tmp_path, capsys):

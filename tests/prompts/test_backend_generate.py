@@ -347,3 +347,82 @@ def test_roles_follow_the_classes_a_target_implements(tmp_path):
     ingest_targets(root, st)
     assert {r["role"] for r in st.query("SELECT role FROM functions WHERE name = 'getRelocType' AND "
                                         "qualified_name NOT LIKE '%WinCOFF%'")} == {"ObjectWriter::getRelocType"}
+
+
+def test_reindex_of_one_changed_target_keeps_the_model(tmp_path):
+    """One changed function of ~60 shared ones: the function GNN is kept and embeds the changed
+    file's functions (their ids move with the bytes before them); --retrain trains again;
+    progress lines with an ETA go through the log."""
+    root = tmp_path / "Target"
+    shutil.copytree(TOY_TARGETS, root)
+    store = tmp_path / "s"
+    r = runner.invoke(app, ["backend", "index", str(root), "--store", str(store), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["models"]["func_gnn"]["status"] == "trained"
+    f = root / "Kite" / "KiteRegisterInfo.cpp"
+    f.write_text(f.read_text().replace("Reserved.set(Kite::", "Reserved.set( Kite::", 1).replace(
+        "BitVector Reserved(getNumRegs());", "BitVector Reserved(getNumRegs());\n  (void)MF;", 1))
+    r = runner.invoke(app, ["backend", "index", str(root), "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    assert "Kite         indexed" in r.stdout and "model backend-func-gnn__all: kept (" in r.stdout
+    assert "of its training functions changed (< 20%)" in r.stdout
+    # one of the toy's three targets is a third of the target GNN's training set (one of LLVM's 24 would not be)
+    assert "backend-target-gnn__all: trained (1 training targets new, changed or gone (33% >= 20%))" in r.stdout
+    import re
+
+    m = re.search(r"embedding (\d+) new or changed function graphs: (\d+)/\d+ \(100%\)", r.stderr)
+    assert m and 1 <= int(m.group(1)) == int(m.group(2)) <= 6, r.stderr  # progress, at its end
+    from retrieval.backend.search import BackendIndex
+
+    idx = BackendIndex(Store(store))
+    row = next(x for x in idx.rows if x["target"] == "Kite" and x["role"] == "RegisterInfo::getReservedRegs")
+    assert "(void)MF;" in row["body"] and idx.graph[1][idx.pos[row["func_id"]]]  # its vector is there
+    r = runner.invoke(app, ["backend", "index", str(root), "--store", str(store), "--retrain"])
+    assert r.exit_code == 0 and "model backend-func-gnn__all: trained (retrain requested)" in r.stdout
+    assert "model backend-target-gnn__all: trained (retrain requested)" in r.stdout
+    assert "ETA" in r.stderr or "elapsed" in r.stderr
+
+
+def test_progress_lines_and_eta():
+    import io
+
+    from retrieval.progress import Progress, format_seconds
+
+    assert format_seconds(5) == "5s" and format_seconds(125) == "2m05s" and format_seconds(7300) == "2h01m"
+    lines: list[str] = []
+    bar = Progress("embedding", 10, log=lines.append, interval=0.0, stream=io.StringIO(), tty=False)
+    for _ in range(4):
+        bar.advance(2)
+    bar.close()
+    assert lines[0].startswith("embedding: 2/10 (20%), ") and "ETA" in lines[0]
+    assert lines[-1].startswith("embedding: 10/10 (100%)") and "ETA" not in lines[-1]
+    term = io.StringIO()
+    bar = Progress("parsing", 4, stream=term, tty=True)
+    bar.advance(4)
+    bar.close()
+    assert term.getvalue().startswith("\r[") and "#" * 24 in term.getvalue() and term.getvalue().endswith("\n")
+
+
+def test_fuse_adds_what_most_other_donors_agree_on():
+    from retrieval.backend.fuse import fuse
+
+    fork = ("unsigned T::f(unsigned K) const {\n  unsigned V = K + 1;\n  switch (K) {\n  case 1:\n    return V;\n"
+            "  }\n  return 0;\n}")
+
+    def other(top: str, mid: str, case: str = "") -> str:
+        return (f"unsigned T::f(unsigned K) const {{\n  {top}\n  unsigned V = K + 1;\n  {mid}\n  switch (K) {{\n"
+                f"  case 1:\n    {case}\n    return V;\n  }}\n  return 0;\n}}")
+
+    others = [other('assert(K != 0 && "bad");', "(void)V;", "V += 2;"),
+              other('assert(K != 0 && "bad");', "(void)V;", "Foo(Bar);"),      # Bar: the fork has no such name
+              other('assert(K != 0 && "bad");', "return 7;", "V += 2;"),       # control flow is never added
+              other("", "unsigned W = V;")]                                     # one donor only
+    res = fuse(fork, others)
+    stmts = parse_definition(res.code)[0]
+    assert stmts == ['assert ( K != 0 && "bad" ) ;', "unsigned V = K + 1 ;", "( void ) V ;", "switch ( K )",
+                     "case 1 :", "V += 2 ;", "return V ;", "return 0 ;"]
+    assert '  assert(K != 0 && "bad");\n  unsigned V' in res.code and "case 1:\n    V += 2;\n    return V;" in res.code
+    assert [(a["statement"], a["votes"], a["of"]) for a in res.added] == [
+        ('assert ( K != 0 && "bad" ) ;', 3, 4), ("( void ) V ;", 2, 4), ("V += 2 ;", 2, 4)]
+    assert fuse(fork, others, min_share=0.75).code.count("\n") == fork.count("\n") + 1  # only the assert: 3 of 4
+    assert fuse(fork, []).code == fork and fuse("int x;", others).code == "int x;"
