@@ -50,6 +50,7 @@ from mining.operators.forward import materialize
 from mining.walk import Candidate as WalkCandidate
 from mining.walk import Verdict, WalkEvent, WalkResult, backward_walk
 from mining.records import Anchor, Skill
+from retrieval.applicability import CODE_TOKEN
 from prompts.optimize_plan import candidate_key, expand_hits, fit_to_deadline, order_retrieved
 
 MODES = ("skills", "no_skills", "flat_memory")
@@ -442,7 +443,6 @@ def check_preconditions(skill: Skill, workloads: Sequence[dict]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- flat memory (baseline)
-_TOK = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
 
 
 def flat_memory(records: list[Skill]) -> list[dict]:
@@ -458,11 +458,11 @@ def flat_memory(records: list[Skill]) -> list[dict]:
 
 
 def rank_memory(memory: list[dict], source: str, k: int = 3) -> list[dict]:
-    q = set(_TOK.findall(source))
+    q = set(CODE_TOKEN.findall(source))
     scored = []
     for i, m in enumerate(memory):
         old = " ".join(ln[1:] for ln in m["diff"].splitlines() if ln.startswith(("-", " ")) and not ln.startswith("---"))
-        toks = set(_TOK.findall(old))
+        toks = set(CODE_TOKEN.findall(old))
         scored.append((-(len(toks & q) / (len(toks | q) or 1)), i))
     scored.sort()
     return [memory[i] for _, i in scored[:k]]

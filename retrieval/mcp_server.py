@@ -12,8 +12,8 @@ Tools (retrieval/agent_tools.py holds their logic, shared with the HTTP server; 
 
 Answers are the JSON of the CLI's ``--json``; a bad call is a tool error whose text is the
 ``{"error": {...}}`` object. Long calls (gate, profile, wrap) run in a worker thread and send MCP
-progress notifications (elapsed seconds and the current phase) every second to a client that
-asked for them. One resident searcher (the HTTP server's ``ServerState``) answers queries. stdout
+progress notifications (elapsed seconds and the phase) to a client that asked for them: each
+phase as it starts, and the current one again every second while it runs. One resident searcher (the HTTP server's ``ServerState``) answers queries. stdout
 carries the protocol, so nothing here prints.
 """
 import json
@@ -40,40 +40,45 @@ def _tool_error(exc) -> Exception:
 
 
 async def _with_progress(ctx, fn, **kw) -> dict[str, Any]:
-    """Run a blocking tool in a thread; every second, a progress notification (elapsed s, phase)."""
+    """Run a blocking tool in a thread; a progress notification (elapsed s, phase) per phase and per second."""
     import anyio
 
     from retrieval.agent_tools import ToolError as AgentToolError
 
-    phase = {"msg": "starting"}
+    phases = ["starting"]  # every phase the tool announced, in order: none is lost to the 1 s tick
     t0 = time.monotonic()
     done = threading.Event()
     box: dict[str, Any] = {}
 
     def work():
         try:
-            box["out"] = fn(progress=lambda m: phase.__setitem__("msg", m), **kw)
+            box["out"] = fn(progress=phases.append, **kw)
         except BaseException as exc:  # handed to the event loop below
             box["exc"] = exc
         finally:
             done.set()
 
-    threading.Thread(target=work, daemon=True, name=f"tool-{fn.__name__}").start()
-    last = None
-    while not done.is_set():
-        msg = phase["msg"]
+    async def report(msg: str) -> None:
         if ctx is not None:
             try:
                 await ctx.report_progress(round(time.monotonic() - t0, 1), None, msg)
             except Exception:  # a client gone away must not kill the call
                 pass
-        last = msg
-        await anyio.sleep(0.25 if last is None else 1.0)
-    if ctx is not None:
-        try:
-            await ctx.report_progress(round(time.monotonic() - t0, 1), None, phase["msg"])
-        except Exception:
-            pass
+
+    threading.Thread(target=work, daemon=True, name=f"tool-{fn.__name__}").start()
+    sent, last_tick = 0, -1.0
+    while True:
+        finished = done.is_set()  # read before draining, so phases appended before the end are all sent
+        while sent < len(phases):  # each new phase once, as it happens
+            await report(phases[sent])
+            sent += 1
+            last_tick = time.monotonic()
+        if finished:
+            break
+        if time.monotonic() - last_tick >= 1.0:  # a heartbeat with the current phase while a phase runs long
+            await report(phases[-1])
+            last_tick = time.monotonic()
+        await anyio.sleep(0.1)
     if "exc" in box:
         if isinstance(box["exc"], AgentToolError):
             raise _tool_error(box["exc"]) from None

@@ -4,12 +4,12 @@ and the backend operators all express a change this way, so the rest of the file
 byte-identical by construction."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Edit:
-    """Replace bytes [start, end) of the original text by `replacement` (start == end: an insertion)."""
+class Edit(NamedTuple):
+    """Replace bytes [start, end) of the original text by `replacement` (start == end: an insertion).
+    A named tuple, so an operator's sub-edits inside a construct and its whole edit are one type."""
     start: int  # byte offsets into the original source
     end: int
     replacement: str

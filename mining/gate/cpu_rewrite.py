@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from corpora.code.edit import Edit
 from corpora.code.parse import cuda_parser
 
 _ALIGN = re.compile(rb"__align__\s*\(")
@@ -71,7 +72,7 @@ def _innermost_identifier(node):
     return None
 
 
-def _launch_edit(src: bytes, call, ksyn) -> Optional[tuple[int, int, str]]:
+def _launch_edit(src: bytes, call, ksyn) -> Optional[Edit]:
     fn = call.child_by_field_name("function")
     args = call.child_by_field_name("arguments")
     if fn is None or args is None:
@@ -95,10 +96,10 @@ def _launch_edit(src: bytes, call, ksyn) -> Optional[tuple[int, int, str]]:
     missing = original.count("\n") - repl.count("\n")
     if missing > 0:
         repl += "\n" * missing
-    return call.start_byte, call.end_byte, repl
+    return Edit(call.start_byte, call.end_byte, repl)
 
 
-def _shared_edit(src: bytes, decl, counter: list[int]) -> Optional[tuple[int, int, str]]:
+def _shared_edit(src: bytes, decl, counter: list[int]) -> Optional[Edit]:
     is_extern = False
     base: list[str] = []
     declarators = []
@@ -161,10 +162,10 @@ def _shared_edit(src: bytes, decl, counter: list[int]) -> Optional[tuple[int, in
         repl += "\n" * missing
     elif missing < 0:
         return None
-    return decl.start_byte, decl.end_byte, repl
+    return Edit(decl.start_byte, decl.end_byte, repl)
 
 
-def _cast_edit(src: bytes, node) -> Optional[tuple[int, int, str]]:
+def _cast_edit(src: bytes, node) -> Optional[Edit]:
     """``(float4*)expr`` -> ``::ks::vcast<float4*>(__FILE__, __LINE__, expr)`` (alignment check)."""
     typ = node.child_by_field_name("type")
     val = node.child_by_field_name("value")
@@ -176,7 +177,7 @@ def _cast_edit(src: bytes, node) -> Optional[tuple[int, int, str]]:
     repl = f"::ks::vcast<{type_text.strip()}>(__FILE__, __LINE__, {_text(src, val)})"
     original = _text(src, node)
     missing = original.count("\n") - repl.count("\n")
-    return node.start_byte, node.end_byte, repl + "\n" * max(0, missing)
+    return Edit(node.start_byte, node.end_byte, repl + "\n" * max(0, missing))
 
 
 def _code_mask(text: str) -> str:
@@ -241,7 +242,7 @@ def rewrite(source: str) -> str:
     src = source.encode("utf-8")
     masked = _mask_for_parse(src)
     tree = cuda_parser().parse(masked)
-    edits: list[tuple[int, int, str]] = []
+    edits: list[Edit] = []
     counter = [0]
     for node in _walk(tree.root_node):
         if node.type == "call_expression":
@@ -261,7 +262,7 @@ def rewrite(source: str) -> str:
             if e:
                 edits.append(e)
     edits.sort(key=lambda e: e[0])
-    kept: list[tuple[int, int, str]] = []
+    kept: list[Edit] = []
     end = -1
     for e in edits:  # outermost first; drop edits nested in an earlier one (a launch inside a launch's args)
         if e[0] >= end:

@@ -128,17 +128,17 @@ class BlockPerRowToThread(Operator):
         if not launches or any(l.start_byte < body.end_byte for l in launches):
             return None
         aliases = _thread_aliases(body)
-        subs: list[tuple[int, int, str]] = []
+        subs: list[Edit] = []
         loops = 0
         for n in walk(body):
             if n.type == "field_expression" and re.fullmatch(r"threadIdx\s*\.\s*x", text(n)):
-                subs.append((n.start_byte, n.end_byte, "0"))
+                subs.append(Edit(n.start_byte, n.end_byte, "0"))
                 if not self._thread_use_ok(n, aliases, is_alias_decl=True):
                     return None
             elif n.type == "field_expression" and re.fullmatch(r"blockDim\s*\.\s*x", text(n)):
                 if not self._stride_use(n):
                     return None
-                subs.append((n.start_byte, n.end_byte, "1"))
+                subs.append(Edit(n.start_byte, n.end_byte, "1"))
                 loops += 1
             elif n.type == "identifier" and text(n) in aliases:
                 p = n.parent
@@ -153,16 +153,16 @@ class BlockPerRowToThread(Operator):
                     args = [a for a in n.child_by_field_name("arguments").named_children if a.type != "comment"]
                     if len(args) != 1:
                         return None
-                    subs.append((n.start_byte, n.end_byte,
+                    subs.append(Edit(n.start_byte, n.end_byte,
                                  "(" + src.raw[args[0].start_byte:args[0].end_byte].decode("utf-8", "replace") + ")"))
                 elif _EXCHANGE.search(text(n).split("(", 1)[0] + "("):
                     return None
             elif n.type == "expression_statement" and _BARRIER.match(" ".join(text(n).split())):
-                subs.append((n.start_byte, n.end_byte, ""))
+                subs.append(Edit(n.start_byte, n.end_byte, ""))
             elif n.type == "declaration" and re.search(r"\b__shared__\b", text(n)):
                 m = re.search(rb"\b(static\s+)?__shared__\s+", src.code[n.start_byte:n.end_byte])
                 if m:
-                    subs.append((n.start_byte + m.start(), n.start_byte + m.end(), ""))
+                    subs.append(Edit(n.start_byte + m.start(), n.start_byte + m.end(), ""))
         if loops == 0:
             return None  # no block-stride sweep: the threads do not share a row
         subs = _outermost(subs)
@@ -173,7 +173,7 @@ class BlockPerRowToThread(Operator):
             args = [c for c in cfg.named_children if c.type != "comment"]
             if len(args) < 2 or len(args) > 2 and text(args[2]).strip() not in ("0",):
                 return None  # dynamic shared memory sized for the block
-            subs.append((args[1].start_byte, args[1].end_byte, "1"))
+            subs.append(Edit(args[1].start_byte, args[1].end_byte, "1"))
         lo, hi = min(s for s, _, _ in subs), max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, sorted(subs)))
 
@@ -216,7 +216,7 @@ class BlockPerRowToThread(Operator):
         return False
 
 
-def _outermost(subs: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+def _outermost(subs: list[Edit]) -> list[Edit]:
     """Drop sub-edits nested in another (a reduction call containing `threadIdx.x`)."""
     out = []
     for s in sorted(subs, key=lambda x: (x[0], -x[1])):
@@ -289,16 +289,16 @@ def forward(source: str, ctx=None) -> list:
             if re.search(r"\[[^\]]*\b%s\b" % re.escape(m.group(1)), loop_body) is None:
                 continue  # the loop does not walk an array
             i = m.group(1)
-            subs.append((loop.start_byte, loop.child_by_field_name("body").start_byte,
+            subs.append(Edit(loop.start_byte, loop.child_by_field_name("body").start_byte,
                          f"for (int {i} = threadIdx.x; {i} < {m.group(2)}; {i} += blockDim.x) "))
             tail = "".join(f" {a} = ks_block_reduce<0>({a});" for a in sorted(accs)) + \
                 "".join(f" {a} = ks_block_reduce<1>({a});" for a in sorted(maxs))
             if tail:
-                subs.append((loop.end_byte, loop.end_byte, tail))
+                subs.append(Edit(loop.end_byte, loop.end_byte, tail))
         if not subs:
             continue
         new = bytearray(src.raw)
-        edits = subs + [(b[1].start_byte, b[1].end_byte, str(BLOCK)) for b in blocks]
+        edits = subs + [Edit(b[1].start_byte, b[1].end_byte, str(BLOCK)) for b in blocks]
         for s, e, t in sorted(edits, reverse=True):
             new[s:e] = t.encode()
         text_ = _HELPER + new.decode("utf-8") if "ks_block_reduce" not in source else new.decode("utf-8")

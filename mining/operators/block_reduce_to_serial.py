@@ -63,7 +63,7 @@ def _stmts(node: Node) -> list[Node]:
     return [node]
 
 
-def _splice_code(src: Source, start: int, end: int, subs: list[tuple[int, int, str]]) -> str:
+def _splice_code(src: Source, start: int, end: int, subs: list[Edit]) -> str:
     """The comment-free text of [start, end) with sub-edits applied."""
     out, pos = [], start
     for a, b, t in sorted(subs):
@@ -161,7 +161,7 @@ class BlockReduceToSerial(Operator):
                 return None
             dim = dims[0][0]
             dt = " ".join(text(dim).split())
-            decl_subs.append((dim.start_byte, dim.end_byte, dt + " * 32" if re.fullmatch(r"[\w\s/*()]+", dt)
+            decl_subs.append(Edit(dim.start_byte, dim.end_byte, dt + " * 32" if re.fullmatch(r"[\w\s/*()]+", dt)
                               else f"({dt}) * 32"))
         ind = line_indent(src, s1.start_byte)
         park = "{ " + " ".join(f"{a}[threadIdx.x] = {v};" for a, v in parked) + " }"
@@ -170,8 +170,8 @@ class BlockReduceToSerial(Operator):
         fold = f"{first}\n{ind}for (int ks_w = 1; ks_w < blockDim.x; ++ks_w) {{\n{body}\n{ind}}}"
         ws, we = src.line_span(pragma_before(src, w_stmt.start_byte) or w_stmt.start_byte, w_stmt.end_byte)
         rs = line_indent(src, sibs[k + 2].start_byte)
-        subs = [(ws, we, ""), (s1.start_byte, s1.end_byte, park),
-                (sibs[k + 2].start_byte - len(rs.encode()), f_stmt.end_byte, fold)] + decl_subs
+        subs = [Edit(ws, we, ""), Edit(s1.start_byte, s1.end_byte, park),
+                Edit(sibs[k + 2].start_byte - len(rs.encode()), f_stmt.end_byte, fold)] + decl_subs
         subs.sort()
         for (a1, b1, _), (a2, b2, _) in zip(subs, subs[1:]):
             if a2 < b1:
@@ -272,12 +272,12 @@ class BlockReduceToSerial(Operator):
                     v = norm(rename_identifiers(" ".join(text(args[1]).split()), rename))
                     if v not in slot:
                         return None
-                    subs.append((n.start_byte, n.end_byte, f"{slot[v]}[ks_w]"))
+                    subs.append(Edit(n.start_byte, n.end_byte, f"{slot[v]}[ks_w]"))
                 elif n.type == "subscript_expression" and re.fullmatch(r"ks_xchg_\w+", text(n.child_by_field_name("argument"))):
                     buf = text(n.child_by_field_name("argument"))
                     if current.get(buf) not in slot:
                         return None
-                    subs.append((n.start_byte, n.end_byte, f"{slot[current[buf]]}[ks_w]"))
+                    subs.append(Edit(n.start_byte, n.end_byte, f"{slot[current[buf]]}[ks_w]"))
             # outermost substitutions only
             subs = [s for s in subs if not any(o[0] <= s[0] and s[1] <= o[1] and o != s for o in subs)]
             new = _splice_code(src, stmt.start_byte, stmt.end_byte, subs)

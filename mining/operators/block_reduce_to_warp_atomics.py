@@ -97,12 +97,12 @@ class BlockReduceToWarpAtomics(Operator):
                    for n in inside):
             return None
         cond = text(s1.child_by_field_name("condition"))
-        subs = [(s1.start_byte, s3.end_byte, f"if {cond} atomicAdd({target}, {value});")]
+        subs = [Edit(s1.start_byte, s3.end_byte, f"if {cond} atomicAdd({target}, {value});")]
         declarators = [d for d in decl.named_children if d.type in ("array_declarator", "identifier")]
         if len(declarators) == 1:
             ds, de = src.line_span(decl.start_byte, decl.end_byte)
             if de <= s1.start_byte:
-                subs.append((ds, de, ""))
+                subs.append(Edit(ds, de, ""))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))

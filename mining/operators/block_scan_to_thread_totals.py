@@ -149,11 +149,11 @@ class BlockScanToThreadTotals(Operator):
         new = "ks_thread_total"
         if re.search(rb"\b%s\b" % new.encode(), src.code):
             return None
-        subs: list[tuple[int, int, str]] = []
+        subs: list[Edit] = []
         size = f"({n_text}) * 32" if not re.fullmatch(r"\w+", n_text) else f"{n_text} * 32"
-        subs.append((d_node.start_byte, d_node.end_byte, _code(src, d_node).replace(
+        subs.append(Edit(d_node.start_byte, d_node.end_byte, _code(src, d_node).replace(
             _code(src, dims[0]), size, 1).replace(arr, new, 1)))
-        subs.append((ifs.start_byte, ifs.end_byte, f"{new}[{warp} * 32 + {lane}] = {_code(src, total)};"))
+        subs.append(Edit(ifs.start_byte, ifs.end_byte, f"{new}[{warp} * 32 + {lane}] = {_code(src, total)};"))
         for u in uses:
             if body.start_byte <= u.start_byte < body.end_byte:
                 continue
@@ -224,7 +224,7 @@ class BlockScanToThreadTotals(Operator):
         stmts = _stmts(body)
         if not same(stmts[0], decl):
             return None
-        subs = [(outer.start_byte, outer.end_byte, f"{new}[ks_u]")]
+        subs = [Edit(outer.start_byte, outer.end_byte, f"{new}[ks_u]")]
         for s in stmts[1:]:
             c = _code(src, s)
             am = re.fullmatch(r"(\w+)\s*\+=\s*(.+);", c)
@@ -238,10 +238,10 @@ class BlockScanToThreadTotals(Operator):
                 return None
             for n in walk(s):
                 if n.type == "identifier" and text(n) == w:
-                    subs.append((n.start_byte, n.end_byte, "(ks_u / 32)"))
+                    subs.append(Edit(n.start_byte, n.end_byte, "(ks_u / 32)"))
         header = loop.child_by_field_name("body").start_byte
         size = f"({n_text}) * 32" if not re.fullmatch(r"\w+", n_text) else f"{n_text} * 32"
-        subs.append((loop.start_byte, header, f"for (int ks_u = 0; ks_u < {size}; ++ks_u) "))
+        subs.append(Edit(loop.start_byte, header, f"for (int ks_u = 0; ks_u < {size}; ++ks_u) "))
         return subs
 
 

@@ -120,13 +120,13 @@ def forward(source: str, ctx=None) -> list:
             if is_store and parent.parent is not None and parent.parent.type == "expression_statement" and uses == 1:
                 stores.append((parent, sub))
             elif not is_store and uses == 1 and not (parent is not None and parent.type == "pointer_expression"):
-                loads.append((sub.start_byte, sub.end_byte, f"__ldcs(&{lv})"))
+                loads.append(Edit(sub.start_byte, sub.end_byte, f"__ldcs(&{lv})"))
         edits = [e for e in loads if not any(a.start_byte <= e[0] < a.end_byte for a, _ in stores)]
         for asg, sub in stores:
             v = asg.child_by_field_name("right")
             inner = [e for e in loads if v.start_byte <= e[0] and e[1] <= v.end_byte]
             value = splice_range(src, v.start_byte, v.end_byte, inner)
-            edits.append((asg.start_byte, asg.end_byte,
+            edits.append(Edit(asg.start_byte, asg.end_byte,
                           f"__stcs(&{raw_text(src, sub.start_byte, sub.end_byte)}, {value})"))
         if not edits:
             continue

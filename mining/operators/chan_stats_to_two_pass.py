@@ -208,7 +208,7 @@ class ChanStatsToTwoPass(Operator):
                                   q.type == "update_expression" or (q.type == "pointer_expression" and text(q).startswith("&"))):
                 return None
             new = {fn_: "ks_n", fmean: "ks_mean", fm2: "ks_sq"}[text(p.child_by_field_name("field"))]
-            after_subs.append((p.start_byte, p.end_byte, new))
+            after_subs.append(Edit(p.start_byte, p.end_byte, new))
         # names must be free
         ftext = text(fn)
         if re.search(r"\bks_(n|mean|sq)\b", ftext):
@@ -228,7 +228,7 @@ class ChanStatsToTwoPass(Operator):
         out += "\n" + "\n".join(ind + ln for ln in [
             f"{{ {slots[fm2]}[{idx}] = ks_sq; }}", "__syncthreads();", f"ks_sq = {slots[fm2]}[0];",
             f"for (int {w} = 1; {w} < {lim}; ++{w}) ks_sq += {slots[fm2]}[{w}];"])
-        subs = [(decl.start_byte, end.end_byte, out)] + after_subs
+        subs = [Edit(decl.start_byte, end.end_byte, out)] + after_subs
         # the merge function and the device functions that call it go, when nothing else calls them
         dead = {mname} | {g.name for g in src.funcs if not g.is_kernel and g.name != mname and
                           src.func_node(g) is not None and re.search(r"\b%s\s*\(" % re.escape(mname), text(src.func_node(g)))}
@@ -246,7 +246,7 @@ class ChanStatsToTwoPass(Operator):
                     a = prev
                 else:
                     break
-            subs.append((a, b, ""))
+            subs.append(Edit(a, b, ""))
         subs.sort()
         for (a1, b1, _), (a2, b2, _) in zip(subs, subs[1:]):
             if a2 < b1:

@@ -125,7 +125,7 @@ class DoubleToSingleBuffer(Operator):
         var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         if var is None:
             return None
-        subs: list[tuple[int, int, str]] = [(ident.end_byte, d.end_byte, "")]
+        subs: list[Edit] = [Edit(ident.end_byte, d.end_byte, "")]
         for n in walk(fn):
             if n.type != "identifier" or text(n) != name or contains(decl, n) or \
                     idx.visible(name, n.start_byte) is not var:
@@ -137,7 +137,7 @@ class DoubleToSingleBuffer(Operator):
             if ind is None or any(c.type in ("assignment_expression", "update_expression", "call_expression")
                                   for c in walk(ind)):
                 return None
-            subs.append((n.end_byte, p.end_byte, ""))
+            subs.append(Edit(n.end_byte, p.end_byte, ""))
         # barriers: loops whose body reads, then writes, then synchronizes
         lam_writes, lam_touches = _writers(src, fn, name)
         pat = re.compile(rb"\b%s\b" % re.escape(name.encode()))
@@ -176,7 +176,7 @@ class DoubleToSingleBuffer(Operator):
             if src.code[a:s.start_byte].strip():
                 return None
             ind = line_indent(src, s.start_byte)
-            subs.append((a, a, f"{ind}__syncthreads();  // one stage: every thread has finished reading it\n"))
+            subs.append(Edit(a, a, f"{ind}__syncthreads();  // one stage: every thread has finished reading it\n"))
         subs.sort()
         for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
             if s2 < e1:

@@ -84,7 +84,7 @@ class Renderer:
             return None
         base = node.start_byte
         code = self.src.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
-        subs: list[tuple[int, int, str]] = []
+        subs: list[Edit] = []
         # whole-summand occurrences of compound fill indices
         toks = tokens(code)
         for unit, image in self.units:
@@ -97,7 +97,7 @@ class Renderer:
                 if prev in _OK_PREV and nxt in _OK_NEXT:
                     s, e = toks[i][1], toks[i + n - 1][2]
                     if not any(s < e2 and s2 < e for s2, e2, _ in subs):
-                        subs.append((s, e, _paren(image)))
+                        subs.append(Edit(s, e, _paren(image)))
         covered = [(s, e) for s, e, _ in subs]
         # every other token: identifiers are followed to their declarations (token-wise: robust
         # against tree-sitter reading `a < B && c > d` as a template argument list)
@@ -108,7 +108,7 @@ class Renderer:
                 continue
             if t.startswith("threadIdx."):
                 if t in self.terms:
-                    subs.append((ts, te, _paren(self.terms[t])))
+                    subs.append(Edit(ts, te, _paren(self.terms[t])))
                 elif self.writer_specific(t, None):
                     self.fail = f"{t} reaches the value outside the fill indices"
                     return None
@@ -119,7 +119,7 @@ class Renderer:
             if r is None:
                 return None
             if r != t:
-                subs.append((ts, te, r))
+                subs.append(Edit(ts, te, r))
         out = []
         pos = 0
         for s, e, t in sorted(subs):
@@ -269,7 +269,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
         return None
 
     # guards between the fill and the reads' common ancestor
-    subs: list[tuple[int, int, str]] = []
+    subs: list[Edit] = []
     fill_loops = loops_around(fill_stmt)
     for outer, rindices in reads:
         if outer.start_byte < fill_stmt.end_byte:
@@ -309,7 +309,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
         if guards and "?" in body and not (body.startswith("(") and body.endswith(")") and _balanced(body[1:-1])):
             body = "(" + body + ")"
         rep = body if not guards else f"{' && '.join(_paren_guard(g) for g in guards)} ? {body} : 0"
-        subs.append((outer.start_byte, outer.end_byte, "(" + rep + ")" if not _atomic_text(rep) else rep))
+        subs.append(Edit(outer.start_byte, outer.end_byte, "(" + rep + ")" if not _atomic_text(rep) else rep))
 
     # the fill region to delete: the largest pure statement around the fill without reads
     region = fill_stmt
@@ -332,9 +332,9 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
         start = pragma
     start, end = src.line_span(start, end)
     if region.parent is not None and region.parent.type != "compound_statement":
-        subs.append((region.start_byte, region.end_byte, ";"))
+        subs.append(Edit(region.start_byte, region.end_byte, ";"))
     else:
-        subs.append((start, end, ""))
+        subs.append(Edit(start, end, ""))
     # the declaration, when it declares nothing else
     lo = min(s for s, _, _ in subs)
     hi = max(e for _, e, _ in subs)
@@ -343,7 +343,7 @@ def forward_fill(src: Source, fn: Node, decl: Node, name: str, ndims: int, priva
     if len(declarators) == 1:
         ds, de = src.line_span(decl.start_byte, decl.end_byte)
         if de <= lo or ds >= hi:
-            subs.append((ds, de, ""))
+            subs.append(Edit(ds, de, ""))
     subs.sort()
     for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
         if s2 < e1:

@@ -74,7 +74,7 @@ def _idents(node: Node) -> set[str]:
 
 
 def _subst(src: Source, node: Node, names: dict[str, str]) -> str:
-    subs = [(n.start_byte, n.end_byte, names[text(n)]) for n in walk(node)
+    subs = [Edit(n.start_byte, n.end_byte, names[text(n)]) for n in walk(node)
             if n.type == "identifier" and text(n) in names]
     return " ".join(splice_range(src, node.start_byte, node.end_byte, subs).split())
 
@@ -196,8 +196,8 @@ class LookbackToChained(Operator):
         b = src.raw.find(b"\n", d.end_byte)
         if src.code[a:d.start_byte].strip() or src.code[d.end_byte:b].strip():
             return None
-        return Edit(a, loop.end_byte, splice_range(src, a, loop.end_byte, [(a, b + 1, ""),
-                                                                           (loop.start_byte, loop.end_byte, rep)]))
+        return Edit(a, loop.end_byte, splice_range(src, a, loop.end_byte, [Edit(a, b + 1, ""),
+                                                                           Edit(loop.start_byte, loop.end_byte, rep)]))
 
 
 def _is_lane(src: Source, idx: FunctionIndex, name: str, at: int) -> bool:

@@ -392,7 +392,7 @@ class OnlineSoftmaxToTwoPass(Operator):
             return None
         lines += p1 + ([ind + "__syncthreads();"] if barrier else []) + p2
         rep = "\n".join(lines).lstrip()
-        subs = [(region[0].start_byte, region[-1].end_byte, rep)]
+        subs = [Edit(region[0].start_byte, region[-1].end_byte, rep)]
         # the merge functions nothing else calls any more
         for name, mfn in merges.items():
             calls = [n for n in walk(src.tree.root_node) if n.type == "call_expression" and
@@ -406,7 +406,7 @@ class OnlineSoftmaxToTwoPass(Operator):
                         a = prev
                     else:
                         break
-                subs.append((a, b, ""))
+                subs.append(Edit(a, b, ""))
         subs.sort()
         for (a1, b1, _), (a2, b2, _) in zip(subs, subs[1:]):
             if a2 < b1:

@@ -204,14 +204,14 @@ class PrivatizedToGlobalAtomics(Operator):
         if gv is None or gv.shape != "pointer" or gv.assigned or any(idx.visible(target, u.start_byte) is not gv
                                                                      for u in redirect):
             return None
-        subs = [(u.start_byte, u.end_byte, target) for u in redirect]
+        subs = [Edit(u.start_byte, u.end_byte, target) for u in redirect]
         for loop in (clear, merge):
             s, e = loop.start_byte, loop.end_byte
             pr = pragma_before(src, s)
             s = pr if pr is not None else s
             subs.append(src.line_span(s, e) + ("",))
         ds, de = src.line_span(decl.start_byte, decl.end_byte)
-        subs.append((ds, de, ""))
+        subs.append(Edit(ds, de, ""))
         subs.sort()
         for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
             if s2 < e1:

@@ -171,12 +171,12 @@ def _rewrite_kernel(src: Source, body: Node, helpers: dict[str, bool]) -> Option
         if not exchange:
             continue
         target = " ".join(text(args[0]).split())
-        subs = [(run[0].start_byte, st.end_byte, f"atomicAdd({target}, {v});")]
+        subs = [Edit(run[0].start_byte, st.end_byte, f"atomicAdd({target}, {v});")]
         for a in sorted(arrays):
             d = shared[a]
             if len([c for c in d.named_children if c.type in ("array_declarator", "identifier", "init_declarator")]) == 1 \
                     and d.end_byte <= run[0].start_byte:
-                subs.append((d.start_byte, d.end_byte, ""))
+                subs.append(Edit(d.start_byte, d.end_byte, ""))
         for name in sorted(locs):
             d = thread_locals[name]
             uses = [n for n in walk(body) if n.type == "identifier" and text(n) == name and
@@ -184,7 +184,7 @@ def _rewrite_kernel(src: Source, body: Node, helpers: dict[str, bool]) -> Option
             if d.end_byte <= run[0].start_byte and all(run[0].start_byte <= n.start_byte < st.end_byte for n in uses) \
                     and all(_idents(d) & {name} for _ in [0]) and \
                     len([c for c in d.named_children if c.type == "init_declarator"]) == 1:
-                subs.append((d.start_byte, d.end_byte, ""))
+                subs.append(Edit(d.start_byte, d.end_byte, ""))
         subs.sort()
         if any(b[0] < a[1] for a, b in zip(subs, subs[1:])):
             continue

@@ -359,12 +359,12 @@ class RegisterArrayToRecompute(Operator):
         # edits
         subs = []
         ds, de = src.line_span(decl.start_byte, decl.end_byte)
-        subs.append((ds, de, ""))
+        subs.append(Edit(ds, de, ""))
         for i, L in enumerate(loops):
             if i == 0 and self._only_slice(L.body, slicers[0]):
                 s0 = pragma_before(src, L.node.start_byte) or L.node.start_byte
                 a, b = src.line_span(s0, L.node.end_byte)
-                subs.append((a, b, ""))
+                subs.append(Edit(a, b, ""))
                 continue
             ind = body_indent(src, L.body) if L.body.type == "compound_statement" else \
                 line_indent(src, L.node.start_byte) + "    "
@@ -377,7 +377,7 @@ class RegisterArrayToRecompute(Operator):
                     head.append(ind + "{")
                     head += slicers[p].render(slices[p], ind + "    ", rename)
                     head.append(ind + "}")
-            inner = [(n.start_byte, n.end_byte, local) for n in element_nodes if contains(L.body, n)]
+            inner = [Edit(n.start_byte, n.end_byte, local) for n in element_nodes if contains(L.body, n)]
             if L.body.type == "compound_statement":
                 pos = after_open_brace(src, L.body)
                 body_text = splice_range(src, L.body.start_byte, L.body.end_byte,
@@ -385,7 +385,7 @@ class RegisterArrayToRecompute(Operator):
             else:
                 old = splice_range(src, L.body.start_byte, L.body.end_byte, inner)
                 body_text = "{\n" + "\n".join(head) + "\n" + ind + old + "\n" + line_indent(src, L.node.start_byte) + "}"
-            subs.append((L.body.start_byte, L.body.end_byte, body_text))
+            subs.append(Edit(L.body.start_byte, L.body.end_byte, body_text))
         subs.sort()
         for (a1, b1, _), (a2, b2, _) in zip(subs, subs[1:]):
             if a2 < b1:

@@ -105,9 +105,9 @@ class RegisterCacheToReload(Operator):
             body = r.render(value)
             if body is None:
                 return None
-            subs.append((u.start_byte, u.end_byte, "(" + body + ")"))
+            subs.append(Edit(u.start_byte, u.end_byte, "(" + body + ")"))
         ds, de = src.line_span(decl.start_byte, decl.end_byte)
-        subs.append((ds, de, ""))
+        subs.append(Edit(ds, de, ""))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))

@@ -250,7 +250,7 @@ class RegisterTileToDot(RegisterTileOperator):
         subs = []
         for u in tile_uses:
             sub, _ = subscript_chain(u)
-            subs.append((sub.start_byte, sub.end_byte, acc))
+            subs.append(Edit(sub.start_byte, sub.end_byte, acc))
         new_body = splice_range(src, nbody.start_byte, nbody.end_byte, subs)
         shift = len(line_indent(src, nbody.start_byte)) - len(line_indent(src, outer.start_byte))
         if shift > 0:  # two loop levels are gone: their body moves left

@@ -12,6 +12,7 @@ from typing import Iterable, Optional
 
 from tree_sitter import Node
 
+from corpora.code.edit import Edit
 from corpora.code.source import Source
 from corpora.code.parse import functions, parse_cuda, text, walk
 
@@ -48,7 +49,7 @@ def pragma_before(src: Source, start: int) -> Optional[int]:
     return None
 
 
-def splice_range(src: Source, start: int, end: int, subs: Iterable[tuple[int, int, str]]) -> str:
+def splice_range(src: Source, start: int, end: int, subs: Iterable[Edit]) -> str:
     """The raw text of [start, end) with non-overlapping sub-edits (start, end, text) applied."""
     out, pos = [], start
     for s, e, t in sorted(subs, key=lambda x: (x[0], x[1])):

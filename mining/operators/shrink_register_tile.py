@@ -163,13 +163,13 @@ class ShrinkRegisterTile(RegisterTileOperator):
 
         passes = 2 if tm % 2 == 0 else tm
         h = tm // passes
-        subs: list[tuple[int, int, str]] = []
+        subs: list[Edit] = []
         # declaration extent (the row dimension is dropped at 1)
         if h == 1:
             inner = d.child_by_field_name("declarator")
-            subs.append((inner.end_byte, d.end_byte, ""))  # acc[TM][TN] -> acc[TN]
+            subs.append(Edit(inner.end_byte, d.end_byte, ""))  # acc[TM][TN] -> acc[TN]
         else:
-            subs.append((row_size.start_byte, row_size.end_byte, str(h)))
+            subs.append(Edit(row_size.start_byte, row_size.end_byte, str(h)))
 
         def scale(k: int) -> str:
             return pvar if k == 1 else f"{pvar} * {k}"
@@ -180,22 +180,22 @@ class ShrinkRegisterTile(RegisterTileOperator):
             t = text(init)
             m = re.match(r"(\s*(?:const\s+)?\w+\s+%s\s*=\s*)" % re.escape(iv), t)
             semi = ";" if t.rstrip().endswith(";") else ""
-            subs.append((init.start_byte, init.end_byte, f"{m.group(1)}{scale(h)}{semi}"))
-            subs.append((cond.start_byte, cond.end_byte, f"{iv} < {scale(h)} + {h}"))
+            subs.append(Edit(init.start_byte, init.end_byte, f"{m.group(1)}{scale(h)}{semi}"))
+            subs.append(Edit(cond.start_byte, cond.end_byte, f"{iv} < {scale(h)} + {h}"))
         for i0, iv in rows:
             ind = i0.parent  # subscript_argument_list
             if h == 1:
                 sub = ind.parent  # acc[i]
                 arg = sub.child_by_field_name("argument")
-                subs.append((arg.end_byte, sub.end_byte, ""))
+                subs.append(Edit(arg.end_byte, sub.end_byte, ""))
             else:
-                subs.append((i0.start_byte, i0.end_byte, f"{iv} - {scale(h)}"))
+                subs.append(Edit(i0.start_byte, i0.end_byte, f"{iv} - {scale(h)}"))
         if wrapped:
             cond = wrapper.child_by_field_name("condition")
             old = re.fullmatch(r"\s*%s\s*<\s*(\d+)\s*" % re.escape(pvar), text(cond))
             if old is None:
                 return None
-            subs.append((cond.start_byte, cond.end_byte, f"{pvar} < {int(old.group(1)) * passes}"))
+            subs.append(Edit(cond.start_byte, cond.end_byte, f"{pvar} < {int(old.group(1)) * passes}"))
             lo = min(wrapper.start_byte, min(s for s, _, _ in subs))
             hi = max(wrapper.end_byte, max(e for _, e, _ in subs))
             subs = _dedupe(subs)

@@ -68,7 +68,7 @@ def _tile_width(src: Source, obj: Node) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def equivalent_forms(src: Source) -> Iterator[tuple[int, int, str]]:
+def equivalent_forms(src: Source) -> Iterator[Edit]:
     """(start, end, intrinsic text) for every non-intrinsic shuffle site of the file."""
     macros = shuffle_macros(src)
     for call in src.nodes("call_expression"):

@@ -308,7 +308,7 @@ def rewrite_shuffle(src: Source, call: Node) -> Optional[Edit]:
     m = ctext(src, mask) if mask is not None else FULL_MASK
     src_slot = source_index(kind, ctext(src, off), ctext(src, width) if width is not None else None,
                             _small_offset(src, call, off))
-    new_stmt = splice_range(src, stmt.start_byte, stmt.end_byte, [(call.start_byte, call.end_byte,
+    new_stmt = splice_range(src, stmt.start_byte, stmt.end_byte, [Edit(call.start_byte, call.end_byte,
                                                                     f"{buf}[{src_slot}]")])
     value = src.raw[val.start_byte:val.end_byte].decode("utf-8", "replace")
     parts = [f"{buf}[{TID}] = {value};", f"__syncwarp({m});", new_stmt, f"__syncwarp({m});"]
@@ -332,7 +332,7 @@ def rewrite_shuffle(src: Source, call: Node) -> Optional[Edit]:
     ind = body_indent(src, body)
     head = "".join("\n" + ind + d for d in need)
     start = after_open_brace(src, body)
-    return Edit(start, stmt.end_byte, head + splice_range(src, start, stmt.end_byte, [(stmt.start_byte, stmt.end_byte,
+    return Edit(start, stmt.end_byte, head + splice_range(src, start, stmt.end_byte, [Edit(stmt.start_byte, stmt.end_byte,
                                                                                         rep)]))
 
 

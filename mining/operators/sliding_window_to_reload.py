@@ -151,9 +151,9 @@ class SlidingWindowToReload(Operator):
         for j, w in enumerate(window[:-1]):
             row = f"{base} + {k}" + (f" + {j}" if j else "")
             loads.append(splice_range(src, stmts[0].start_byte, stmts[0].end_byte,
-                                      [(row_node.start_byte, row_node.end_byte, row),
-                                       (dst_node.start_byte, dst_node.end_byte, w)]))
-        subs = [(stmts[0].start_byte, stmts[0].start_byte, "".join(ld + "\n" + ind for ld in loads))]
+                                      [Edit(row_node.start_byte, row_node.end_byte, row),
+                                       Edit(dst_node.start_byte, dst_node.end_byte, w)]))
+        subs = [Edit(stmts[0].start_byte, stmts[0].start_byte, "".join(ld + "\n" + ind for ld in loads))]
         pr = pragma_before(src, last.start_byte)
         subs.append(src.line_span(pr if pr is not None else last.start_byte, last.end_byte) + ("",))
         for s in pre:

@@ -99,7 +99,7 @@ class SwapThreadAxes(Operator):
             if n.type == "field_expression":
                 m = _AXIS.match(" ".join(text(n).split()).replace(" ", ""))
                 if m:
-                    subs.append((n.start_byte, n.end_byte, f"{m.group(1)}.{'y' if m.group(2) == 'x' else 'x'}"))
+                    subs.append(Edit(n.start_byte, n.end_byte, f"{m.group(1)}.{'y' if m.group(2) == 'x' else 'x'}"))
         launches = [c for c in src.nodes("call_expression") if _callee(c) == f.name and
                     any(k.type == "kernel_call_syntax" for k in c.children)]
         if not launches or not subs:
@@ -129,8 +129,8 @@ class SwapThreadAxes(Operator):
                 shapes[(dims[0].start_byte, dims[1].end_byte)] = dims
         for dims in shapes.values():
             a, b = dims[0], dims[1]
-            subs.append((a.start_byte, a.end_byte, src.raw[b.start_byte:b.end_byte].decode("utf-8", "replace")))
-            subs.append((b.start_byte, b.end_byte, src.raw[a.start_byte:a.end_byte].decode("utf-8", "replace")))
+            subs.append(Edit(a.start_byte, a.end_byte, src.raw[b.start_byte:b.end_byte].decode("utf-8", "replace")))
+            subs.append(Edit(b.start_byte, b.end_byte, src.raw[a.start_byte:a.end_byte].decode("utf-8", "replace")))
         subs.sort()
         if any(y[0] < x[1] for x, y in zip(subs, subs[1:])):
             return None

@@ -355,11 +355,11 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
             if guard_parts:
                 cond = " && ".join(f"({to_c(a, rn)}) {op} ({to_c(b, rn)})" for a, op, b in guard_parts)
                 value_text = f"({cond}) ? {value_text} : 0"
-            subs.append((r.start_byte, r.end_byte, "(" + value_text + ")"))
+            subs.append(Edit(r.start_byte, r.end_byte, "(" + value_text + ")"))
         except NotAlgebra:
             return None
-    subs.append((fill_top.start_byte, fill_top.end_byte, ""))
-    subs.append((decl.start_byte, decl.end_byte, ""))
+    subs.append(Edit(fill_top.start_byte, fill_top.end_byte, ""))
+    subs.append(Edit(decl.start_byte, decl.end_byte, ""))
     subs.sort()
     if any(b[0] < a[1] for a, b in zip(subs, subs[1:])):
         return None

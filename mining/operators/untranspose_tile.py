@@ -87,11 +87,11 @@ class UntransposeTile(Operator):
         if var is None:
             return None
         nd = len(dims)
-        subs: list[tuple[int, int, str]] = []
+        subs: list[Edit] = []
         # the declaration: swap the last two extents
         a, b = dims[-2], dims[-1]
-        subs.append((a.start_byte, a.end_byte, _code(src, b)))
-        subs.append((b.start_byte, b.end_byte, _code(src, a)))
+        subs.append(Edit(a.start_byte, a.end_byte, _code(src, b)))
+        subs.append(Edit(b.start_byte, b.end_byte, _code(src, a)))
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
                 not (var.declarator.start_byte <= n.start_byte < var.declarator.end_byte) and
                 idx.visible(name, n.start_byte) is var]
@@ -125,18 +125,18 @@ class UntransposeTile(Operator):
                         return None
                     val = _code(src, asg.child_by_field_name("right"))
                     parts = " ".join(f"{e} = ks_v.{'xyzw'[q]};" for q, e in enumerate(elems))
-                    subs.append((stmt.start_byte, stmt.end_byte, f"{{ const {vec} ks_v = ({val}); {parts} }}"))
+                    subs.append(Edit(stmt.start_byte, stmt.end_byte, f"{{ const {vec} ks_v = ({val}); {parts} }}"))
                 else:
                     dp = deref.parent
                     if dp is not None and dp.type in ("update_expression", "pointer_expression"):
                         return None
-                    subs.append((deref.start_byte, deref.end_byte, f"make_{vec}({', '.join(elems)})"))
+                    subs.append(Edit(deref.start_byte, deref.end_byte, f"make_{vec}({', '.join(elems)})"))
                 continue
             if p is not None and p.type in ("pointer_expression", "call_expression", "argument_list"):
                 return None  # an element's address taken, or the element passed by reference
             i1, i2 = indices[-2], indices[-1]
-            subs.append((i1.start_byte, i1.end_byte, c))
-            subs.append((i2.start_byte, i2.end_byte, r))
+            subs.append(Edit(i1.start_byte, i1.end_byte, c))
+            subs.append(Edit(i2.start_byte, i2.end_byte, r))
         subs.sort()
         for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
             if s2 < e1:

@@ -83,7 +83,7 @@ def test_interrupted_or_killed_mine_leaves_no_process(tmp_path, sig):
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
         else:
             proc.kill()  # only the mine process: its workers and sandboxes must follow
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=240)  # generous: the suite may run at load 9 on 2 cores
     finally:
         if proc.poll() is None:
             proc.kill()
