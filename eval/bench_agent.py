@@ -23,6 +23,8 @@ The command template is run with ``bash -c`` in the work folder under the time b
  Afterwards optimized.cu is gated against the *full* problem (visible and hidden
 workloads, all seeds) and, on a GPU, timed by the gate's profile stage next to the naive kernel,
 the expert and `skills optimize` (deterministic, from naive.cu, with the same store). Tokens and cost
+An agent that exits non-zero (not on the budget's timeout) is an ``agent_error``: its
+optimized.cu is still the naive copy, which would otherwise count as a pass. Tokens and cost
 are read from what the agent prints (Claude Code ``--output-format json`` result objects, Codex
 ``exec --json`` turn.completed events, or an ``agent_report.json`` it writes); wall time is measured.
 Nothing here says the tools help: the JSON holds the measurements of each arm, nothing more.
@@ -308,11 +310,17 @@ def bench(template: str, cases: list[dict[str, Any]], arms: list[str], budget_s:
             wd.mkdir()
             log(f"{case['name']}: agent, arm {arm}, budget {budget_s:g}s")
             a = run_agent(template, case, arm, wd, budget_s, store, skills_dir)
-            res = judge(full, full / "optimized.cu", executor, gate_store, source=_read(a["kernel"]))
+            # optimized.cu starts as naive.cu: an agent that never ran would "pass" with it, so a
+            # non-zero exit (not a timeout, which leaves the agent's last kernel) is an agent error
+            if a["rc"] != 0 and not a["timed_out"]:
+                res = {"verdict": "agent_error", "reason": f"the agent exited {a['rc']}: {a['stderr_tail'][-200:]}"}
+            else:
+                res = judge(full, full / "optimized.cu", executor, gate_store, source=_read(a["kernel"]))
             t = primary_ms(res) if res["verdict"] == "pass" else None
             runs[arm] = {**{k: v for k, v in a.items() if k != "kernel"}, **res,
-                         "hidden_failure": res["verdict"] != "pass" and _visible_pass(a["kernel"], wd / "problem",
-                                                                                     executor, gate_store),
+                         "unchanged": _read(a["kernel"]) == _read(full / "naive.cu"),
+                         "hidden_failure": res["verdict"] not in ("pass", "agent_error") and _visible_pass(a["kernel"], wd / "problem",
+                                                                                    executor, gate_store),
                          "speedup_vs_naive": _ratio(t_naive, t), "fraction_of_expert": _ratio(t_expert, t)}
             log(f"{case['name']}: {arm}: {res['verdict']} {res['reason'][:120]}")
         problems.append({"name": case["name"], "expect": case["expect"], "reason": case["reason"],
@@ -320,6 +328,7 @@ def bench(template: str, cases: list[dict[str, Any]], arms: list[str], budget_s:
                          "naive": naive, "expert": expert, "skills_optimize": opt_res, "runs": runs})
     summary = {arm: {"passed": sum(p["runs"][arm]["verdict"] == "pass" for p in problems),
                      "hidden_failures": sum(bool(p["runs"][arm]["hidden_failure"]) for p in problems),
+                     "agent_errors": sum(p["runs"][arm]["verdict"] == "agent_error" for p in problems),
                      "geomean_fraction_of_expert": geomean([p["runs"][arm]["fraction_of_expert"] for p in problems]),
                      "wall_s": round(sum(p["runs"][arm]["wall_s"] for p in problems), 1),
                      "output_tokens": sum(int(p["runs"][arm]["usage"].get("output_tokens") or 0) for p in problems)}

@@ -91,3 +91,18 @@ def test_ab_run_with_the_scripted_agent(tmp_path, capsys):
     assert res["timing"].startswith("none") and p["runs"]["gate"]["speedup_vs_naive"] is None
     kept = (tmp_path / "work").glob("ks-bench-agent-*/scale4-gate/problem/optimized.cu")
     assert "__restrict__" in next(kept).read_text()  # the safe edit was kept, the unguarded one reverted
+
+
+def test_an_agent_that_never_ran_is_an_error_not_a_pass(tmp_path):
+    """optimized.cu starts as naive.cu, which passes: an agent exiting non-zero must not count as passed."""
+    from eval.bench_agent import main
+
+    out = tmp_path / "res.json"
+    rc = main(["--agent", "{python} -c 'import sys; sys.exit(3)'", "--arms", "bare", "--only", "scale4",
+               "--executor", "cpu", "--budget-s", "60", "--keep", str(tmp_path / "work"), "--out", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    bare = res["problems"][0]["runs"]["bare"]
+    assert bare["verdict"] == "agent_error" and "exited 3" in bare["reason"] and bare["unchanged"] is True
+    assert bare["hidden_failure"] is False
+    assert res["summary"]["bare"]["passed"] == 0 and res["summary"]["bare"]["agent_errors"] == 1
