@@ -22,7 +22,7 @@ The command template is run with ``bash -c`` in the work folder under the time b
     --agent 'codex exec --json --full-auto -C {workdir} {codex_mcp} "$(cat {prompt_file})"'
  Afterwards optimized.cu is gated against the *full* problem (visible and hidden
 workloads, all seeds) and, on a GPU, timed by the gate's profile stage next to the naive kernel,
-the expert and `skills optimize` (deterministic, from naive.cu, with the same store). Tokens and cost
+the expert and `skills optimize` (deterministic, from naive.cu, with the same store).
 An agent that exits non-zero (not on the budget's timeout) is an ``agent_error``: its
 optimized.cu is still the naive copy, which would otherwise count as a pass. Tokens and cost
 are read from what the agent prints (Claude Code ``--output-format json`` result objects, Codex
