@@ -3,7 +3,8 @@
 `compare(old, new, time_rtol)` walks both objects and returns one row per headline figure: a
 number or boolean at the same key path (nested dicts joined with "."). Left out: the stamp and
 machine description (they say where a run happened, not what it found), load averages, strings,
-and lists (per-row records and the timings of individual runs; their summaries are dicts).
+and the items of lists (per-row records, the timings of individual runs: their summaries are
+dicts); a list's length is a figure (``key[#]``: a workload or case more or fewer is a difference).
 
 A figure under a key that names a time (``*_s``, ``*_ms``, ``seconds``, ``wall``, ``latency``,
 ``ratio``, ``speedup``, ``*5s``-style targets, a cold / cached / warm measurement) is a timing: it is ``within noise`` when
@@ -47,7 +48,7 @@ def is_timing(path: str) -> bool:
 
 
 def figures(obj: Any, prefix: str = "", rows: Optional[str] = None) -> Iterator[tuple[str, Any]]:
-    """(key path, value) for every number and boolean in nested dicts, skipping stamps and lists;
+    """(key path, value) for every number and boolean in nested dicts and every list's length;
     with ``rows``, a list of dicts that all carry that key is walked as ``key[id]`` rows."""
     if not isinstance(obj, dict):
         return
@@ -56,9 +57,12 @@ def figures(obj: Any, prefix: str = "", rows: Optional[str] = None) -> Iterator[
         if key in SKIP_KEYS or SKIP_KEY_RE.search(key):
             continue
         path = f"{prefix}.{key}" if prefix else key
-        if rows and isinstance(value, list) and value and all(isinstance(r, dict) and rows in r for r in value):
+        keys = rows.split(",") if rows else []
+        if keys and isinstance(value, list) and value and all(isinstance(r, dict) and set(keys) <= set(r) for r in value):
             for row in value:
-                yield from figures(row, f"{path}[{row[rows]}]", rows)
+                yield from figures(row, f"{path}[{'/'.join(str(row[k]) for k in keys)}]", rows)
+        elif isinstance(value, list):  # its length is a figure (a case, workload or row more or less)
+            yield f"{path}[#]", len(value)
         elif isinstance(value, dict):
             yield from figures(value, path, rows)
         elif isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
@@ -134,7 +138,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("new", type=Path, help="the re-run")
     ap.add_argument("--json", action="store_true", help="rows as JSON instead of a table")
     ap.add_argument("--time-rtol", type=float, default=0.25, help="relative tolerance for timings (0.25)")
-    ap.add_argument("--rows", metavar="KEY", help="also compare per-row lists, rows matched by this key (e.g. problem)")
+    ap.add_argument("--rows", metavar="KEY", help="also compare per-row lists, rows matched by this key (e.g. problem; problem,kernel)")
     args = ap.parse_args(argv)
     try:
         old, new = load(args.old), load(args.new)

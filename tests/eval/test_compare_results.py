@@ -49,7 +49,7 @@ def test_a_rerun_with_other_stamp_load_and_timings_within_tolerance_reproduces()
     rows = rows_by_figure(OLD, new)
     assert not failed(list(rows.values()))
     assert "commit" not in rows and "machine.cores" not in rows and "load_at_start" not in rows
-    assert not any(f.startswith("entries") for f in rows) and "backend" not in rows
+    assert [f for f in rows if f.startswith("entries")] == ["entries[#]"] and "backend" not in rows
     assert rows["wall_s"]["verdict"] == "within noise" and rows["wall_s"]["delta"] > 56
     assert rows["cold_reads.help.wall_s.p50"]["verdict"] == "within noise"
     assert rows["planted"]["verdict"] == rows["by_class.lost_update.rejected"]["verdict"] == "equal"
@@ -65,7 +65,7 @@ def test_real_differences_are_caught():
     for edit, figure in [({"rejected": 56}, "rejected"), ({"false_rejects": 1}, "false_rejects"),
                          ({"by_class__lost_update__rejected": 3}, "by_class.lost_update.rejected"),
                          ({"targets__all_rejected": False}, "targets.all_rejected"),
-                         ({"recall@1": 0.4}, "recall@1")]:
+                         ({"recall@1": 0.4}, "recall@1"), ({"entries": []}, "entries[#]")]:
         rows = rows_by_figure(OLD, changed(**edit))
         assert rows[figure]["verdict"] == "differs", edit
         assert [r["figure"] for r in failed(list(rows.values()))] == [figure], edit
@@ -130,3 +130,13 @@ def test_rows_are_matched_by_key_and_a_subset_rerun_marks_the_rest_not_rerun():
     assert rows["problems[sgemm].recall"]["verdict"] == "not re-run"
     assert rows["problems[softmax].wall_s"]["verdict"] == "within noise"
     assert [r["figure"] for r in failed(list(rows.values()))] == ["problems[softmax].recall", "summary.recall"]
+
+
+def test_rows_matched_by_two_keys():
+    old = {"entries": [{"problem": "a", "kernel": "correct.cu", "ok": True},
+                       {"problem": "b", "kernel": "correct.cu", "ok": True}]}
+    new = {"entries": [{"problem": "a", "kernel": "correct.cu", "ok": True},
+                       {"problem": "b", "kernel": "correct.cu", "ok": False}]}
+    rows = rows_by_figure(old, new, rows_key="problem,kernel")
+    assert rows["entries[a/correct.cu].ok"]["verdict"] == "equal"
+    assert [r["figure"] for r in failed(list(rows.values()))] == ["entries[b/correct.cu].ok"]
