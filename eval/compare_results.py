@@ -7,7 +7,7 @@ and the items of lists (per-row records, the timings of individual runs: their s
 dicts); a list's length is a figure (``key[#]``: a workload or case more or fewer is a difference).
 
 A figure under a key that names a time (``*_s``, ``*_ms``, ``seconds``, ``wall``, ``latency``,
-``ratio``, ``speedup``, ``*5s``-style targets, a cold / cached / warm measurement) is a timing: it is ``within noise`` when
+``ratio``, ``speedup``, ``*5s``-style targets; for a boolean also ``cold`` / ``cached`` / ``warm``) is a timing: it is ``within noise`` when
 ``|new - old| <= time_rtol * |old|``, and a timing that differs more never fails the comparison
 (wall times on a shared 2-core VM move with the load). Any other figure is ``equal`` or
 ``differs``; a figure present on one side only differs (old only) or is ``added`` (new only).
@@ -34,15 +34,17 @@ SKIP_KEYS = {"commit", "command", "machine", "machine_detail", "date", "date_utc
              "merged_from", "workdir", "store_note"}
 SKIP_KEY_RE = re.compile(r"(^|_)load(avg)?(_|$)")
 TIME_TOKENS = {"s", "ms", "us", "sec", "secs", "seconds", "wall", "latency", "time", "ratio", "speedup",
-               "throughput", "elapsed", "cold", "cached", "warm"}
+               "throughput", "elapsed", "phases"}
+BOOL_TIME_TOKENS = {"cold", "cached", "warm"}  # a met / missed target of a cold or warm timing
 TIME_TOKEN_RE = re.compile(r"\d+(s|ms|us)")
 
 
-def is_timing(path: str) -> bool:
-    """True when any key on the path names a duration (or a ratio of durations)."""
+def is_timing(path: str, boolean: bool = False) -> bool:
+    """True when any key on the path names a duration (or a ratio of durations), or, for a
+    boolean, a cold / cached / warm measurement."""
     for key in path.split("."):
         for tok in re.split(r"[_\-@ ]", key.lower()):
-            if tok in TIME_TOKENS or TIME_TOKEN_RE.fullmatch(tok):
+            if tok in TIME_TOKENS or TIME_TOKEN_RE.fullmatch(tok) or (boolean and tok in BOOL_TIME_TOKENS):
                 return True
     return False
 
@@ -74,7 +76,8 @@ def verdict(path: str, old: Any, new: Any, time_rtol: float, new_rows: frozenset
     if old is None:
         return "added", None
     if new is None:
-        return ("differs" if "[" not in path or path.split("]")[0] in new_rows else "not re-run"), None
+        row = path.replace("[#]", "").split("]")[0] if "[" in path.replace("[#]", "") else None
+        return ("differs" if row is None or row in new_rows else "not re-run"), None
     if isinstance(old, bool) or isinstance(new, bool):
         return ("equal" if old is new else "differs"), None
     delta = new - old
@@ -88,12 +91,12 @@ def verdict(path: str, old: Any, new: Any, time_rtol: float, new_rows: frozenset
 def compare(old: dict, new: dict, time_rtol: float = 0.25, rows_key: Optional[str] = None) -> list[dict[str, Any]]:
     """One row per figure path on either side, in the old file's order, then the new file's extras."""
     a, b = dict(figures(old, rows=rows_key)), dict(figures(new, rows=rows_key))
-    new_rows = frozenset(p.split("]")[0] for p in b if "[" in p)
+    new_rows = frozenset(p.replace("[#]", "").split("]")[0] for p in b if "[" in p.replace("[#]", ""))
     rows = []
     for path in list(a) + [p for p in b if p not in a]:
         v, delta = verdict(path, a.get(path), b.get(path), time_rtol, new_rows)
         rows.append({"figure": path, "old": a.get(path), "new": b.get(path), "delta": delta, "verdict": v,
-                     "timing": is_timing(path)})
+                     "timing": is_timing(path, isinstance(a.get(path, b.get(path)), bool))})
     return rows
 
 

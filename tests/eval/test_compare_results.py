@@ -89,8 +89,9 @@ def test_timing_beyond_tolerance_is_reported_but_does_not_fail():
 
 def test_timing_keys():
     assert all(map(is_timing, ["wall_s", "cold_reads.help.wall_s.p50", "ready_ms", "cold_ratio", "seconds.fold",
-                               "targets.cached_le_50ms", "query_latency", "speedup_over_naive",
-                               "targets.cold_within_10pct", "cold_cli.meets_target_p50"]))
+                               "targets.cached_le_50ms", "query_latency", "speedup_over_naive"]))
+    assert is_timing("targets.cold_within_10pct", boolean=True) and is_timing("cold_cli.meets_target_p50", True)
+    assert not is_timing("query_warm_server.int8_check.top1_agreement") and not is_timing("targets.all_rejected", True)
     assert not any(map(is_timing, ["planted", "steps_used", "recall@1", "skills", "gnn_step_budget", "mrr",
                                    "false_rejects"]))
 
@@ -126,10 +127,12 @@ def test_rows_are_matched_by_key_and_a_subset_rerun_marks_the_rest_not_rerun():
                         {"problem": "softmax", "recall": 0.8, "wall_s": 90.0}], "summary": {"recall": 0.9}}
     assert "problems[sgemm].recall" not in rows_by_figure(old, old)  # rows only when asked
     new = {"problems": [{"problem": "softmax", "recall": 0.6, "wall_s": 95.0}], "summary": {"recall": 0.6}}
-    rows = rows_by_figure(old, new, rows_key="problem")
+    rows = rows_by_figure({**old, "runs": [1, 2]}, new, rows_key="problem")
     assert rows["problems[sgemm].recall"]["verdict"] == "not re-run"
+    assert rows["runs[#]"]["verdict"] == "differs"  # a list gone is no row of a subset
     assert rows["problems[softmax].wall_s"]["verdict"] == "within noise"
-    assert [r["figure"] for r in failed(list(rows.values()))] == ["problems[softmax].recall", "summary.recall"]
+    assert {r["figure"] for r in failed(list(rows.values()))} == {"runs[#]", "problems[softmax].recall",
+                                                                  "summary.recall"}
 
 
 def test_rows_matched_by_two_keys():
