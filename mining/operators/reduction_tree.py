@@ -29,7 +29,7 @@ from typing import Optional
 
 from tree_sitter import Node
 
-from corpora.code.nodes import call_name
+from corpora.code.nodes import call_name, enclosing
 from corpora.code.parse import FunctionSig
 from corpora.code.source import Source
 
@@ -315,6 +315,7 @@ class Combine:
     stride: str  # S
     op: str  # "+", "max", "min", ...
     form: str  # the statement with X and S as {at} / {stride} placeholders
+    value: str = ""  # V of the register-carrying step `A[X] = V = V + A[X + S];`
 
 
 _OPS = ("max", "min", "fmaxf", "fminf", "fmax", "fmin")
@@ -361,7 +362,7 @@ def combine(stmt: str, arrays: set[str]) -> Optional[Combine]:
         if ym is None or norm_expr(ym.group(1)) != norm_expr(x):
             return None
         return Combine(a, strip_parens(x), strip_parens(ym.group(2)), "+" if op in ("+", "+2") else op,
-                       form.replace("{a}", a))
+                       form.replace("{a}", a), g[2] if op == "chain" else "")
     return None
 
 
@@ -699,3 +700,107 @@ def warp_tail(src: Source, stmt: Node, fn: Node, arrays: set[str]) -> Optional[T
     if int(mc.group(2)) != strides[0]:
         return None  # threads T < W run levels K = W .. 1: W is the first level
     return Tail(stmt, step.array, strides, guards, step, form, helper)
+
+
+# --------------------------------------------------------------------------- the shuffle tail
+@dataclass
+class ShuffleTail:
+    """The last warp finished with shuffles on the thread's running value V (the CUDA samples'
+    reduce4..6): `if (T < 32) { [if (B >= 64)] V += A[T + 32]; for (o = 16; o > 0; o /= 2) V += shfl_down(V, o); }`
+    (the exchange through shared slots that shuffle_to_shared leaves counts as the shuffle)."""
+    stmt: Node
+    value: str  # V
+    array: str  # A
+    guard: Optional[str]  # B of `if (B >= 64)` on the first level
+    decls: list[Node]  # tile declarations between the loop and the tail (`cg::thread_block_tile<32> t = ...;`)
+
+
+_SHFL_DOWN = (r"(?:__shfl_down_sync\s*\(\s*[^,]+,\s*{v}\s*,\s*{o}\s*(?:,\s*\w+\s*)?\)|"
+              r"\w+\s*\.\s*shfl_down\s*\(\s*{v}\s*,\s*{o}\s*\))")
+
+
+def _is_shuffle_loop(src: Source, loop: Node, v: str) -> bool:
+    """`for (int o = 16 | warpSize / 2 | t.size() / 2; o > 0; o /= 2) V += shfl_down(V, o);`, or its exchange."""
+    h = _loop_header(src, loop)
+    if h is None:
+        return False
+    _, o, init, cond, upd = h
+    if not re.fullmatch(r"(?:16|32\s*/\s*2|warpSize\s*/\s*2|\w+\s*\.\s*size\s*\(\s*\)\s*/\s*2)", strip_parens(init)) or \
+            not re.fullmatch(r"%s\s*>\s*0" % re.escape(o), cond) or \
+            not re.fullmatch(r"(?:{o}\s*/=\s*2|{o}\s*>>=\s*1|{o}\s*=\s*{o}\s*(?:/\s*2|>>\s*1))".format(o=re.escape(o)), upd):
+        return False
+    body = [ntext(src, b) for b in stmts(loop.child_by_field_name("body"))]
+    ve, oe = re.escape(v), re.escape(o)
+    if len(body) == 1:
+        return re.fullmatch(r"%s\s*\+=\s*" % ve + _SHFL_DOWN.format(v=ve, o=oe) + r"\s*;", body[0]) is not None
+    # shuffle_to_shared's exchange: park V, __syncwarp, add the slot of lane + o (own slot past the warp), __syncwarp
+    if len(body) != 4:
+        return False
+    mp = re.fullmatch(r"(ks_xchg_\w+)\s*\[\s*ks_tid\s*\]\s*=\s*%s\s*;" % ve, body[0])
+    if mp is None or not re.fullmatch(SYNCWARP_RE, body[1]) or not re.fullmatch(SYNCWARP_RE, body[3]):
+        return False
+    buf = re.escape(mp.group(1))
+    want = (r"%s\s*\+=\s*%s\s*\[\s*\(\s*ks_tid\s*&\s*31\s*\)\s*\+\s*\(\s*%s\s*&\s*31\s*\)\s*<\s*32\s*\?\s*"
+            r"ks_tid\s*\+\s*\(\s*%s\s*&\s*31\s*\)\s*:\s*ks_tid\s*\]\s*;") % (ve, buf, oe, oe)
+    return re.fullmatch(want, body[2]) is not None
+
+
+def shuffle_tail(src: Source, nxt: list[Node], fn: Node, arrays: set[str], value: str) -> Optional[ShuffleTail]:
+    """The shuffle tail among the statements after a sequential loop whose step carries `value`."""
+    names = thread_names(src, fn)
+    decls = []
+    k = 0
+    # (tree-sitter reads `cg::thread_block_tile<32> t = ...;` as an expression statement)
+    while k < len(nxt) and nxt[k].type in ("declaration", "expression_statement") and \
+            re.fullmatch(r"(?:\w+\s*::\s*)*thread_block_tile\s*<\s*32\s*>\s*\w+\s*=[^;]*;", ntext(src, nxt[k])):
+        decls.append(nxt[k])
+        k += 1
+    if k >= len(nxt):
+        return None
+    stmt = nxt[k]
+    if stmt.type != "if_statement" or stmt.child_by_field_name("alternative") is not None:
+        return None
+    mc = re.fullmatch(r"(.+?)\s*<\s*32", strip_parens(ntext(src, stmt.child_by_field_name("condition"))))
+    if mc is None or not is_thread(mc.group(1), names):
+        return None
+    body = stmts(stmt.child_by_field_name("consequence"))
+    if len(body) != 2 or body[1].type != "for_statement" or not _is_shuffle_loop(src, body[1], value):
+        return None
+    first = ntext(src, body[0])
+    mg = re.fullmatch(r"if\s*\(\s*\(?\s*(\w+)\s*>=\s*64\s*\)?\s*\)\s*\{?\s*(.+?;)\s*\}?", first)
+    guard = None
+    if mg:
+        guard, first = mg.group(1), mg.group(2)
+    ma = re.fullmatch(r"%s\s*\+=\s*(\w+)\s*\[\s*(.+?)\s*\+\s*32\s*\]\s*;" % re.escape(value), first)
+    if ma is None or ma.group(1) not in arrays or not is_thread(ma.group(2), names):
+        return None
+    return ShuffleTail(stmt, value, ma.group(1), guard, decls)
+
+
+def thread_zero_reads_only(src: Source, start: Node, fn: Node, value: str, arrays: set[str]) -> Optional[list[Node]]:
+    """After `start`: `value` is written nowhere and read only inside `if (T == 0)` statements (T a
+    spelling of threadIdx.x), the arrays are not touched; those if statements, else None."""
+    names = thread_names(src, fn)
+    rest = rest_of_function(src, start, fn)
+    if any(re.search(r"\b%s\b" % re.escape(a), rest) for a in arrays):
+        return None
+    if re.search(r"(?:\b%s\s*(?:[-+*/%%&|^]|<<|>>)?=(?!=)|\+\+\s*%s\b|--\s*%s\b|\b%s\s*(?:\+\+|--))"
+                 % ((re.escape(value),) * 4), rest):
+        return None
+    body = fn.child_by_field_name("body")
+    guards = []
+    for n in src.nodes("identifier", within=body):
+        if n.start_byte < start.end_byte or src.code[n.start_byte:n.end_byte].decode() != value:
+            continue
+        g = enclosing(n, "if_statement")
+        while g is not None:
+            c = strip_parens(ntext(src, g.child_by_field_name("condition")))
+            m = re.fullmatch(r"(.+?)\s*==\s*0", c)
+            if m and is_thread(m.group(1), names):
+                break
+            g = enclosing(g.parent, "if_statement") if g.parent is not None else None
+        if g is None:
+            return None
+        if all(x.start_byte != g.start_byte for x in guards):
+            guards.append(g)
+    return guards

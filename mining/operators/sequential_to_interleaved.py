@@ -17,9 +17,12 @@ tolerance decides, as for the other reductions' rewrites). The other slots end d
 after the loop the function may read only slot 0 and write the array nowhere (checked), and every
 launch of the kernel must have a constant power-of-two block (checked: with any other size the two
 trees drop different elements). Steps accepted: `A[T] += A[T + s]`, `A[T] = A[T] + A[T + s]` and
-`A[T] = max/min/fmaxf/fminf(A[T], A[T + s])`; the register-carrying form `A[T] = v = v + A[T + s]`
-is refused (interleaved, the thread that writes a slot is not its owner), as is a loop that stops
-above 0 (a warp tail follows: warp_tail_to_loop folds it first).
+`A[T] = max/min/fmaxf/fminf(A[T], A[T + s])`, and the register-carrying `A[T] = v = v + A[T + s]`
+(the CUDA samples' reduce3..6: the thread's running value v beside its slot, set by `A[T] = v;
+SYNC` before the loop) where v is read after the loop only under `if (T == 0)` and the array not
+at all: there v is slot 0's value, so those reads become `A[0]` and the loop adds slots only
+(interleaved, the thread that writes a slot is not its owner). A loop that stops above 0 is
+refused (a warp tail follows: warp_tail_to_loop folds it first).
 
 Forward, `sequential_addressing`: the interleaved loop with its strided index becomes the
 sequential one, under the same conditions.
@@ -30,9 +33,9 @@ import re
 
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all
-from mining.operators.reduction_tree import aliases, fresh, kernel_launches, ntext, only_slot_zero_after, pow2, \
-    tree_loops, value_of
-from mining.operators.rewrite_util import line_indent
+from mining.operators.reduction_tree import (aliases, before, fresh, is_sync, kernel_launches, ntext,
+                                             only_slot_zero_after, pow2, thread_zero_reads_only, tree_loops, value_of)
+from mining.operators.rewrite_util import line_indent, splice_range
 
 
 def _power_of_two_blocks(src: Source, t) -> bool:
@@ -51,20 +54,49 @@ class SequentialToInterleaved(Operator):
 
     def edits(self, src: Source):
         for t in tree_loops(src):
-            if t.kind != "sequential" or t.low != 0 or not _steppable(t) or not _power_of_two_blocks(src, t):
+            if t.kind != "sequential" or t.low != 0 or not _power_of_two_blocks(src, t):
                 continue
-            if not only_slot_zero_after(src, t.loop, t.fn, aliases(src, t.fn, t.step.array)):
+            names = aliases(src, t.fn, t.step.array)
+            reads: list = []
+            if t.step.op == "chain":
+                reads = self._running_value_reads(src, t, names)
+                if reads is None:
+                    continue
+            elif not _steppable(t) or not only_slot_zero_after(src, t.loop, t.fn, names):
                 continue
             var, index = t.var, fresh(src, t.fn, "index")
             ind = line_indent(src, t.loop.start_byte)
             decl = t.decl or "unsigned int"
-            step = t.step.form.format(at=index, stride=var)
+            form = t.step.form if t.step.op != "chain" else t.step.array + "[{at}] += " + t.step.array + "[{at} + {stride}];"
+            step = form.format(at=index, stride=var)
             sync = ntext(src, t.sync)
             text = (f"for ({decl} {var} = 1; {var} < {t.bound}; {var} *= 2) {{\n"
                     f"{ind}    unsigned int {index} = 2 * {var} * {t.thread};\n"
                     f"{ind}    if ({index} < {t.bound}) {{\n{ind}        {step}\n{ind}    }}\n"
                     f"{ind}    {sync}\n{ind}}}")
-            yield Edit(t.loop.start_byte, t.loop.end_byte, text)
+            if not reads:
+                yield Edit(t.loop.start_byte, t.loop.end_byte, text)
+                continue
+            subs = [(t.loop.start_byte, t.loop.end_byte, text)] + \
+                [(n.start_byte, n.end_byte, f"{t.step.array}[0]") for n in reads]
+            end = max(n.end_byte for n in reads)
+            yield Edit(t.loop.start_byte, end, splice_range(src, t.loop.start_byte, end, subs))
+
+    @staticmethod
+    def _running_value_reads(src: Source, t, names: set[str]):
+        """The register-carrying step `A[T] = V = V + A[T + s]` (the thread's running value V beside
+        its slot, set by `A[T] = V; SYNC` before the loop): the reads of V after the loop, all under
+        `if (T == 0)` (there V is slot 0's value), else None."""
+        prev = before(t.loop)
+        v = t.step.value
+        if len(prev) < 2 or not is_sync(src, prev[-1]) or re.fullmatch(
+                r"(\w+)\s*\[\s*%s\s*\]\s*=\s*%s\s*;" % (re.escape(t.thread), re.escape(v)), ntext(src, prev[-2])) is None:
+            return None
+        if thread_zero_reads_only(src, t.loop, t.fn, v, names) is None:
+            return None
+        body = t.fn.child_by_field_name("body")
+        return [n for n in src.nodes("identifier", within=body)
+                if n.start_byte >= t.loop.end_byte and src.code[n.start_byte:n.end_byte].decode() == v]
 
 
 # --------------------------------------------------------------------------- forward half

@@ -24,6 +24,15 @@ Sites need: the tail right after a sequential loop whose lower bound is the tail
 every level's guard true at every launch of the kernel exactly when the loop would run it
 (`B >= 2K` and K <= blockDim.x / 2), and a power-of-two block at each launch.
 
+The shuffle spelling (the CUDA samples' reduce4..6, after shuffle_to_shared the same through shared
+slots): the loop carries the thread's running value V beside its slot (`A[T] = V = V + A[T + s]`)
+and the last warp finishes on V: `if (T < 32) { V += A[T + 32]; for (o = 16; o > 0; o /= 2) V +=
+shfl_down(V, o); }`. Thread 0's V is then the sum of the same operands in the same tree as the
+loop run down to `s > 0` gives thread 0 (lane l + o's V is slot l + o's value at that level), so it
+is bit-identical; other threads' V differ, so after the tail V may be read only under
+`if (T == 0)` and the array not at all (checked), and every launch has a power-of-two block of at
+least 64 threads (the tail's first level runs).
+
 Forward, `unroll_last_warp`: a sequential `+` loop down to `s > 0` over blockDim.x, in a kernel
 whose every launch has a power-of-two block of at least 64 threads, stops at `s > 32` and the last
 warp finishes with the race-free register spelling (`__syncwarp()` between the read and the
@@ -36,7 +45,8 @@ import re
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all
 from mining.operators.reduction_tree import (after, aliases, kernel_launches, ntext, only_slot_zero_after, pow2,
-                                             shared_arrays, tree_loops, value_of, warp_tail)
+                                             rest_of_function, shared_arrays, shuffle_tail, thread_zero_reads_only,
+                                             tree_loops, value_of, warp_tail)
 from mining.operators.rewrite_util import line_indent, splice_range
 
 
@@ -59,6 +69,8 @@ class WarpTailToLoop(Operator):
         if not nxt:
             return None
         tail = warp_tail(src, nxt[0], t.fn, arrays)
+        if tail is None and t.step.op == "chain":
+            return self._shuffle_tail(src, t, nxt, arrays)
         if tail is None or tail.strides[0] != t.low or tail.array not in aliases(src, t.fn, t.step.array) and \
                 t.step.array not in aliases(src, t.fn, tail.array):
             return None
@@ -100,6 +112,35 @@ class WarpTailToLoop(Operator):
                     subs.append((hs, he, ""))
                     start = hs
         return Edit(start, end, splice_range(src, start, end, subs))
+
+
+    def _shuffle_tail(self, src: Source, t, nxt, arrays):
+        """The register-carrying loop (`A[T] = V = V + A[T + s]`) and the shuffle tail on V."""
+        names = aliases(src, t.fn, t.step.array)
+        st = shuffle_tail(src, nxt, t.fn, arrays, t.step.value)
+        if st is None or t.low != 32 or st.array not in names:
+            return None
+        launches = kernel_launches(src, t.fn)
+        if launches is None:
+            return None
+        for at in launches:
+            if not pow2(at.block) or at.block < 64 or value_of(src, t.bound, at) != at.block:
+                return None
+            if st.guard is not None and (value_of(src, st.guard, at) or 0) < 64:
+                return None
+        if thread_zero_reads_only(src, st.stmt, t.fn, t.step.value, names) is None:
+            return None
+        cond = t.loop.child_by_field_name("condition")
+        ctext = src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
+        subs = [(cond.start_byte, cond.end_byte, re.sub(r">\s*32\s*$", "> 0", ctext.rstrip()))]
+        rest = rest_of_function(src, st.stmt, t.fn)
+        for d in st.decls:
+            declared = re.findall(r"\b(\w+)\s*=", ntext(src, d))
+            if declared and not re.search(r"\b%s\b" % re.escape(declared[0]), rest):
+                subs.append(src.line_span(d.start_byte, d.end_byte) + ("",))
+        ts, te = src.line_span(st.stmt.start_byte, st.stmt.end_byte)
+        subs.append((ts, te, ""))
+        return Edit(t.loop.start_byte, te, splice_range(src, t.loop.start_byte, te, subs))
 
 
 # --------------------------------------------------------------------------- forward half

@@ -50,7 +50,8 @@ def _outside_idioms() -> list[str]:
     from test_generic_simplifications import ROW_SOFTMAX, SWIZZLED, TILED_T
 
     # the shared-memory reduction ladder (mining/operators/reduction_tree.py) in two spellings
-    ladder = [(FIXTURES / name).read_text() for name in ("ladder_tree_sum.cu", "ladder_tree_sum_volatile.cu")]
+    ladder = [(FIXTURES / name).read_text() for name in ("ladder_tree_sum.cu", "ladder_tree_sum_volatile.cu",
+                                                               "ladder_tree_sum_shuffle.cu")]
     return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T, *ladder]
 
 

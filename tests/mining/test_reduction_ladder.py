@@ -19,6 +19,7 @@ from mining.operators.forward import run_rewrite
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cuda"
 TREE = (FIXTURES / "ladder_tree_sum.cu").read_text()
 VOLATILE = (FIXTURES / "ladder_tree_sum_volatile.cu").read_text()
+SHUFFLE = (FIXTURES / "ladder_tree_sum_shuffle.cu").read_text()
 
 LADDER = [  # (operator, carrier it removes, forward rewrite that puts it back)
     ("unrolled_tree_to_loop", "compile_time_unroll", "unroll_tree"),
@@ -85,6 +86,41 @@ def test_older_spellings_guarded_rungs_a_local_block_size_and_a_volatile_helper(
     end, n = to_fixpoint(get_operator("sequential_to_interleaved"), folded)
     assert n == 1 and "unsigned int index = 2 * s * tid;" in end
     assert cpu_gate("reduce_sum", end, tmp_path).passed
+
+
+@pytest.mark.parametrize("exchange", [False, True])
+def test_a_running_value_and_a_shuffle_tail_walk_down(exchange, tmp_path):
+    """The reduce-sample spelling: `sdata[tid] = sum = sum + sdata[tid + s]` and the last warp on `sum`
+    with shuffles (or, after shuffle_to_shared, through its shared exchange): thread 0's sum is slot 0."""
+    src = SHUFFLE
+    if exchange:
+        src, n = to_fixpoint(get_operator("shuffle_to_shared"), src)
+        assert n == 1 and "ks_xchg_" in src
+    states = _walk(src)
+    assert "warp.shfl_down" not in states[2] and "tiled_partition" not in states[2]
+    assert "s > 0; s >>= 1) { if (tid < s) { sdata[tid] = sum = sum + sdata[tid + s]; }" in _flat(states[2])
+    # interleaved, slot 0 is read instead of thread 0's running value
+    assert "if (block.thread_rank() == 0) atomicAdd(y, sdata[0]);" in states[3]
+    assert "sdata[index] += sdata[index + s];" in states[3]
+    for k in (2, 4):
+        assert cpu_gate("reduce_sum", states[k], tmp_path).passed, k
+
+
+@pytest.mark.parametrize("change", [
+    # another thread's running value is read after the tail: only thread 0's is the block's sum
+    ("if (block.thread_rank() == 0) atomicAdd(y, sum);", "if (block.thread_rank() < 2) atomicAdd(y, sum);"),
+    # the running value written again after the tail
+    ("if (block.thread_rank() == 0) atomicAdd(y, sum);", "sum *= 2.0f;\n    if (block.thread_rank() == 0) atomicAdd(y, sum);"),
+    # a shuffle that is not a reduction down the warp
+    ("sum += warp.shfl_down(sum, offset);", "sum += warp.shfl_xor(sum, offset);"),
+    # a block of 32 threads: the tail's first level reads past the block
+    ("const int threads = 256;", "const int threads = 32;"),
+])
+def test_shuffle_tail_refusals(change):
+    loop, n = to_fixpoint(get_operator("unrolled_tree_to_loop"), SHUFFLE.replace(*change))
+    if change[1].startswith("const int threads = 32"):
+        loop = _walk(SHUFFLE)[1].replace(*change)
+    assert get_operator("warp_tail_to_loop").find_sites(loop) == []
 
 
 def test_a_max_tree_walks_down_too():
