@@ -305,6 +305,58 @@ def block_scan_sites(src: Source) -> list[Site]:
     return out
 
 
+# --------------------------------------------------------------------------- the reduction ladder
+# (Harris, "Optimizing Parallel Reduction in CUDA"; the forms are read by mining/operators/reduction_tree.py)
+
+@detector("compile_time_unroll")
+def compile_time_unroll_sites(src: Source) -> list[Site]:
+    """A shared-memory tree written out per stride (at least two guarded levels, each with its barrier)."""
+    from mining.operators.reduction_tree import rung_sequences
+
+    return [src.site("compile_time_unroll", run[0].first.start_byte, run[-1].last.end_byte)
+            for _, run in rung_sequences(src)]
+
+
+@detector("unrolled_last_warp")
+def unrolled_last_warp_sites(src: Source) -> list[Site]:
+    """The last warp's tree levels run without block barriers after a sequential loop."""
+    from mining.operators.reduction_tree import after, rung_sequences, shared_arrays, tree_loops, warp_tail
+
+    arrays = shared_arrays(src)
+    levels = [(t.fn, t.loop) for t in tree_loops(src) if t.kind == "sequential" and t.low > 0]
+    levels += [(fn, run[-1].last) for fn, run in rung_sequences(src)]
+    out = []
+    for fn, last in levels:
+        nxt = after(last)
+        tail = warp_tail(src, nxt[0], fn, arrays) if nxt else None
+        if tail is not None:
+            out.append(src.site("unrolled_last_warp", tail.stmt.start_byte, tail.stmt.end_byte))
+    return out
+
+
+@detector("sequential_addressing")
+def sequential_addressing_sites(src: Source) -> list[Site]:
+    """Tree levels where thread T combines slot T + s into slot T, the stride halving (loop or rungs)."""
+    from mining.operators.reduction_tree import rung_sequences, tree_loops
+
+    out = [src.site("sequential_addressing", t.loop.start_byte, t.loop.end_byte)
+           for t in tree_loops(src) if t.kind == "sequential"]
+    out += [src.site("sequential_addressing", run[0].first.start_byte, run[-1].last.end_byte)
+            for _, run in rung_sequences(src)]
+    return out
+
+
+@detector("divergence_free_indexing")
+def divergence_free_indexing_sites(src: Source) -> list[Site]:
+    """Tree levels whose active threads are contiguous: a strided index (2 * s * T) or sequential addressing,
+    rather than every (2s)-th thread by a modulo test."""
+    from mining.operators.reduction_tree import tree_loops
+
+    out = [src.site("divergence_free_indexing", t.loop.start_byte, t.loop.end_byte)
+           for t in tree_loops(src) if t.kind == "strided"]
+    return out + [src.site("divergence_free_indexing", s.start_byte, s.end_byte) for s in sequential_addressing_sites(src)]
+
+
 def _first_identifier(node: Node) -> str:
     m = re.match(r"\s*&?\s*\(?\s*(\w+)", text(node))
     return m.group(1) if m else ""

@@ -58,6 +58,11 @@ CARRIER_SKILLS: dict[str, tuple[str, str]] = {
     "packed_half2_math": ("Packed half2 arithmetic", "Compute two half (or bfloat16) values per instruction with the half2 intrinsics (__hadd2, __hmul2, __hfma2) instead of one lane at a time."),
     "block_swizzle": ("Swizzle the order of the blocks", "Map the launch's block index to the tile a block works on through a permutation (diagonal order against partition camping, raster swizzles for cache reuse) instead of the natural order."),
     "coalesced_access": ("Coalesce global accesses across a warp", "Map the thread index that varies fastest within a warp (threadIdx.x) to the contiguous dimension of the global arrays, so a warp's accesses fall on consecutive addresses (one transaction per 128 bytes) instead of one per thread."),
+    # the shared-memory tree reduction ladder (mining/operators/reduction_tree.py)
+    "compile_time_unroll": ("Unroll the reduction tree at compile time", "Make the block size a template parameter and write the shared-memory tree out per stride, each level guarded by the block size and followed by its barrier: no loop counter, no loop branch, dead levels removed by the compiler."),
+    "unrolled_last_warp": ("Unroll the last warp of a tree reduction", "Once 32 or fewer threads are active, finish the last six levels of the shared-memory tree in one warp without block barriers (with __syncwarp between each level's reads and writes)."),
+    "sequential_addressing": ("Sequential addressing in a tree reduction", "Halve the stride from blockDim.x / 2 and let thread t add slot t + s into slot t: the active threads stay contiguous and consecutive threads read consecutive words (no shared-memory bank conflicts)."),
+    "divergence_free_indexing": ("Contiguous active threads in a tree reduction", "Select each level's active threads by a strided index (index = 2 * s * tid) instead of the divergent tid % (2 * s) test: whole warps retire together and the modulo goes away."),
     "thread_coarsening": ("Coarsen the per-thread work", "Give each thread several elements (a pack, a tile, several rows) sized by a compile-time constant: more independent work per thread, wider accesses, fewer threads and less index arithmetic."),
 }
 
@@ -78,7 +83,10 @@ OPERATOR_SKILLS: dict[str, tuple[str, str]] = {
 REQUIRES = {"shared_padding": ["shared_tile"], "double_buffer": ["shared_tile"], "transposed_tile": ["shared_tile"],
             "multi_stage_pipeline": ["async_copy", "shared_tile"], "block_reduce_shared": ["warp_shuffle_reduce"],
             "block_scan": ["warp_scan"], "decoupled_lookback": ["dynamic_tile_id"], "halo_tile": ["shared_tile"],
-            "coalesced_transpose": ["shared_tile"]}
+            "coalesced_transpose": ["shared_tile"],
+            # the reduction ladder: each forward rewrite reads the tree the rung before leaves
+            "sequential_addressing": ["divergence_free_indexing"], "unrolled_last_warp": ["sequential_addressing"],
+            "compile_time_unroll": ["sequential_addressing"]}
 CONFLICTS = {"double_buffer": ["multi_stage_pipeline"], "multi_stage_pipeline": ["double_buffer"]}
 
 

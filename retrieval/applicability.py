@@ -1285,6 +1285,45 @@ def _coarsening_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
+# the shared-memory tree reduction ladder (mining/operators/reduction_tree.py): where each carrier's
+# forward rewrite would apply (a modulo test -> a strided index; a strided index -> sequential
+# addressing; a sequential loop down to 0 -> the last warp unrolled; a sequential loop -> the tree
+# written out per stride), found once per source for the four carriers
+_LADDER_NEXT = {"modulo": "divergence_free_indexing", "strided": "sequential_addressing"}
+
+
+def _ladder(src: Source) -> dict[str, list[SiteMatch]]:
+    got = getattr(src, "_ladder_memo", None)
+    if got is None:
+        from mining.operators.reduction_tree import tree_loops
+
+        got = {}
+        for t in tree_loops(src):
+            if t.kind in _LADDER_NEXT:
+                got.setdefault(_LADDER_NEXT[t.kind], []).append(
+                    _node_site(src, t.loop, "a shared-memory tree level selected by " +
+                               ("a modulo test: a strided index keeps the active threads contiguous" if t.kind == "modulo"
+                                else "a strided index: sequential addressing avoids bank conflicts")))
+            else:
+                if t.low == 0 and t.step.op == "+":
+                    got.setdefault("unrolled_last_warp", []).append(
+                        _node_site(src, t.loop, "a barrier per tree level down to one thread: the last warp's "
+                                                "six levels can run without block barriers"))
+                got.setdefault("compile_time_unroll", []).append(
+                    _node_site(src, t.loop, "a tree loop over a runtime block size: a template block size "
+                                            "writes it out per stride"))
+        src._ladder_memo = got
+    return got
+
+
+def _ladder_finder(carrier: str) -> Finder:
+    return lambda src: _ladder(src).get(carrier, [])
+
+
+for _c in ("divergence_free_indexing", "sequential_addressing", "unrolled_last_warp", "compile_time_unroll"):
+    FINDERS[_c] = _ladder_finder(_c)
+
+
 @finder("register_cache")
 def _register_cache_sites(src: Source) -> list[SiteMatch]:
     """The same global data read again by a later loop of the same thread (a row swept once per

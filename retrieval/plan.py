@@ -36,6 +36,11 @@ AFTER: dict[str, tuple[str, ...]] = {
     "register_cache": ("warp_per_row", "block_per_row", "warp_shuffle_reduce"),
     "online_softmax": ("warp_per_row", "block_per_row", "warp_shuffle_reduce"),
     "single_pass_stats": ("warp_per_row", "block_per_row", "warp_shuffle_reduce"),
+    # the reduction ladder in Harris's order: each rung builds on the tree the one before leaves
+    "sequential_addressing": ("divergence_free_indexing",),
+    "first_add_during_load": ("divergence_free_indexing", "sequential_addressing"),
+    "unrolled_last_warp": ("divergence_free_indexing", "sequential_addressing", "first_add_during_load"),
+    "compile_time_unroll": ("divergence_free_indexing", "sequential_addressing", "unrolled_last_warp"),
 }
 MIN_GAIN = 1.02  # a plan step is expected to make the kernel at least this much faster
 PLAN_STEPS = 5

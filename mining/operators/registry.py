@@ -22,7 +22,8 @@ from __future__ import annotations
 from mining.operators import (async_copy_to_sync, devectorize, block_swizzle_to_natural, half2_to_scalar, block_per_row_to_thread, cache_hints, drop_specialized_dispatch,
                               shrink_work_constant, swap_thread_axes, block_reduce_to_serial, block_reduce_to_warp_atomics,
                               block_scan_to_thread_totals, block_stride_to_chunks, chan_stats_to_two_pass,
-                              double_to_single_buffer, drop_pipeline_sync, fast_math, grid_clamp, grid_stride,
+                              double_to_single_buffer, drop_pipeline_sync, sequential_to_interleaved, strided_to_modulo,
+                              unrolled_tree_to_loop, warp_tail_to_loop, fast_math, grid_clamp, grid_stride,
                               launch_bounds, ldg, lookback_to_chained, online_rescale_to_two_pass,
                               online_softmax_to_two_pass, privatized_to_global_atomics, register_array_to_recompute,
                               register_cache_to_reload, register_tile_to_dot, restrict, scan_shuffle_to_shared,
@@ -50,6 +51,10 @@ PAIRS: tuple[Pair, ...] = (
     online_softmax_to_two_pass.PAIR, chan_stats_to_two_pass.PAIR,
     # outer-product register tiles, transposed operand tiles, decoupled look-back, block scan
     register_tile_to_dot.PAIR, untranspose_tile.PAIR, lookback_to_chained.PAIR, block_scan_to_thread_totals.PAIR,
+    # the classic shared-memory reduction ladder walked down (Harris; mining/operators/reduction_tree.py): the
+    # tree written out per stride becomes a loop, the unrolled last warp folds into it, sequential
+    # addressing becomes interleaved, the strided index becomes the modulo test
+    unrolled_tree_to_loop.PAIR, warp_tail_to_loop.PAIR, sequential_to_interleaved.PAIR, strided_to_modulo.PAIR,
     # generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
     # instance goes once the fine-grained steps above have narrowed what they can of it; then a
     # compile-time constant that sizes one thread's work becomes 1; then the thread axes of a 2-D

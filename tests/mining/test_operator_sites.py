@@ -10,6 +10,7 @@ any of them fails here: a property test over zero sites proves nothing."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from corpora.code.parse import parse_cuda, syntax_issues
 from _operator_support import KERNELS, assert_outside_identical, to_fixpoint
 
 OPERATORS = [op.name for op in all_operators()]
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cuda"
 PROBLEMS = sorted(p.name for p in KERNELS.iterdir() if (p / "kernel.cu").is_file())
 
 # Operators written for outside idioms (issue 19) have no site in the shipped house corpus: their
@@ -47,7 +49,10 @@ __global__ void k(const __half2* a, const __half2* b, __half2* c) {
 def _outside_idioms() -> list[str]:
     from test_generic_simplifications import ROW_SOFTMAX, SWIZZLED, TILED_T
 
-    return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T]
+    # the shared-memory reduction ladder (mining/operators/reduction_tree.py) in two spellings
+    ladder = [(FIXTURES / name).read_text() for name in ("ladder_tree_sum.cu", "ladder_tree_sum_volatile.cu",
+                                                               "ladder_tree_sum_shuffle.cu")]
+    return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T, *ladder]
 
 
 @functools.lru_cache(maxsize=None)
