@@ -209,7 +209,7 @@ class PrivatizedToGlobalAtomics(Operator):
             s, e = loop.start_byte, loop.end_byte
             pr = pragma_before(src, s)
             s = pr if pr is not None else s
-            subs.append(src.line_span(s, e) + ("",))
+            subs.append(Edit(*src.line_span(s, e), ""))
         ds, de = src.line_span(decl.start_byte, decl.end_byte)
         subs.append(Edit(ds, de, ""))
         subs.sort()

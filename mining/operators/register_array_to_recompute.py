@@ -381,7 +381,7 @@ class RegisterArrayToRecompute(Operator):
             if L.body.type == "compound_statement":
                 pos = after_open_brace(src, L.body)
                 body_text = splice_range(src, L.body.start_byte, L.body.end_byte,
-                                         [(pos, pos, "\n" + "\n".join(head))] + inner)
+                                         [Edit(pos, pos, "\n" + "\n".join(head))] + inner)
             else:
                 old = splice_range(src, L.body.start_byte, L.body.end_byte, inner)
                 body_text = "{\n" + "\n".join(head) + "\n" + ind + old + "\n" + line_indent(src, L.node.start_byte) + "}"

@@ -267,7 +267,7 @@ class RegisterTileToDot(RegisterTileOperator):
         red_start = red.start_byte
         rp = pragma_before(src, red_start)
         red_text = splice_range(src, rp if rp is not None else red_start, red.end_byte,
-                                [(nest_start, outer.end_byte, ind_nest + new_body)])
+                                [Edit(nest_start, outer.end_byte, ind_nest + new_body)])
         ind = line_indent(src, init_stmt.start_byte)
         start = init_stmt.start_byte
         ip = pragma_before(src, start)

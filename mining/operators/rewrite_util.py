@@ -52,7 +52,10 @@ def pragma_before(src: Source, start: int) -> Optional[int]:
 def splice_range(src: Source, start: int, end: int, subs: Iterable[Edit]) -> str:
     """The raw text of [start, end) with non-overlapping sub-edits (start, end, text) applied."""
     out, pos = [], start
-    for s, e, t in sorted(subs, key=lambda x: (x[0], x[1])):
+    subs = list(subs)
+    if not all(isinstance(x, Edit) for x in subs):  # one edit type (issue 16): no bare tuples
+        raise TypeError("splice_range takes Edits")
+    for s, e, t in sorted(subs, key=lambda x: (x.start, x.end)):
         if s < pos or e > end:
             raise ValueError("overlapping or out-of-range sub-edit")
         out.append(src.raw[pos:s].decode("utf-8", "replace"))

@@ -77,8 +77,8 @@ class SequentialToInterleaved(Operator):
             if not reads:
                 yield Edit(t.loop.start_byte, t.loop.end_byte, text)
                 continue
-            subs = [(t.loop.start_byte, t.loop.end_byte, text)] + \
-                [(n.start_byte, n.end_byte, f"{t.step.array}[0]") for n in reads]
+            subs = [Edit(t.loop.start_byte, t.loop.end_byte, text)] + \
+                [Edit(n.start_byte, n.end_byte, f"{t.step.array}[0]") for n in reads]
             end = max(n.end_byte for n in reads)
             yield Edit(t.loop.start_byte, end, splice_range(src, t.loop.start_byte, end, subs))
 

@@ -155,9 +155,9 @@ class SlidingWindowToReload(Operator):
                                        Edit(dst_node.start_byte, dst_node.end_byte, w)]))
         subs = [Edit(stmts[0].start_byte, stmts[0].start_byte, "".join(ld + "\n" + ind for ld in loads))]
         pr = pragma_before(src, last.start_byte)
-        subs.append(src.line_span(pr if pr is not None else last.start_byte, last.end_byte) + ("",))
+        subs.append(Edit(*src.line_span(pr if pr is not None else last.start_byte, last.end_byte), ""))
         for s in pre:
-            subs.append(src.line_span(s.start_byte, s.end_byte) + ("",))
+            subs.append(Edit(*src.line_span(s.start_byte, s.end_byte), ""))
         subs.sort()
         lo, hi = subs[0][0], max(e for _, e, _ in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))

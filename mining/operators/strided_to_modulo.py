@@ -46,8 +46,8 @@ class StridedToModulo(Operator):
             cons = t.guard.child_by_field_name("consequence")
             step_text = ntext(src, cons)
             new_step = re.sub(r"\b%s\b" % re.escape(t.index), t.thread, step_text)
-            subs = [(ds, de, ""), (cond.start_byte, cond.end_byte, f"(({t.thread} % (2 * {t.var})) == 0)"),
-                    (cons.start_byte, cons.end_byte, new_step)]
+            subs = [Edit(ds, de, ""), Edit(cond.start_byte, cond.end_byte, f"(({t.thread} % (2 * {t.var})) == 0)"),
+                    Edit(cons.start_byte, cons.end_byte, new_step)]
             yield Edit(body.start_byte, body.end_byte, splice_range(src, body.start_byte, body.end_byte, subs))
 
 
@@ -66,9 +66,9 @@ def divergence_free_indexing(source: str, ctx: Context) -> list[Materialization]
         step_text = ntext(src, cons)
         th = re.escape(t.thread.strip())
         new_step = re.sub(r"(?<![\w.])%s(?![\w(])" % th, index, step_text)
-        subs = [(t.guard.start_byte, t.guard.start_byte, f"unsigned int {index} = 2 * {t.var} * {t.thread};\n{ind}"),
-                (cond.start_byte, cond.end_byte, f"({index} < {t.bound})"),
-                (cons.start_byte, cons.end_byte, new_step)]
+        subs = [Edit(t.guard.start_byte, t.guard.start_byte, f"unsigned int {index} = 2 * {t.var} * {t.thread};\n{ind}"),
+                Edit(cond.start_byte, cond.end_byte, f"({index} < {t.bound})"),
+                Edit(cons.start_byte, cons.end_byte, new_step)]
         f = src.function_at(t.loop.start_byte)
         per.append((f.name if f else "", [Edit(body.start_byte, body.end_byte,
                                                splice_range(src, body.start_byte, body.end_byte, subs))],

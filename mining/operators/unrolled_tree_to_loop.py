@@ -88,7 +88,7 @@ class UnrolledTreeToLoop(Operator):
                 f"{ind}    if ({run[0].thread} < {var}) {{\n{ind}        {step}\n{ind}    }}\n"
                 f"{ind}    {sync}\n{ind}}}")
         start, end = run[0].first.start_byte, run[-1].last.end_byte
-        return Edit(start, end, splice_range(src, start, end, [(start, end, text)]))
+        return Edit(start, end, splice_range(src, start, end, [Edit(start, end, text)]))
 
 
 # --------------------------------------------------------------------------- forward half

@@ -99,7 +99,7 @@ class WarpTailToLoop(Operator):
         ctext = src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
         new_cond = re.sub(r"(>=?)\s*\d+\s*$", lambda m: "> 0" if m.group(1) == ">" else ">= 1", ctext.rstrip())
         ts, te = src.line_span(tail.stmt.start_byte, tail.stmt.end_byte)
-        subs = [(cond.start_byte, cond.end_byte, new_cond), (ts, te, "")]
+        subs = [Edit(cond.start_byte, cond.end_byte, new_cond), Edit(ts, te, "")]
         start, end = t.loop.start_byte, te
         if tail.helper is not None:
             f = src.function_at(tail.helper.start_byte)
@@ -109,7 +109,7 @@ class WarpTailToLoop(Operator):
                     tail.helper.parent.type == "template_declaration" else tail.helper
                 hs, he = src.line_span(node.start_byte, node.end_byte)
                 if he <= t.loop.start_byte:
-                    subs.append((hs, he, ""))
+                    subs.append(Edit(hs, he, ""))
                     start = hs
         return Edit(start, end, splice_range(src, start, end, subs))
 
@@ -132,14 +132,14 @@ class WarpTailToLoop(Operator):
             return None
         cond = t.loop.child_by_field_name("condition")
         ctext = src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
-        subs = [(cond.start_byte, cond.end_byte, re.sub(r">\s*32\s*$", "> 0", ctext.rstrip()))]
+        subs = [Edit(cond.start_byte, cond.end_byte, re.sub(r">\s*32\s*$", "> 0", ctext.rstrip()))]
         rest = rest_of_function(src, st.stmt, t.fn)
         for d in st.decls:
             declared = re.findall(r"\b(\w+)\s*=", ntext(src, d))
             if declared and not re.search(r"\b%s\b" % re.escape(declared[0]), rest):
-                subs.append(src.line_span(d.start_byte, d.end_byte) + ("",))
+                subs.append(Edit(*src.line_span(d.start_byte, d.end_byte), ""))
         ts, te = src.line_span(st.stmt.start_byte, st.stmt.end_byte)
-        subs.append((ts, te, ""))
+        subs.append(Edit(ts, te, ""))
         return Edit(t.loop.start_byte, te, splice_range(src, t.loop.start_byte, te, subs))
 
 
@@ -165,7 +165,7 @@ def unroll_last_warp(source: str, ctx: Context) -> list[Materialization]:
         lines.append("}")
         tail = "\n" + "\n".join(ind + ln for ln in lines)
         start, end = cond.start_byte, t.loop.end_byte
-        text = splice_range(src, start, end, [(cond.start_byte, cond.end_byte, f"{t.var} > 32")]) + tail
+        text = splice_range(src, start, end, [Edit(cond.start_byte, cond.end_byte, f"{t.var} > 32")]) + tail
         f = src.function_at(t.loop.start_byte)
         per.append((f.name if f else "", [Edit(start, end, text)], ntext(src, t.loop)[:160]))
     return per_kernel_and_all(src, "unroll_last_warp", per, "the last warp's six levels without block barriers")
