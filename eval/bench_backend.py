@@ -381,7 +381,11 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                     f"(held out: {', '.join(targets)})")
     for T in eval_targets:
         tt = time.monotonic()
-        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
+        # evaluated: roles two other targets implement; in the fusion study the held-out targets are
+        # no donors, so at least one of the two must be another
+        not_donors = {T} | (set(targets) if study else set())
+        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2
+                and roles.get(r["role"], set()) - not_donors]
         if not rows:
             raise BackendInputError(f"{T} has no function whose role two other targets implement")
         log(f"{T}: {len(rows)} functions to evaluate")
@@ -409,7 +413,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             entry = {"func_id": r["func_id"], "role": r["role"], "path": real["path"],
                      "n_statements": len(ref_stmts),
                      # donors implementing the role (T and the held-out targets aside): coverage
-                     "donors": len(roles.get(r["role"], set()) - {T} - (set(targets) if study or queries else set()))}
+                     "donors": len(roles.get(r["role"], set()) - not_donors)}
             # the ranking does not depend on k: hits[0] is fork-and-adapt's pick, the rest feed the oracle
             _, hits, adapted = candidates_with_adaptations(store, index, T, r["role"],
                                                            max(ORACLE_K, fuse_donors, *variants.values(), 1),
