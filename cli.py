@@ -515,6 +515,12 @@ def backend_generate(
     prompt_only: bool = typer.Option(False, "--prompt-only", help="Print the few-shot prompt, generate nothing."),
     repair: int = typer.Option(0, "--repair", min=0, help="With an LLM: feed compile errors back up to N times."),
     no_gate: bool = typer.Option(False, "--no-gate", help="Skip the compile gate (clang of the corpus's LLVM version)."),
+    fuse_donors: int = typer.Option(6, "--fuse-donors", min=1, help="fork-adapt: add the statements at least half of "
+                                    "the top K donors agree on (1 = one donor)."),
+    one_donor: bool = typer.Option(False, "--one-donor", help="fork-adapt from the best donor alone (no fusion)."),
+    gate_repair: bool = typer.Option(True, "--gate-repair/--no-gate-repair", help="Without an LLM: when the gate fails "
+                                     "only on undeclared identifiers, rename them to the target's closest names."),
+    repair_rounds: int = typer.Option(3, "--repair-rounds", min=0, help="Gate re-checks the repair may spend."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE", help="Store root. Default ./.skills"),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
@@ -526,7 +532,8 @@ def backend_generate(
 
     strat = strategy or ("llm" if model else "fork-adapt")
     req = GenerateRequest(target=target, role=function, k=k, strategy=strat, model=model, prompt_only=prompt_only,
-                          repair=repair, gate=not no_gate)
+                          repair=repair, gate=not no_gate, fuse_donors=1 if one_donor else fuse_donors,
+                          gate_repair=gate_repair, repair_rounds=repair_rounds)
     try:
         result = generate(_store(store), req)
     except (BackendInputError, SearchError, GateInputError) as exc:

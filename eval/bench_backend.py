@@ -50,6 +50,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -72,10 +73,35 @@ UNSEEN_RATIO_MEAN = 2.2
 UNSEEN_COMPILE_RATIO = 2.0
 FORK_FLOW_SOURCE = "Mips"
 DEFAULT_TARGETS = ("RISCV", "XCore")
+# --fusion-study: fork-and-adapt with these many top donors voting, beside the configured one
+FUSION_VARIANTS = {"one_donor": 1, "fused_k3": 3, "fused_k6": 6}
+REPAIRED = ("fork_adapt", *FUSION_VARIANTS)  # strategies gate-guided repair applies to (never fork-flow)
 
 
 # --------------------------------------------------------------------------- metrics
 from retrieval.backend.adapt import statement_accuracy  # noqa: E402  (the library's definition)
+from retrieval.backend.fuse import DEFAULT_DONORS  # noqa: E402
+
+
+def score_entry(entry: dict, strat: str, T: str, dst) -> None:
+    """Score one strategy's code of one function against T's real implementation (``entry["_ref"]``:
+    its statements and normalized body): statement accuracy, precision, exact match, edit
+    similarity, the foreign-relocation lint."""
+    from corpora.backends.tree import parse_definition
+    from mining.backend.gate import lint_relocations
+
+    ref_stmts, ref_body = entry["_ref"]
+    code = entry[strat]["code"]
+    parsed = parse_definition(code) if code else None
+    if parsed is None:
+        entry[strat].update(aligned=0.0, bag=0.0, precision=0.0, exact=False, edit_similarity=0.0, lint=[])
+        return
+    al, bag = statement_accuracy(parsed[0], ref_stmts)
+    entry[strat].update(aligned=round(al, 4), bag=round(bag, 4),
+                        precision=round(statement_precision(parsed[0], ref_stmts), 4),
+                        exact=parsed[1] == ref_body,
+                        edit_similarity=round(token_edit_similarity(parsed[1], ref_body), 4),
+                        lint=lint_relocations(code, T, dst.relocations))
 
 
 def token_edit_similarity(a: str, b: str) -> float:
@@ -192,11 +218,18 @@ def target_gate(store, T: str, jobs: int):
     return (None, why) if why else (gate, None)
 
 
-def gate_functions(gate, T: str, per_fn: list[dict], strats, gate_files: int, log) -> dict:
+def gate_functions(gate, T: str, per_fn: list[dict], strats, gate_files: int, log, repair_rounds: int = 0,
+                   pool=None, rescore=None) -> dict:
     """One clang run per (host file, strategy). Each strategy's entry gets ``gate_verdict``:
     pass | fail | environment (the host file does not compile unmodified: not the code's fault)
     | no output (the strategy produced nothing for this function); ``gate`` (bool) is set for
-    pass and fail only."""
+    pass and fail only.
+
+    With ``repair_rounds``, fork-and-adapt's functions (``REPAIRED`` strategies; never the
+    fork-flow baseline) that fail only on undeclared identifiers are repaired without an LLM
+    (prompts/backend/repair.py: each such name renamed to T's closest, re-gated together per host
+    file, at most ``repair_rounds`` rounds); a repaired function replaces the strategy's code and
+    ``rescore(entry, strat)`` scores it again. ``gate_before_repair`` keeps the first verdict."""
     from mining.backend.gate import Splice
 
     by_file: dict[str, list[dict]] = defaultdict(list)
@@ -227,6 +260,13 @@ def gate_functions(gate, T: str, per_fn: list[dict], strats, gate_files: int, lo
                     e[strat]["gate"] = v == "pass"
                 f = res.functions.get(f"f{i}", {"diagnostics": []})
                 e[strat]["gate_diagnostics"] = [d["message"] for d in f["diagnostics"][:3]]
+                e[strat]["gate_before_repair"] = v
+                e[strat]["_verdict"] = {"verdict": v, "diagnostics": f["diagnostics"],
+                                        "file_diagnostics": res.file_diagnostics}
+            if repair_rounds and pool is not None and strat.startswith(REPAIRED):
+                _repair_file(gate, T, path, strat, entries, repair_rounds, pool, rescore)
+            for e in entries:
+                e[strat].pop("_verdict", None)
         checked += len(by_file[path])
         log(f"{T}: gate {n}/{len(files)} files ({path})" + (" (environment: host file fails unmodified)"
                                                             if path in env_files else ""))
@@ -235,14 +275,51 @@ def gate_functions(gate, T: str, per_fn: list[dict], strats, gate_files: int, lo
             "environment_files": [{"path": p, "why": w[:600]} for p, w in sorted(env_files.items())]}
 
 
+def _repair_file(gate, T: str, path: str, strat: str, entries: list[dict], rounds: int, pool, rescore) -> None:
+    """Gate-guided repair of one host file's failing functions of ``strat`` (see gate_functions):
+    each round one clang run over the functions still being repaired, spliced into the real file."""
+    from mining.backend.gate import Splice
+    from prompts.backend.repair import repair_many
+
+    failing = [e for e in entries if e[strat]["gate_verdict"] == "fail"]
+    if not failing:
+        return
+
+    def check_many(items: list[tuple[int, str]]) -> list[dict]:
+        res = gate.check(T, path, [Splice(f"r{i}", code, failing[i]["_host"][1], failing[i]["_host"][2])
+                                   for i, code in items])
+        out = []
+        for i, _ in items:
+            v = res.function_verdict(f"r{i}") if not res.passed else "pass"
+            f = res.functions.get(f"r{i}", {"diagnostics": []})
+            out.append({"verdict": v, "diagnostics": f["diagnostics"], "file_diagnostics": res.file_diagnostics})
+        return out
+
+    results = repair_many([e[strat]["code"] for e in failing], [e[strat]["_verdict"] for e in failing],
+                          check_many, pool, rounds)
+    for e, r in zip(failing, results):
+        e[strat]["repair"] = r.to_dict()
+        if r.passed:
+            e[strat]["aligned_before_repair"] = e[strat].get("aligned")
+            e[strat]["code"] = r.code
+            e[strat]["gate_verdict"], e[strat]["gate"], e[strat]["gate_diagnostics"] = "pass", True, []
+            if rescore is not None:
+                rescore(e, strat)
+
+
 def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: int, model: Optional[str],
         llm_limit: int, jobs: int, use_gate: bool, log, fork_flow_source: str = FORK_FLOW_SOURCE,
         func_epochs: int = 8, target_epochs: int = 60, skills: bool = False, mine_time_limit: float = 240.0,
-        mine_budget_s: Optional[float] = None, queries: Optional[Path] = None, resamples: int = 2000) -> dict:
+        mine_budget_s: Optional[float] = None, queries: Optional[Path] = None, resamples: int = 2000,
+        fuse_donors: int = DEFAULT_DONORS, repair_rounds: int = 3, study: Optional[list[str]] = None) -> dict:
+    """The benchmark (see the module doc). ``fuse_donors``: fork-and-adapt's top-k fusion (1: one
+    donor); ``repair_rounds``: gate-guided repair of its functions (0: none). ``study``: evaluate
+    these targets (donors in the store, other than the held-out ``targets``) instead of
+    ``targets``, with one-donor and k = 3 and 6 fusion side by side (the fusion study)."""
     from corpora.backends.tree import BackendInputError, parse_definition
     from eval.backend_stats import bootstrap, define_figures
     from mining.backend.gate import GateInputError, GateUnavailable
-    from prompts.backend.generate import AdaptCache, candidates_with_adaptations
+    from prompts.backend.generate import AdaptCache, candidates_with_adaptations, fused_fork
     from retrieval.backend.adapt import fit_definition, fork_flow
     from retrieval.backend.index import build_indexes
     from retrieval.backend.search import DEPTH, MODES, BackendIndex
@@ -270,7 +347,10 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         mining = mine_for_skills(store, index, targets, roles, log, mine_time_limit,
                                  (tm + mine_budget_s) if mine_budget_s else None)
         timings["mining_s"] = round(time.monotonic() - tm, 1)
-    strats = ("fork_adapt", "fork_flow") + (("skills",) if skills else ())
+    # the fusion study's variants of fork-and-adapt next to the configured one (FUSION_VARIANTS)
+    variants = {name: k for name, k in FUSION_VARIANTS.items() if k != fuse_donors} if study else {}
+    strats = ("fork_adapt", "fork_flow") + tuple(variants) + (("skills",) if skills else ())
+    eval_targets = list(study or targets)
     protocol = "unseen targets: held-out targets from the query tree, donors from the index tree" if queries \
         else "held-out targets of one tree"
     out: dict = {"llvm": str(Path(llvm).resolve()), "targets": {}, "machine": machine(),
@@ -283,14 +363,29 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                            "phases": {**phases, **models.get("phases", {})}},
                  "settings": {"protocol": protocol, "held_out": targets, "fork_flow_source": fork_flow_source,
                               "fusion": "RRF k=60", "target_weight": 0.5, "ranking_depth": DEPTH,
+                              "fork_adapt_donors": fuse_donors, "gate_repair_rounds": repair_rounds,
+                              "fusion_study": ({"targets": eval_targets, "variants": {"fork_adapt": fuse_donors,
+                                                                                       **variants},
+                                                "note": "evaluated targets are donors of this store (in GNN "
+                                                        "training, as in --selection-study); each is excluded from "
+                                                        "its own candidates"} if study else None),
                               "gate_files_per_target": gate_files or "all",
                               "donors": "every indexed target but the one evaluated (other held-out targets "
                                         "included), as in the benchmark's protocol"}}
     per_target_arrays: dict[str, dict[str, list]] = {}
 
-    for T in targets:
+    if study:
+        missing = [T for T in study if T not in known]
+        if missing:
+            raise BackendInputError(f"study target(s) {', '.join(missing)} are not donors of this index "
+                                    f"(held out: {', '.join(targets)})")
+    for T in eval_targets:
         tt = time.monotonic()
-        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2]
+        # evaluated: roles two other targets implement; in the fusion study the held-out targets are
+        # no donors, so at least one of the two must be another
+        not_donors = {T} | (set(targets) if study else set())
+        rows = [r for r in index.rows if r["target"] == T and len(roles.get(r["role"], set()) - {T}) >= 2
+                and roles.get(r["role"], set()) - not_donors]
         if not rows:
             raise BackendInputError(f"{T} has no function whose role two other targets implement")
         log(f"{T}: {len(rows)} functions to evaluate")
@@ -316,15 +411,29 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             ref_stmts = list(real["statements"] or [])
             ref_body = ref_parsed[1] if ref_parsed else ""
             entry = {"func_id": r["func_id"], "role": r["role"], "path": real["path"],
-                     "n_statements": len(ref_stmts)}
+                     "n_statements": len(ref_stmts),
+                     # donors implementing the role (T and the held-out targets aside): coverage
+                     "donors": len(roles.get(r["role"], set()) - not_donors)}
             # the ranking does not depend on k: hits[0] is fork-and-adapt's pick, the rest feed the oracle
-            _, hits, adapted = candidates_with_adaptations(store, index, T, r["role"], ORACLE_K, cache=cache)
+            _, hits, adapted = candidates_with_adaptations(store, index, T, r["role"],
+                                                           max(ORACLE_K, fuse_donors, *variants.values(), 1),
+                                                           exclude=targets if study else (), cache=cache)
             best = hits[0]
             a = adapted[best.func_id]
-            fa_code = fit_definition(a.text, real["qualified_name"], bool(real["in_class"]))
+
+            def fork_code(k: int) -> tuple[str, list]:
+                code, added = fused_fork(hits, adapted, k)
+                return fit_definition(code, real["qualified_name"], bool(real["in_class"])), added
+
+            fa_code, added = fork_code(fuse_donors)
+            # API drift: the donor's signature (T's names mapped) against T's own
+            entry["signature_same"] = _signature(fa_code) == _signature(real["signature"] + " {}")
             entry["fork_adapt"] = {"source": best.func_id, "mappability": round(a.mappability, 3),
                                    "unmapped": [m.source for m in a.mappings if m.how == "unmapped"],
-                                   "code": fa_code}
+                                   "code": fa_code, "fused_statements": len(added)}
+            for name, k in variants.items():
+                code, added = fork_code(k)
+                entry[name] = {"source": best.func_id, "code": code, "fused_statements": len(added)}
             ff_rows = [x for x in index.role_rows(r["role"]) if x["target"] == fork_flow_source]
             if ff_rows and src_ff is not None:
                 ff_text = cache.text(ff_rows[0]["func_id"])
@@ -342,6 +451,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                    "decisions": dict(Counter(p["decision"] for p in sres.plans)),
                                    "expansions": [{k: e[k] for k in ("kind", "source_instances", "instances")}
                                                   for e in sres.expansions]}
+            entry["_ref"] = (ref_stmts, ref_body)
             for strat in strats:
                 code = entry[strat]["code"]
                 parsed = parse_definition(code) if code else None
@@ -349,9 +459,6 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                     entry[strat].update(aligned=0.0, bag=0.0, precision=0.0, exact=False, edit_similarity=0.0,
                                         lint=[], statements_differ=True)
                     continue
-                al, bag = statement_accuracy(parsed[0], ref_stmts)
-                from mining.backend.gate import lint_relocations
-
                 if strat == "skills":
                     fa_parsed = parse_definition(entry["fork_adapt"]["code"])
                     entry[strat]["statements_differ"] = fa_parsed is None or fa_parsed[0] != parsed[0]
@@ -359,11 +466,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                     # what perfect identifier mapping could add: T's names masked on both sides
                     entry[strat]["aligned_names_masked"] = round(
                         statement_accuracy(mask_target_names(parsed[0], dst), mask_target_names(ref_stmts, dst))[0], 4)
-                entry[strat].update(aligned=round(al, 4), bag=round(bag, 4),
-                                    precision=round(statement_precision(parsed[0], ref_stmts), 4),
-                                    exact=parsed[1] == ref_body,
-                                    edit_similarity=round(token_edit_similarity(parsed[1], ref_body), 4),
-                                    lint=lint_relocations(code, T, dst.relocations))
+                score_entry(entry, strat, T, dst)
             entry["fork_adapt"]["oracle"] = donor_ceilings(index, cache, hits[:ORACLE_K], adapted, real,
                                                            entry["fork_adapt"]["code"], dst)
             entry["_host"] = (real["path"], real["start_byte"], real["end_byte"])
@@ -379,13 +482,19 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                 gate_error = {"error": why, "kind": "unavailable"}
             else:
                 try:
-                    gate_summary = gate_functions(gate, T, per_fn, strats, gate_files, log)
+                    pool = None
+                    if repair_rounds:
+                        from prompts.backend.repair import NamePool
+
+                        pool = NamePool.for_target(dst, gate.target_dir(T))
+                    gate_summary = gate_functions(gate, T, per_fn, strats, gate_files, log, repair_rounds, pool,
+                                                  lambda e, st: score_entry(e, st, T, dst))
                 except (GateInputError, GateUnavailable) as exc:  # one target's tree, not the run
                     gate_error = {"error": str(exc), "kind": type(exc).__name__,
                                   "details": getattr(exc, "details", "")[-4000:]}
                     for e in per_fn:
                         for strat in strats:
-                            for k in ("gate", "gate_verdict", "gate_diagnostics"):
+                            for k in ("gate", "gate_verdict", "gate_diagnostics", "gate_before_repair", "repair"):
                                 e[strat].pop(k, None)
             if gate_error:
                 log(f"{T}: compile gate not run: {gate_error['error']}")
@@ -433,6 +542,17 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                                       if gated else None),
                     "compile_checked": len(gated),
                     "compile_environment": sum(1 for x in es if x.get("gate_verdict") == "environment"),
+                    "compile_pass_rate_without_repair": (
+                        round(sum(1 for x in judged if x.get("gate_before_repair", x.get("gate_verdict")) == "pass")
+                              / len(judged), 4) if judged else None),
+                    "gate_repair": {"attempted": sum(1 for x in es if "repair" in x),
+                                    "repaired": sum(1 for x in es if (x.get("repair") or {}).get("passed")),
+                                    "rounds_used": dict(sorted(Counter(x["repair"]["rounds"] for x in es
+                                                                       if "repair" in x).items())),
+                                    "aligned_change": round(sum(x["aligned"] - x["aligned_before_repair"]
+                                                                for x in es if "aligned_before_repair" in x) / n, 4)},
+                    "fused_statements": (sum(x.get("fused_statements", 0) for x in es)
+                                         if strat.startswith(REPAIRED) else None),
                     "compile_pass_rate_of_all": (round(sum(1 for x in gated if x["gate"]) / n, 4) if gate_summary
                                                  and gate_summary["files_checked"] == gate_summary["files_total"] else None),
                     "lint_foreign_relocations": sum(len(x["lint"]) for x in es)}
@@ -462,6 +582,11 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         arrays["ff"] = [e["fork_flow"]["aligned"] for e in per_fn]
         arrays["gate_fa"] = [gate_value(e["fork_adapt"]) for e in per_fn]
         arrays["gate_ff"] = [gate_value(e["fork_flow"]) for e in per_fn]
+        arrays["gate_fa_norepair"] = [gate_value({"gate_verdict": e["fork_adapt"].get(
+            "gate_before_repair", e["fork_adapt"].get("gate_verdict"))}) for e in per_fn]
+        for name in variants:
+            arrays[f"al/{name}"] = [e[name]["aligned"] for e in per_fn]
+            arrays[f"gate/{name}"] = [gate_value(e[name]) for e in per_fn]
         per_target_arrays[T] = arrays
         if skills:
             sk, fa_g = gen["skills"], gen["fork_adapt"]
@@ -486,6 +611,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                                  for s2 in ("skills", "fork_adapt")}}
         for e in per_fn:
             e.pop("_host", None)
+            e.pop("_ref", None)
         out["targets"][T] = {
             "n_functions_evaluated": len(rows), "n_roles": len({r["role"] for r in rows}),
             "similar_targets": [{"target": t, "similarity": round(s, 4)} for t, s in index.similar_targets(T, 5)],
@@ -501,11 +627,18 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         out["mining"] = mining
         out["skills_store"] = skill_store_statistics(store)
     modes = list(MODES) + ["fused_function_level"]
-    ci = bootstrap(per_target_arrays, define_figures(modes), resamples=resamples)
+    figures = define_figures(modes)
+    figures["compile_pass_ratio_without_repair"] = ("ratio", ("gate_fa_norepair", "gate_ff"))
+    for name in variants:
+        figures[f"{name}_aligned"] = ("mean", (f"al/{name}",))
+        figures[f"{name}_aligned_ratio"] = ("ratio", (f"al/{name}", "ff"))
+        figures[f"{name}_compile_pass_rate"] = ("mean", (f"gate/{name}",))
+        figures[f"{name}_compile_pass_ratio"] = ("ratio", (f"gate/{name}", "gate_ff"))
+    ci = bootstrap(per_target_arrays, figures, resamples=resamples)
     for T, figs in ci["targets"].items():
         out["targets"][T]["ci95"] = figs
     out["overall"] = {"method": ci["method"], "figures": ci["overall"]}
-    if queries and len(targets) > 1:
+    if queries and len(targets) > 1 and not study:
         out["overall"]["checks"] = overall_checks(ci["overall"])
     timings["total_s"] = round(time.monotonic() - t0, 1)
     out["seconds"] = timings
@@ -524,6 +657,38 @@ def overall_checks(fig: dict) -> dict:
     return {"mean_fork_adapt_vs_fork_flow_statement_accuracy": check("aligned_ratio", UNSEEN_RATIO_MEAN),
             "mean_compile_pass_ratio": check("compile_pass_ratio", UNSEEN_COMPILE_RATIO),
             "mean_fused_recall@1": check("recall@1/fused", UNSEEN_RECALL1_TARGET)}
+
+
+def _signature(code: str) -> str:
+    """A definition's head up to its body with parameter names, default arguments, whitespace,
+    ``llvm::`` and the class qualification dropped: what must agree for a donor's definition to
+    fit T's declaration (in-class and out-of-line definitions of one signature compare equal)."""
+    head = code.split("{", 1)[0].replace("llvm::", "")
+    head = re.sub(r"\b(virtual|override|final|static|inline)\b", " ", head)
+    head = re.sub(r"(?:\b\w+\s*::\s*)+(?=~?\w+\s*\()", "", head)
+    open_at = head.find("(")
+    if open_at < 0:
+        return " ".join(head.split())
+    params, depth, cur, close_at = [], 0, "", len(head)
+    for i in range(open_at + 1, len(head)):
+        ch = head[i]
+        if ch == ")" and depth == 0:
+            close_at = i
+            break
+        depth += 1 if ch in "<(" else -1 if ch in ">)" else 0
+        if ch == "," and depth == 0:
+            params.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    params.append(cur)
+    types = []
+    for prm in params:
+        toks = re.findall(r"\w+|[^\w\s]", prm.split("=", 1)[0])
+        if len(toks) > 1 and re.fullmatch(r"[A-Za-z_]\w*", toks[-1]):
+            toks = toks[:-1]  # the parameter's name
+        types.append(" ".join(toks))
+    return " ".join(f"{head[:open_at]} ( {' , '.join(t for t in types if t)} ) {head[close_at + 1:]}".split())
 
 
 def fork_adapt_diagnostics(per_fn: list[dict]) -> dict:
@@ -548,9 +713,44 @@ def fork_adapt_diagnostics(per_fn: list[dict]) -> dict:
                                         "fork_adapt_points": round(sum(e["fork_adapt"]["aligned"] for e in no_ff) / n, 4)},
         "aligned_if_names_mapped_perfectly": round(sum(e["fork_adapt"].get("aligned_names_masked", 0.0)
                                                        for e in per_fn) / n, 4),
+        # fork-flow's strength: how much of T its fixed source covers, and how well where it does
+        "fork_flow_coverage": {"functions": n - len(no_ff),
+                               "aligned_where_covered": round(sum(e["fork_flow"]["aligned"] for e in per_fn
+                                                                  if e["fork_flow"]["source"])
+                                                              / max(1, n - len(no_ff)), 4)},
+        # how many donors implement each evaluated function's role
+        "donors_per_role": _donor_buckets(per_fn),
+        # API drift: the picked donor's signature (mapped onto T) differs from T's own
+        "signature_drift": _split(per_fn, lambda e: not e.get("signature_same", True)),
         "sources": dict(Counter(e["fork_adapt"]["source"].split(":", 1)[0] for e in per_fn).most_common()),
         "unmapped_identifiers": dict(unmapped.most_common(25)),
     }
+
+
+def _split(per_fn: list[dict], pred) -> dict:
+    """Functions where ``pred`` holds, and both strategies' aligned accuracy on each side."""
+    yes = [e for e in per_fn if pred(e)]
+    no = [e for e in per_fn if not pred(e)]
+
+    def acc(es, s):
+        return round(sum(e[s]["aligned"] for e in es) / len(es), 4) if es else None
+
+    return {"functions": len(yes), "share": round(len(yes) / max(1, len(per_fn)), 4),
+            "fork_adapt_aligned": [acc(yes, "fork_adapt"), acc(no, "fork_adapt")],
+            "fork_flow_aligned": [acc(yes, "fork_flow"), acc(no, "fork_flow")],
+            "note": "[where it holds, where it does not]"}
+
+
+def _donor_buckets(per_fn: list[dict]) -> dict:
+    """Functions by the number of donors implementing their role, with fork-and-adapt's accuracy."""
+    out = {}
+    for lab, lo, hi in (("2-3", 2, 3), ("4-7", 4, 7), ("8-15", 8, 15), ("16+", 16, 10 ** 6)):
+        es = [e for e in per_fn if lo <= e.get("donors", 0) <= hi]
+        if es:
+            out[lab] = {"functions": len(es),
+                        "fork_adapt_aligned": round(sum(e["fork_adapt"]["aligned"] for e in es) / len(es), 4),
+                        "fork_flow_aligned": round(sum(e["fork_flow"]["aligned"] for e in es) / len(es), 4)}
+    return out
 
 
 def statement_precision(generated, reference) -> float:
@@ -740,6 +940,18 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="compile-gate at most N host files per target, evenly spaced over the sorted "
                          "file list (0 = all; all takes ~20 min on 2 cores)")
     ap.add_argument("--no-gate", action="store_true", help="skip the compile gate")
+    ap.add_argument("--fuse-donors", type=int, default=DEFAULT_DONORS, metavar="K",
+                    help="fork-and-adapt adds the statements at least half of the top K donors agree on "
+                         f"(default {DEFAULT_DONORS})")
+    ap.add_argument("--one-donor", action="store_true", help="fork-and-adapt from the best donor alone (K = 1)")
+    ap.add_argument("--gate-repair", action=argparse.BooleanOptionalAction, default=True,
+                    help="repair fork-and-adapt's functions that fail the gate only on undeclared identifiers "
+                         "(renamed to the target's closest names, re-gated; no LLM)")
+    ap.add_argument("--repair-rounds", type=int, default=3, help="gate re-checks per function for --gate-repair")
+    ap.add_argument("--fusion-study", default=None, metavar="TARGETS",
+                    help="evaluate these donor targets of the index instead of --targets (held out as usual), with "
+                         "fork-and-adapt from one donor and fused over k = 3 and 6 side by side; default result "
+                         "name backend_fusion_study.json")
     ap.add_argument("--model", default=None, help="litellm model for the LLM path (optional)")
     ap.add_argument("--llm-limit", type=int, default=20, help="functions per target sent to the LLM")
     ap.add_argument("--jobs", type=int, default=2)
@@ -779,6 +991,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     targets = [t for t in args.targets.split(",") if t]
     if not targets:
         print("error: --targets is empty", file=sys.stderr)
+        return 2
+    if args.fuse_donors < 1 or args.repair_rounds < 0:
+        print("error: --fuse-donors must be at least 1 and --repair-rounds at least 0", file=sys.stderr)
         return 2
 
     def log(msg: str) -> None:
@@ -863,7 +1078,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         res = run(args.llvm, args.store, targets, args.gate_files, args.model, args.llm_limit, args.jobs,
                   not args.no_gate, log, fork_flow_source=args.fork_flow_source, func_epochs=args.epochs,
                   skills=args.skills, mine_time_limit=args.mine_time_limit, mine_budget_s=args.mine_budget,
-                  queries=args.queries, resamples=args.resamples)
+                  queries=args.queries, resamples=args.resamples,
+                  fuse_donors=1 if args.one_donor else args.fuse_donors,
+                  repair_rounds=args.repair_rounds if args.gate_repair else 0,
+                  study=[t for t in args.fusion_study.split(",") if t] if args.fusion_study else None)
     except BackendInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -872,12 +1090,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     if fetch.is_file():
         version = str(json.loads(fetch.read_text()).get("version", "15")).split(".")[0]
     stem = "backend_lineages_llvm" if args.skills else "backend_llvm"
-    out_path = args.out or default_path(f"{stem}{version}.json")
+    out_path = args.out or default_path(f"{stem}{version}.json" if not args.fusion_study
+                                        else "backend_fusion_study.json")
     # The summary file is small; every function's scores go beside it gzip-compressed (~0.6 MB of
     # JSON for two LLVM targets), the generated code (MBs) to the store.
     from corpora.store_root import resolve_root
 
     strats = ("fork_adapt", "fork_flow") + (("skills",) if args.skills else ())
+    strats += tuple(k for k in next(iter(res["targets"].values()))["generation"] if k not in strats) \
+        if res["targets"] else ()
     code_path = resolve_root(args.store) / "bench" / f"{stem}{version}_code.json"
     code_path.parent.mkdir(parents=True, exist_ok=True)
     code_path.write_text(json.dumps({T: {e["func_id"]: {s: e[s].get("code") for s in strats}

@@ -20,8 +20,12 @@ toolchain that does not match the tree), reported as such and never as a failure
 functions spliced into it. TableGen and clang failures carry their full diagnostics.
 
 Results are cached by a content hash of everything that affects them (spliced file, flags,
-clang version, TableGen outputs). TableGen outputs are cached per target by a hash of its .td
-files and the tblgen version.
+clang version, TableGen outputs), in the kernel gate's content-addressed cache
+(mining/gate/cache.py). Only clang's verdicts on spliced text are cached: a host file that
+fails unmodified, a missing tool, a TableGen failure or a clang that ran out of memory is the
+environment's state, checked again next time. TableGen outputs are cached per target by a hash
+of its .td files and the tblgen version. Every file the sandboxed clang reads (``config.h``,
+TableGen outputs) is written world-readable: clang runs there as another user (nobody).
 
 ``lint_relocations`` catches what compiles but is plainly wrong: another architecture's
 ``ELF::R_*`` names (one ``ELF::`` enum holds every architecture's relocations, so clang
@@ -42,9 +46,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from mining.gate.cache import GateCache, content_key
 from mining.gate.sandbox import run_limited
 
-GATE_VERSION = "backend-gate-1"
+GATE_VERSION = "backend-gate-2"  # 2: environment failures are no longer cached
 DEFAULT_LLVM_MAJOR = 15  # a tree without fetch.json: the toy targets were written against LLVM 15
 # Tool names per LLVM major version; ``{major}`` is filled in (override for a custom toolchain).
 CLANG_TEMPLATE = os.environ.get("SKILLS_CLANG", "clang++-{major}")
@@ -215,19 +220,19 @@ def _tool_version(tool: str) -> str:
 
 
 def _hash(*parts) -> str:
-    h = hashlib.sha256(GATE_VERSION.encode())
-    for p in parts:
-        data = p if isinstance(p, bytes) else json.dumps(p, sort_keys=True, default=str).encode()
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
+    return content_key(GATE_VERSION, *parts)
 
 
-def _atomic_write(path: Path, data: str) -> None:
+READABLE = 0o644  # files the sandboxed clang reads; it runs as another uid (mining/gate/sandbox.py)
+
+
+def _write_readable(path: Path, data: str) -> None:
+    """Atomic write of a file the sandbox reads: mkstemp makes 0600, which uid nobody cannot open."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "w") as fh:
         fh.write(data)
+    os.chmod(tmp, READABLE)
     os.replace(tmp, path)
 
 
@@ -302,6 +307,7 @@ class CompileGate:
             self.target_root = root
             self.llvm_root = root.parent
         self.cache_dir = Path(cache_dir).resolve() / "backend-gate"
+        self.results = GateCache(self.cache_dir)  # clang verdicts, keyed by content_key
         self.tblgen_jobs = max(1, tblgen_jobs)
         self.timeout_s = timeout_s
         self.version = corpus_version(self.llvm_root)
@@ -347,8 +353,8 @@ class CompileGate:
         key = _hash("config", text, version)[:16]
         out = self.cache_dir / "config" / key
         header = out / "llvm" / "Config" / "config.h"
-        if not header.is_file():
-            _atomic_write(header, config_h_from_template(text, version) if text else
+        if not header.is_file() or header.stat().st_mode & READABLE != READABLE:
+            _write_readable(header, config_h_from_template(text, version) if text else
                           f"#ifndef CONFIG_H\n#define CONFIG_H\n#define PACKAGE_VERSION \"{version}\"\n#endif\n")
         return out
 
@@ -400,6 +406,7 @@ class CompileGate:
                 tmp.unlink(missing_ok=True)
                 raise TableGenError(f"{self.tools.tblgen} failed on {target}/{td} ({inc}): "
                                     f"{first_error_line(proc.stderr)}", proc.stderr[-DIAGNOSTICS_CAP:])
+            os.chmod(tmp, READABLE)  # tblgen honours the umask; the sandboxed clang must read it
             os.replace(tmp, out / inc)
 
         if todo:
@@ -455,13 +462,7 @@ class CompileGate:
         cfg = self.config_dir()
         key = _hash("check", text, rel_path, CLANG_FLAGS, self.clang_version, str(gen), self.tools.include,
                     self._headers_key(target))
-        cache_file = self.cache_dir / "results" / key[:2] / f"{key}.json"
-        raw = None
-        if use_cache and cache_file.is_file():
-            try:
-                raw = json.loads(cache_file.read_text())
-            except json.JSONDecodeError:
-                raw = None
+        raw = self.results.get_json(key) if use_cache else None
         cached = raw is not None
         if raw is None:
             raw = self._run_clang(target, host, text, gen, cfg)
@@ -469,7 +470,6 @@ class CompileGate:
                 return GateResult(target, rel_path, False, file_diagnostics=[Diagnostic(
                     "error", f"clang timed out after {self.timeout_s:.0f}s", 0, 0, "file").to_dict()],
                     seconds=round(time.monotonic() - started, 3), llvm_major=self.tools.major)
-            _atomic_write(cache_file, json.dumps(raw))
         res = self._result(target, rel_path, splices, raw["rc"], raw["stderr"], host.name)
         res.command = [self.tools.clang, *CLANG_FLAGS, "-I...", host.name]
         res.cached = cached
@@ -483,6 +483,11 @@ class CompileGate:
                                    f"against LLVM {self.tools.major}'s headers ({first}): an environment "
                                    f"problem, not the generated code's")
                 res.host_diagnostics = diags
+        # Only a verdict on the spliced text is worth keeping: a host that fails as it stands (a
+        # header the sandbox could not read, a toolchain that does not match) or a clang out of
+        # memory says nothing about the code, and may be fixed before the next run.
+        if not cached and (res.passed or (splices and res.environment is None)) and not raw.get("mem_exceeded"):
+            self.results.put_json(key, raw)
         res.seconds = round(time.monotonic() - started, 3)
         return res
 
@@ -516,7 +521,7 @@ class CompileGate:
                     return {"timeout": True}
                 if proc.mem_exceeded:
                     return {"rc": 1, "stderr": f"error: clang exceeded {CLANG_MEM_MB:.0f} MB",
-                            "seconds": round(time.monotonic() - started, 3)}
+                            "seconds": round(time.monotonic() - started, 3), "mem_exceeded": True}
             missing_inc = re.findall(r"'(\w+Gen\w+\.inc)' file not found", proc.stderr)
             if missing_inc and not late_tried:
                 late_tried = True

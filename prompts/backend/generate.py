@@ -4,7 +4,9 @@
 
 Strategies:
 * ``fork-adapt`` (default, no LLM): the best-ranked implementation from another target with
-  its target identifiers mapped onto T's (retrieval/backend/adapt.py);
+  its target identifiers mapped onto T's (retrieval/backend/adapt.py), plus the statements at
+  least half of the top ``fuse_donors`` donors (adapted the same way) agree on, in the best
+  donor's order (retrieval/backend/fuse.py; ``fuse_donors=1``: the one donor alone);
 * ``fork-flow`` (the baseline): Mips's implementation with the target renamed;
 * ``skills``: the best-ranked implementation's lineage (mined by ``skills backend mine``)
   gives the role's skeleton and its compile-validated skills; each skill is decided and
@@ -31,6 +33,7 @@ from typing import Optional, Sequence
 from corpora.backends.tree import BackendInputError
 from corpora.backends.profile import TargetProfile, load_profile
 from retrieval.backend.adapt import adapt, fit_definition, fork_flow, rename_target
+from retrieval.backend.fuse import DEFAULT_DONORS, fuse_top
 from retrieval.backend.search import BackendIndex, SearchError
 
 PROMPT_DIR = Path(__file__).parent
@@ -75,6 +78,9 @@ class GenerateRequest:
     gate: bool = True
     exclude_targets: Sequence[str] = ()
     llm_kwargs: dict = field(default_factory=dict)
+    fuse_donors: int = DEFAULT_DONORS  # top-k donors voting statements in; 1 = one donor (no fusion)
+    gate_repair: bool = True  # without an LLM: rename undeclared identifiers to T's closest (repair.py)
+    repair_rounds: int = 3
 
 
 # --------------------------------------------------------------------------- resolution
@@ -255,6 +261,13 @@ def candidates_with_adaptations(store, index: BackendIndex, target: str, role: s
     return dst, hits, adapted
 
 
+def fused_fork(hits, adapted: dict, k: int = DEFAULT_DONORS):
+    """The best hit's adaptation with the statements at least half of the top-``k`` donors agree
+    on (retrieval/backend/fuse.py). Returns (code, what was added)."""
+    res = fuse_top(adapted[hits[0].func_id].text, [adapted[h.func_id].text for h in hits[1:k]], k)
+    return res.code, res.added
+
+
 def _gate_check(gate, target: str, host: dict, code: str, label: str = "generated"):
     from mining.backend.gate import Splice
 
@@ -305,6 +318,10 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         raise BackendInputError(f"unknown strategy {req.strategy!r}; use one of {', '.join(STRATEGIES)}")
     if req.k < 1:
         raise BackendInputError("--k must be at least 1")
+    if req.fuse_donors < 1:
+        raise BackendInputError("--fuse-donors must be at least 1 (1: one donor, no fusion)")
+    if req.repair_rounds < 0:
+        raise BackendInputError("--repair-rounds must be at least 0")
     if req.strategy == "llm" and not req.model and not req.prompt_only:
         raise BackendInputError("--strategy llm needs --model (or --prompt-only)")
     index = index or BackendIndex(store)
@@ -314,15 +331,17 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
                                 f"(index its tree with `skills backend index`)")
     role = resolve_role(index, req.role, req.target)
     cache = AdaptCache(store)
-    dst, hits, adapted = candidates_with_adaptations(store, index, req.target, role, req.k, req.exclude_targets,
-                                                     cache=cache)
+    dst, ranked, adapted = candidates_with_adaptations(store, index, req.target, role, max(req.k, req.fuse_donors),
+                                                       req.exclude_targets, cache=cache)
+    hits = ranked[:req.k]
     best = hits[0]
     best_adapt = adapted[best.func_id]
+    fused_text, fused_added = fused_fork(ranked, adapted, req.fuse_donors)
     qualified = rename_target(best.qualified_name, cache.profile(best.target), dst)
     host = host_location(store, req.target, role, qualified)
     in_class = bool(host and host["in_class"])
     target_qname = host["qualified_name"] if host else qualified
-    draft = fit_definition(best_adapt.text, target_qname, in_class) if host else best_adapt.text
+    draft = fit_definition(fused_text, target_qname, in_class) if host else fused_text
     fit = (lambda text: fit_definition(text, target_qname, in_class)) if host else (lambda text: text)
     skill_res = None
     if req.strategy == "skills":
@@ -366,6 +385,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         "host": {k: v for k, v in (host or {}).items() if k != "qualified_name"} or None,
         "attributes": attrs,
         "mappings": [asdict(m) for m in best_adapt.mappings],
+        "fusion": {"donors": min(req.fuse_donors, len(ranked)), "added": fused_added},
         "prompt": prompt if (req.prompt_only or req.strategy == "llm" or (req.model and skill_res is not None)) else None,
     }
     if skill_res is not None:
@@ -406,6 +426,17 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
             verdict = {"passed": False, "skipped": "the model answered nothing: no code to compile", "diagnostics": []}
         else:
             verdict = _gate_check(gate, req.target, host, code)
+            if req.gate_repair and not req.model and req.repair_rounds and verdict.get("verdict") == "fail":
+                from prompts.backend.repair import NamePool, repair
+
+                pool = NamePool.for_target(dst, gate.target_dir(req.target))
+                rep = repair(code, verdict, lambda c: _gate_check(gate, req.target, host, c), pool,
+                             req.repair_rounds)
+                result["gate_repair"] = rep.to_dict()
+                if rep.passed:
+                    code, verdict = rep.code, rep.verdict
+                    lint = _lint(code, dst)
+                    result["code"], result["lint"] = code, lint
             n = 0
             # an environment verdict (the host file fails without the function) is nothing to repair
             while req.model and req.strategy in ("llm", "skills") and n < req.repair \
@@ -528,6 +559,14 @@ def render_text(result: dict) -> str:
                 lines.append(f"  line {d['line']}:{d['column']}: {d['message']}")
             for d in g.get("file_diagnostics", []):
                 lines.append(f"  file: line {d['line']}:{d['column']}: {d['message']}")
+    rp = result.get("gate_repair")
+    if rp:
+        reps = ", ".join(f"{r['from']} -> {r['to']}" for r in rp["replacements"]) or "no replacement"
+        lines.append(f"gate repair: {rp['rounds']} round(s), " + (f"passes ({reps})" if rp["passed"]
+                                                                  else f"not repaired: {rp['stopped']} ({reps})"))
+    fu = result.get("fusion") or {}
+    if fu.get("added"):
+        lines.append(f"fusion: {len(fu['added'])} statement(s) from the top {fu['donors']} donors")
     for w in result.get("lint", []):
         lines.append(f"lint: line {w['line']}: {w['message']}")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from corpora.backends.tree import cpp_parser, prepare_cpp, statements_of, walk
 
 MIN_SHARE = 0.5
 MIN_VOTES = 2
+DEFAULT_DONORS = 6  # top-k donors whose votes count (the fork included); 1: one donor, no fusion
 _CONTROL = ("return", "break", "continue", "goto", "co_return", "throw")
 _KEYWORDS = frozenset("""alignas alignof and asm auto bool break case catch char char16_t char32_t class const
 constexpr const_cast continue decltype default delete do double dynamic_cast else enum explicit export extern false
@@ -167,6 +168,17 @@ def fuse(fork_code: str, others: Sequence[str], min_share: float = MIN_SHARE,
     if check is None or check[0] != planned:
         return FuseResult(fork_code)
     return FuseResult(result, added)
+
+
+def fuse_top(fork_code: str, ranked_donors: Sequence[str], k: int = DEFAULT_DONORS) -> FuseResult:
+    """Fusion over the top-``k`` donors of a ranking: ``fork_code`` is the first one's adapted
+    text, ``ranked_donors`` the next ones' (adapted to the same target, best first). A statement
+    goes in when at least half of the ``k`` donors have it (the fork, which lacks it, among
+    them): ``k``-1 others, a share of 0.5, at least 2 votes. ``k`` <= 1 returns the fork."""
+    others = list(ranked_donors[:max(0, k - 1)])
+    if k <= 1 or not others:
+        return FuseResult(fork_code)
+    return fuse(fork_code, others, min_share=MIN_SHARE, min_votes=MIN_VOTES)
 
 
 def _is_declaration(data: bytes, site) -> bool:

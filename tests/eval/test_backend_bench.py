@@ -52,6 +52,10 @@ def test_bench_runs_on_toy_targets(tmp_path, capsys):
     if gate_skip_reason() is None:
         assert fa["compile_checked"] == t["n_functions_evaluated"]
         assert fa["compile_pass_rate"] >= ff["compile_pass_rate"]
+        # gate-guided repair only ever adds passes, and never touches fork-flow
+        assert fa["compile_pass_rate"] >= fa["compile_pass_rate_without_repair"]
+        assert fa["gate_repair"]["repaired"] <= fa["gate_repair"]["attempted"] and ff["gate_repair"]["attempted"] == 0
+    assert full["settings"]["fork_adapt_donors"] == 6 and full["settings"]["gate_repair_rounds"] == 3
     assert rc == (0 if summary["passed"] else 1)
     assert "functions" not in summary["targets"]["Wren"] and len(t["functions"]) == t["n_functions_evaluated"]
     assert "code" not in t["functions"][0]["fork_adapt"]
@@ -201,6 +205,29 @@ def test_bench_bad_input(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["--llvm", str(empty), "--store", str(store), "--no-gate"]) == 2
+
+
+def test_fusion_study_on_toy(tmp_path, capsys):
+    """--fusion-study: donor targets of the index evaluated with one donor, k = 3 and the configured
+    k = 6 side by side, each gated (and repaired) like fork-and-adapt, with intervals."""
+    store = tmp_path / "store"
+    shutil.copytree(indexed_toy_store(), store)
+    out = tmp_path / "fusion.json"
+    args = ["--llvm", str(TOY), "--store", str(store), "--targets", "Kite", "--fusion-study", "Wren",
+            "--fork-flow-source", "Lark", "--epochs", "2", "--resamples", "200", "--out", str(out), "--json"]
+    rc = main(args + ([] if gate_skip_reason() is None else ["--no-gate"]))
+    assert rc in (0, 1)
+    res = load_result(out)
+    t = res["targets"]["Wren"]
+    assert list(res["targets"]) == ["Wren"] and res["settings"]["fusion_study"]["variants"] == {
+        "fork_adapt": 6, "one_donor": 1, "fused_k3": 3}
+    assert set(t["generation"]) == {"fork_adapt", "fork_flow", "one_donor", "fused_k3"}
+    assert {"one_donor_aligned", "one_donor_aligned_ratio", "fused_k3_aligned"} <= set(t["ci95"])
+    # Kite is held out: never a donor while Wren is evaluated
+    assert all(not e["fork_adapt"]["source"].startswith("Kite") for e in t["functions"])
+    assert main(["--llvm", str(TOY), "--store", str(store), "--targets", "Kite", "--fusion-study", "Nope",
+                 "--no-gate", "--epochs", "2"]) == 2
+    assert main(["--llvm", str(TOY), "--store", str(store), "--fuse-donors", "0", "--no-gate"]) == 2
 
 
 def test_selection_study_on_toy(tmp_path, capsys):

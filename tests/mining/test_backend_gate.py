@@ -204,3 +204,74 @@ def test_host_file_that_fails_unmodified_is_an_environment_problem(tmp_path):
     bad = gate19.check("Lark", ow.path, [Splice("bad", ow.text.replace("ELF::R_LARK_32", "ELF::R_LARK_NOPE"),
                                                 ow.start_byte, ow.end_byte)])
     assert bad.verdict == "fail" and bad.function_verdict("bad") == "fail" and bad.environment is None
+
+
+# ---------------------------------------------------------------- generated files, and what the cache keeps
+def _results(tmp_path) -> list[Path]:
+    return sorted(p for p in (tmp_path / "cache" / "backend-gate" / "results").rglob("*") if p.is_file())
+
+
+@needs_clang
+def test_generated_files_are_readable_by_the_sandboxed_clang(tmp_path):
+    """config.h and the TableGen outputs are written 0644: clang runs sandboxed as another user
+    (nobody, when the gate runs as root), and a 0600 config.h made every host that includes it
+    fail (RISCV's compile pass rate read 0.0 until the file was readable)."""
+    root = copy_toy(tmp_path / "llvm")
+    cfg = root / "include" / "llvm" / "Config"
+    cfg.mkdir(parents=True)
+    (cfg / "config.h.cmake").write_text("#define PACKAGE_VERSION \"${PACKAGE_VERSION}\"\n#cmakedefine01 KS_GATE_PROBE\n")
+    host = root / "lib" / "Target" / "Lark" / "LarkRegisterInfo.cpp"
+    host.write_text('#include "llvm/Config/config.h"\n' + host.read_text())
+    gate = CompileGate(root, tmp_path / "cache")
+    header = gate.config_dir() / "llvm" / "Config" / "config.h"
+    assert header.stat().st_mode & 0o777 == 0o644
+    incs = list(gate.tblgen_dir("Lark").glob("*.inc"))
+    assert incs and all(p.stat().st_mode & 0o044 == 0o044 for p in incs)
+    tt = load_target(root / "lib" / "Target" / "Lark")
+    fr = next(f for f in tt.functions if f.role == "RegisterInfo::getFrameRegister")
+    # the spliced function reads config.h's macro: it compiles only if clang could open the file
+    uses = fr.signature + " {\n  static_assert(KS_GATE_PROBE == 0, PACKAGE_VERSION);\n  return Lark::R2;\n}"
+    res = gate.check("Lark", fr.path, [Splice("cfg", uses, fr.start_byte, fr.end_byte)], use_cache=False)
+    assert res.passed, (res.file_diagnostics, res.functions)
+
+
+@needs_clang
+def test_environment_failures_are_not_cached(tmp_path):
+    """Only clang's verdicts on spliced text are kept: a host file that fails unmodified (here: the
+    LLVM 15 toy under LLVM 19's headers) is checked again next time, and so is a TableGen failure."""
+    if gate_skip_reason(19):
+        pytest.skip(gate_skip_reason(19))
+    tt = load_target(TOY_TARGETS / "Lark")
+    fr = next(f for f in tt.functions if f.role == "RegisterInfo::getFrameRegister")
+    gate19 = CompileGate(_toy_of_version(tmp_path, "19.1.7"), tmp_path / "cache")
+    res = gate19.check("Lark", fr.path, [Splice("same", fr.text, fr.start_byte, fr.end_byte)])
+    assert res.verdict == "environment"
+    assert _results(tmp_path) == []  # neither the host's failure nor the splice's
+    again = CompileGate(tmp_path / "llvm-19.1.7", tmp_path / "cache").check(
+        "Lark", fr.path, [Splice("same", fr.text, fr.start_byte, fr.end_byte)])
+    assert again.verdict == "environment" and not again.cached
+    # a real verdict on spliced text, in a host that compiles: kept, pass and fail alike
+    ow = next(f for f in tt.functions if f.role == "ELFObjectWriter::getRelocType")
+    bad = [Splice("bad", ow.text.replace("ELF::R_LARK_32", "ELF::R_LARK_NOPE"), ow.start_byte, ow.end_byte)]
+    assert gate19.check("Lark", ow.path, bad).verdict == "fail"
+    kept = _results(tmp_path)
+    assert len(kept) == 2  # the failing splice and the host that compiles
+    assert gate19.check("Lark", ow.path, bad).cached
+
+    from mining.backend.gate import TableGenError
+
+    root = copy_toy(tmp_path / "llvm15")
+    td = root / "lib" / "Target" / "Wren" / "WrenRegisterInfo.td"
+    td.write_text(td.read_text() + "\ndef Broken : RegisterClass<\"Wren\", [i32], 32, (add NoSuchReg)>;\n")
+    with pytest.raises(TableGenError):
+        CompileGate(root, tmp_path / "cache").check("Wren", "WrenRegisterInfo.cpp")
+    assert _results(tmp_path) == kept
+
+
+def test_backend_gate_uses_the_shared_gate_cache(tmp_path):
+    """One content hash and one result cache for both gates (mining/gate/cache.py)."""
+    from mining.backend import gate as backend_gate
+    from mining.gate.cache import GateCache, content_key
+
+    assert backend_gate._hash("a", 1) == content_key(backend_gate.GATE_VERSION, "a", 1)
+    assert isinstance(CompileGate(TOY, tmp_path / "cache").results, GateCache)
