@@ -18,6 +18,7 @@ unchanged expert with the same settings finds the stored lineage and does no gat
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -74,7 +75,22 @@ class MineConfig:
         for k in ("jobs", "store", "use_cache", "time_limit_s", "trust"):
             d.pop(k)
         d["operators_all"] = [op.name for op in all_operators()]
+        d["walk_code"] = walk_code_hash()
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def walk_code_hash() -> str:
+    """The source of what decides a lineage (the operators, carriers, probing, lifting, the walk): a stored
+    lineage mined before any of it changed is mined again, not reused with the old operators' steps."""
+    here = Path(__file__).resolve().parent
+    files = sorted((here / "operators").glob("*.py")) + [here / n for n in
+                                                         ("carriers.py", "carriers_meaning.py", "probe.py", "lift.py",
+                                                          "walk.py", "mine.py")]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 class LineageStore(Protocol):

@@ -376,3 +376,25 @@ def test_gpu_timing_lock_can_be_shared_across_stores(tmp_path, monkeypatch):
     monkeypatch.delenv("SKILLS_GPU_LOCK")
     with gpu_timing_lock(tmp_path / "store-b"):
         assert (tmp_path / "store-b" / "cache" / "gpu-timing.lock").is_file()
+
+
+def test_a_changed_operator_changes_the_lineage_fingerprint(monkeypatch):
+    """A lineage stored before an operator's code changed must not be reused: the mining settings'
+    fingerprint covers the operators' (and the walk's) source, not only their names."""
+    from pathlib import Path as P
+
+    from mining import mine
+
+    mine.walk_code_hash.cache_clear()
+    before_code, before_cfg = mine.walk_code_hash(), mine.MineConfig(executor="cpu").fingerprint()
+    real = P.read_bytes
+    target = (ROOT / "mining" / "operators" / "restrict.py").resolve()
+    monkeypatch.setattr(P, "read_bytes", lambda self: real(self) + (b"\n# edited\n" if self.resolve() == target else b""))
+    mine.walk_code_hash.cache_clear()
+    try:
+        assert mine.walk_code_hash() != before_code
+        assert mine.MineConfig(executor="cpu").fingerprint() != before_cfg
+    finally:
+        monkeypatch.undo()
+        mine.walk_code_hash.cache_clear()
+    assert mine.walk_code_hash() == before_code  # the same code, the same fingerprint
