@@ -375,6 +375,18 @@ def indexing(store: Path, n: int = 60, log=print) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _store_problem(store: Path, need_index: bool) -> Optional[str]:
+    """Why the store cannot be benchmarked (no skills; no index where the warm server needs one), or None."""
+    if not (store / "store.duckdb").is_file():
+        return "not a skills store (no store.duckdb): mine some kernels into it first"
+    if need_index:
+        from retrieval.snapshot import current_snapshot
+
+        if current_snapshot(store) is None:
+            return f"has no index: run `skills index --store {store}`"
+    return None
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", type=Path, default=Path(os.environ.get("SKILLS_STORE", ".skills")))
@@ -396,6 +408,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     skip = set(filter(None, args.skip.split(",")))
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    problem = _store_problem(args.store, need_index="server" not in skip and not (
+        args.scale_dir is not None and (args.scale_dir / "scale_set.json").is_file()))
+    if problem:  # bad input: one line naming the store, before any work
+        print(f"error: {args.store}: {problem}", file=sys.stderr)
+        return 2
     res: dict = {**origin, "benchmark": "kernel-skill query latency and indexing throughput", "store": str(args.store)}
     res["machine"] = {**origin["machine"], "loadavg_start": list(os.getloadavg()),
                       "blas_threads": os.environ.get("SKILLS_BLAS_THREADS", "1")}

@@ -335,3 +335,19 @@ def test_latency_benchmark_edits_still_parse():
             assert edited != code and not syntax_issues(parse_cuda(edited)), f
         changed = [a for a, b in zip(code.split("\n"), one_line_edit(code, 7).split("\n")) if a != b]
         assert len(changed) == 1 and "return" not in changed[0], f
+
+
+def test_bench_query_refuses_a_bad_store_in_one_line(tmp_path, capsys):
+    """No store, or a store without an index for the warm-server part: exit 2 and one line naming it."""
+    import duckdb
+
+    from eval.bench_query import main
+
+    assert main(["--store", str(tmp_path / "none"), "--skip", "server,index"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(tmp_path / "none") in err and "store.duckdb" in err
+    (tmp_path / "bare").mkdir()
+    duckdb.connect(str(tmp_path / "bare" / "store.duckdb")).close()
+    assert main(["--store", str(tmp_path / "bare"), "--skip", "cold,reads,index"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "has no index" in err and "skills index" in err
