@@ -32,28 +32,12 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name, enclosing
 from corpora.code.parse import FunctionSig
 from corpora.code.source import Source
+from mining.operators.nodes import strip_parens
+from mining.operators.rewrite_util import ctext
 
 SYNC_RE = r"(?:__syncthreads\s*\(\s*\)|(?:cg\s*::\s*)?sync\s*\(\s*\w+\s*\)|\w+\s*\.\s*sync\s*\(\s*\))\s*;"
 SYNCWARP_RE = r"__syncwarp\s*\([^;]*\)\s*;"
 _UINT = r"(?:unsigned\s+int|unsigned|int|uint32_t|size_t|long|unsigned\s+long)"
-
-
-def ntext(src: Source, node: Node) -> str:
-    """Comment-free text of a node, whitespace runs collapsed."""
-    return " ".join(src.code[node.start_byte:node.end_byte].decode("utf-8", "replace").split())
-
-
-def strip_parens(s: str) -> str:
-    s = s.strip()
-    while s.startswith("(") and s.endswith(")"):
-        depth = 0
-        for i, c in enumerate(s):
-            depth += c == "("
-            depth -= c == ")"
-            if depth == 0 and i < len(s) - 1:
-                return s
-        s = s[1:-1].strip()
-    return s
 
 
 def split_and(cond: str) -> list[str]:
@@ -84,11 +68,11 @@ def stmts(node: Optional[Node]) -> list[Node]:
 
 
 def is_sync(src: Source, node: Node) -> bool:
-    return node.type == "expression_statement" and re.fullmatch(SYNC_RE, ntext(src, node)) is not None
+    return node.type == "expression_statement" and re.fullmatch(SYNC_RE, ctext(src, node)) is not None
 
 
 def is_syncwarp(src: Source, node: Node) -> bool:
-    return node.type == "expression_statement" and re.fullmatch(SYNCWARP_RE, ntext(src, node)) is not None
+    return node.type == "expression_statement" and re.fullmatch(SYNCWARP_RE, ctext(src, node)) is not None
 
 
 def pow2(v: int) -> bool:
@@ -127,6 +111,12 @@ def shared_arrays(src: Source) -> set[str]:
     code = src.code.decode("utf-8", "replace")
     for m in re.finditer(r"\b(\w+)\s*\*\s*(\w+)\s*=\s*SharedMemory\s*<[^;]*>\s*\(\s*\)\s*;", code):
         out.add(m.group(2))
+    return _pointer_closure(code, out)
+
+
+def _pointer_closure(code: str, names: set[str]) -> set[str]:
+    """`names` plus every pointer local of `code` bound (`T *p = q;`, transitively) to one of them."""
+    out = set(names)
     changed = True
     while changed:
         changed = False
@@ -157,7 +147,7 @@ def template_params(src: Source, fn: Node) -> list[str]:
         return []
     out = []
     for p in plist.named_children:
-        s = ntext(src, p).split("=")[0]
+        s = ctext(src, p).split("=")[0]
         ids = re.findall(r"\b[A-Za-z_]\w*\b", s)
         out.append(ids[-1] if ids else "")
     return out
@@ -203,7 +193,7 @@ def template_args(src: Source, launch) -> list[str]:
     if fnode is None or fnode.type != "template_function":
         return []
     args = fnode.child_by_field_name("arguments")
-    return [ntext(src, a) for a in args.named_children] if args is not None else []
+    return [ctext(src, a) for a in args.named_children] if args is not None else []
 
 
 @dataclass
@@ -294,16 +284,7 @@ def only_slot_zero_after(src: Source, node: Node, fn: Node, arrays: set[str]) ->
 
 def aliases(src: Source, fn: Node, array: str) -> set[str]:
     """The array and the locals of `fn` bound to it."""
-    code = src.code[fn.start_byte:fn.end_byte].decode("utf-8", "replace")
-    out = {array}
-    changed = True
-    while changed:
-        changed = False
-        for m in re.finditer(r"(?:volatile\s+)?\w+\s*\*\s*(?:volatile\s+)?(\w+)\s*=\s*(\w+)\s*;", code):
-            if m.group(2) in out and m.group(1) not in out:
-                out.add(m.group(1))
-                changed = True
-    return out
+    return _pointer_closure(src.code[fn.start_byte:fn.end_byte].decode("utf-8", "replace"), {array})
 
 
 # --------------------------------------------------------------------------- the combining step
@@ -376,7 +357,7 @@ def body_statements(src: Source, node: Node) -> Optional[list[str]]:
     for st in stmts(node):
         if st.type == "compound_statement":
             return None
-        out.append(ntext(src, st))
+        out.append(ctext(src, st))
     return out
 
 
@@ -406,11 +387,11 @@ def _loop_header(src: Source, loop: Node) -> Optional[tuple[str, str, str, str, 
     upd = loop.child_by_field_name("update")
     if init is None or cond is None or upd is None:
         return None
-    it = ntext(src, init).rstrip(";").strip()
+    it = ctext(src, init).rstrip(";").strip()
     m = re.fullmatch(r"(?:(" + _UINT + r")\s+)?(\w+)\s*=\s*(.+)", it)
     if m is None:
         return None
-    return (m.group(1) or "", m.group(2), m.group(3), ntext(src, cond), ntext(src, upd))
+    return (m.group(1) or "", m.group(2), m.group(3), ctext(src, cond), ctext(src, upd))
 
 
 def tree_loops(src: Source) -> list[TreeLoop]:
@@ -440,7 +421,7 @@ def tree_loop(src: Source, loop: Node, fn: Node, arrays: set[str]) -> Optional[T
     guard = body[-2]
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         return None
-    gcond = strip_parens(ntext(src, guard.child_by_field_name("condition")))
+    gcond = strip_parens(ctext(src, guard.child_by_field_name("condition")))
     inner = body_statements(src, guard.child_by_field_name("consequence"))
     if inner is None or len(inner) != 1:
         return None
@@ -475,7 +456,7 @@ def tree_loop(src: Source, loop: Node, fn: Node, arrays: set[str]) -> Optional[T
             return TreeLoop("modulo", loop, var, decl, bound, 0, mg.group(1), guard, step, sync=body[-1], fn=fn)
         idecl = body[0]
         md = re.fullmatch(r"(?:const\s+)?" + _UINT + r"\s+(\w+)\s*=\s*(?:2\s*\*\s*%s\s*\*\s*(.+?)|(.+?)\s*\*\s*2\s*\*\s*%s)\s*;"
-                          % (v, v), ntext(src, idecl))
+                          % (v, v), ctext(src, idecl))
         if idecl.type != "declaration" or md is None:
             return None
         index, th = md.group(1), md.group(2) or md.group(3)
@@ -509,7 +490,7 @@ def _rung_at(src: Source, sibs: list[Node], i: int, names: set[str], arrays: set
     n = sibs[i]
     if n.type != "if_statement" or n.child_by_field_name("alternative") is not None:
         return None
-    parts = split_and(ntext(src, n.child_by_field_name("condition")))
+    parts = split_and(ctext(src, n.child_by_field_name("condition")))
     cons = n.child_by_field_name("consequence")
     guard, stride, thread = None, None, None
     for p in parts:
@@ -596,7 +577,7 @@ def _tail_steps(src: Source, body: list[Node], arrays: set[str], thread: str,
     the register form."""
     from mining.operators.nodes import rename_identifiers
 
-    texts = [rename_identifiers(ntext(src, b), rename) for b in body]
+    texts = [rename_identifiers(ctext(src, b), rename) for b in body]
     strides: list[int] = []
     guards: list[Optional[str]] = []
     step: Optional[Combine] = None
@@ -649,7 +630,7 @@ def warp_tail(src: Source, stmt: Node, fn: Node, arrays: set[str]) -> Optional[T
     if stmt.type != "if_statement" or stmt.child_by_field_name("alternative") is not None:
         return None
     names = thread_names(src, fn)
-    mc = re.fullmatch(r"(.+?)\s*<\s*(\d+)", strip_parens(ntext(src, stmt.child_by_field_name("condition"))))
+    mc = re.fullmatch(r"(.+?)\s*<\s*(\d+)", strip_parens(ctext(src, stmt.child_by_field_name("condition"))))
     if mc is None or not is_thread(mc.group(1), names):
         return None
     thread = mc.group(1)
@@ -665,7 +646,7 @@ def warp_tail(src: Source, stmt: Node, fn: Node, arrays: set[str]) -> Optional[T
         gnode = src.func_node(g) if g is not None else None
         if gnode is None or len([g2 for g2 in src.funcs if g2.name == name]) != 1:
             return None
-        args = [ntext(src, a) for a in call.child_by_field_name("arguments").named_children]
+        args = [ctext(src, a) for a in call.child_by_field_name("arguments").named_children]
         params = [p.name for p in g.params]
         if len(args) != len(params) or not all(params):
             return None
@@ -673,7 +654,7 @@ def warp_tail(src: Source, stmt: Node, fn: Node, arrays: set[str]) -> Optional[T
         fnode = call.child_by_field_name("function")
         targs = []
         if fnode is not None and fnode.type == "template_function":
-            targs = [ntext(src, a) for a in fnode.child_by_field_name("arguments").named_children]
+            targs = [ctext(src, a) for a in fnode.child_by_field_name("arguments").named_children]
         tparams = template_params(src, gnode)
         if len(targs) != len(tparams):
             return None
@@ -685,7 +666,7 @@ def warp_tail(src: Source, stmt: Node, fn: Node, arrays: set[str]) -> Optional[T
         helper = gnode
     elif len(body) >= 2:
         # an inline tail may bind a volatile alias first: `volatile float *vs = sdata;`
-        ma = re.fullmatch(r"volatile\s+[\w:]+\s*\*\s*(\w+)\s*=\s*(\w+)\s*;", ntext(src, body[0]))
+        ma = re.fullmatch(r"volatile\s+[\w:]+\s*\*\s*(\w+)\s*=\s*(\w+)\s*;", ctext(src, body[0]))
         if ma and ma.group(2) in arrays:
             rename = {ma.group(1): ma.group(2)}
             body = body[1:]
@@ -729,7 +710,7 @@ def _is_shuffle_loop(src: Source, loop: Node, v: str) -> bool:
             not re.fullmatch(r"%s\s*>\s*0" % re.escape(o), cond) or \
             not re.fullmatch(r"(?:{o}\s*/=\s*2|{o}\s*>>=\s*1|{o}\s*=\s*{o}\s*(?:/\s*2|>>\s*1))".format(o=re.escape(o)), upd):
         return False
-    body = [ntext(src, b) for b in stmts(loop.child_by_field_name("body"))]
+    body = [ctext(src, b) for b in stmts(loop.child_by_field_name("body"))]
     ve, oe = re.escape(v), re.escape(o)
     if len(body) == 1:
         return re.fullmatch(r"%s\s*\+=\s*" % ve + _SHFL_DOWN.format(v=ve, o=oe) + r"\s*;", body[0]) is not None
@@ -752,7 +733,7 @@ def shuffle_tail(src: Source, nxt: list[Node], fn: Node, arrays: set[str], value
     k = 0
     # (tree-sitter reads `cg::thread_block_tile<32> t = ...;` as an expression statement)
     while k < len(nxt) and nxt[k].type in ("declaration", "expression_statement") and \
-            re.fullmatch(r"(?:\w+\s*::\s*)*thread_block_tile\s*<\s*32\s*>\s*\w+\s*=[^;]*;", ntext(src, nxt[k])):
+            re.fullmatch(r"(?:\w+\s*::\s*)*thread_block_tile\s*<\s*32\s*>\s*\w+\s*=[^;]*;", ctext(src, nxt[k])):
         decls.append(nxt[k])
         k += 1
     if k >= len(nxt):
@@ -760,13 +741,13 @@ def shuffle_tail(src: Source, nxt: list[Node], fn: Node, arrays: set[str], value
     stmt = nxt[k]
     if stmt.type != "if_statement" or stmt.child_by_field_name("alternative") is not None:
         return None
-    mc = re.fullmatch(r"(.+?)\s*<\s*32", strip_parens(ntext(src, stmt.child_by_field_name("condition"))))
+    mc = re.fullmatch(r"(.+?)\s*<\s*32", strip_parens(ctext(src, stmt.child_by_field_name("condition"))))
     if mc is None or not is_thread(mc.group(1), names):
         return None
     body = stmts(stmt.child_by_field_name("consequence"))
     if len(body) != 2 or body[1].type != "for_statement" or not _is_shuffle_loop(src, body[1], value):
         return None
-    first = ntext(src, body[0])
+    first = ctext(src, body[0])
     mg = re.fullmatch(r"if\s*\(\s*\(?\s*(\w+)\s*>=\s*64\s*\)?\s*\)\s*\{?\s*(.+?;)\s*\}?", first)
     guard = None
     if mg:
@@ -794,7 +775,7 @@ def thread_zero_reads_only(src: Source, start: Node, fn: Node, value: str, array
             continue
         g = enclosing(n, "if_statement")
         while g is not None:
-            c = strip_parens(ntext(src, g.child_by_field_name("condition")))
+            c = strip_parens(ctext(src, g.child_by_field_name("condition")))
             m = re.fullmatch(r"(.+?)\s*==\s*0", c)
             if m and is_thread(m.group(1), names):
                 break

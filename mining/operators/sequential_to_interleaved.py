@@ -33,9 +33,9 @@ import re
 
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all
-from mining.operators.reduction_tree import (aliases, before, fresh, is_sync, kernel_launches, ntext,
+from mining.operators.reduction_tree import (aliases, before, fresh, is_sync, kernel_launches,
                                              only_slot_zero_after, pow2, thread_zero_reads_only, tree_loops, value_of)
-from mining.operators.rewrite_util import line_indent, splice_range
+from mining.operators.rewrite_util import ctext, line_indent, splice_range
 
 
 def _power_of_two_blocks(src: Source, t) -> bool:
@@ -69,7 +69,7 @@ class SequentialToInterleaved(Operator):
             decl = t.decl or "unsigned int"
             form = t.step.form if t.step.op != "chain" else t.step.array + "[{at}] += " + t.step.array + "[{at} + {stride}];"
             step = form.format(at=index, stride=var)
-            sync = ntext(src, t.sync)
+            sync = ctext(src, t.sync)
             text = (f"for ({decl} {var} = 1; {var} < {t.bound}; {var} *= 2) {{\n"
                     f"{ind}    unsigned int {index} = 2 * {var} * {t.thread};\n"
                     f"{ind}    if ({index} < {t.bound}) {{\n{ind}        {step}\n{ind}    }}\n"
@@ -90,7 +90,7 @@ class SequentialToInterleaved(Operator):
         prev = before(t.loop)
         v = t.step.value
         if len(prev) < 2 or not is_sync(src, prev[-1]) or re.fullmatch(
-                r"(\w+)\s*\[\s*%s\s*\]\s*=\s*%s\s*;" % (re.escape(t.thread), re.escape(v)), ntext(src, prev[-2])) is None:
+                r"(\w+)\s*\[\s*%s\s*\]\s*=\s*%s\s*;" % (re.escape(t.thread), re.escape(v)), ctext(src, prev[-2])) is None:
             return None
         if thread_zero_reads_only(src, t.loop, t.fn, v, names) is None:
             return None
@@ -115,9 +115,9 @@ def sequential_addressing(source: str, ctx: Context) -> list[Materialization]:
         v = t.var
         text = (f"for ({decl} {v} = {t.bound} / 2; {v} > 0; {v} >>= 1) {{\n"
                 f"{ind}    if ({t.thread} < {v}) {{\n{ind}        {step}\n{ind}    }}\n"
-                f"{ind}    {ntext(src, t.sync)}\n{ind}}}")
+                f"{ind}    {ctext(src, t.sync)}\n{ind}}}")
         f = src.function_at(t.loop.start_byte)
-        per.append((f.name if f else "", [Edit(t.loop.start_byte, t.loop.end_byte, text)], ntext(src, t.loop)[:160]))
+        per.append((f.name if f else "", [Edit(t.loop.start_byte, t.loop.end_byte, text)], ctext(src, t.loop)[:160]))
     return per_kernel_and_all(src, "sequential_addressing", per,
                               "sequential addressing: contiguous active threads, no shared bank conflicts")
 

@@ -21,8 +21,8 @@ import re
 
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all
-from mining.operators.reduction_tree import fresh, ntext, tree_loops
-from mining.operators.rewrite_util import line_indent, splice_range
+from mining.operators.reduction_tree import fresh, tree_loops
+from mining.operators.rewrite_util import ctext, line_indent, splice_range
 
 
 def _block_bound(t) -> bool:
@@ -44,7 +44,7 @@ class StridedToModulo(Operator):
                 ds, de = t.index_decl.start_byte, t.index_decl.end_byte
             cond = t.guard.child_by_field_name("condition")
             cons = t.guard.child_by_field_name("consequence")
-            step_text = ntext(src, cons)
+            step_text = ctext(src, cons)
             new_step = re.sub(r"\b%s\b" % re.escape(t.index), t.thread, step_text)
             subs = [Edit(ds, de, ""), Edit(cond.start_byte, cond.end_byte, f"(({t.thread} % (2 * {t.var})) == 0)"),
                     Edit(cons.start_byte, cons.end_byte, new_step)]
@@ -63,7 +63,7 @@ def divergence_free_indexing(source: str, ctx: Context) -> list[Materialization]
         ind = line_indent(src, t.guard.start_byte)
         cond = t.guard.child_by_field_name("condition")
         cons = t.guard.child_by_field_name("consequence")
-        step_text = ntext(src, cons)
+        step_text = ctext(src, cons)
         th = re.escape(t.thread.strip())
         new_step = re.sub(r"(?<![\w.])%s(?![\w(])" % th, index, step_text)
         subs = [Edit(t.guard.start_byte, t.guard.start_byte, f"unsigned int {index} = 2 * {t.var} * {t.thread};\n{ind}"),
@@ -72,7 +72,7 @@ def divergence_free_indexing(source: str, ctx: Context) -> list[Materialization]
         f = src.function_at(t.loop.start_byte)
         per.append((f.name if f else "", [Edit(body.start_byte, body.end_byte,
                                                splice_range(src, body.start_byte, body.end_byte, subs))],
-                    ntext(src, t.guard)[:160]))
+                    ctext(src, t.guard)[:160]))
     return per_kernel_and_all(src, "divergence_free_indexing", per,
                               "contiguous active threads by a strided index instead of a modulo test")
 

@@ -35,9 +35,9 @@ import re
 
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all
-from mining.operators.reduction_tree import (before, fresh, is_sync, kernel_launches, ntext, pow2, rung_sequences,
+from mining.operators.reduction_tree import (before, fresh, is_sync, kernel_launches, pow2, rung_sequences,
                                              tree_loops, value_of)
-from mining.operators.rewrite_util import line_indent, splice_range
+from mining.operators.rewrite_util import ctext, line_indent, splice_range
 
 
 def _loop_strides(block: int, low: int) -> list[int]:
@@ -81,8 +81,8 @@ class UnrolledTreeToLoop(Operator):
         var = fresh(src, fn, "s")
         ind = line_indent(src, run[0].first.start_byte)
         step = run[0].step.form.format(at=run[0].thread, stride=var)
-        sync = ntext(src, run[0].last) if is_sync(src, run[0].last) else \
-            ntext(src, [c for c in run[0].first.child_by_field_name("consequence").named_children
+        sync = ctext(src, run[0].last) if is_sync(src, run[0].last) else \
+            ctext(src, [c for c in run[0].first.child_by_field_name("consequence").named_children
                         if c.type != "comment"][-1])
         text = (f"for (unsigned int {var} = blockDim.x / 2; {var} > {low}; {var} >>= 1) {{\n"
                 f"{ind}    if ({run[0].thread} < {var}) {{\n{ind}        {step}\n{ind}    }}\n"
@@ -105,7 +105,7 @@ def unroll_tree(source: str, ctx: Context) -> list[Materialization]:
         if value_of(src, t.bound, launches[0]) != d:
             continue
         ind = line_indent(src, t.loop.start_byte)
-        sync = ntext(src, t.sync)
+        sync = ctext(src, t.sync)
         rungs = []
         for s in _loop_strides(d, t.low):
             step = t.step.form.format(at=t.thread, stride=str(s))
@@ -114,7 +114,7 @@ def unroll_tree(source: str, ctx: Context) -> list[Materialization]:
             continue
         f = src.function_at(t.loop.start_byte)
         per.append((f.name if f else "", [Edit(t.loop.start_byte, t.loop.end_byte, ("\n" + ind).join(rungs))],
-                    ntext(src, t.loop)[:160]))
+                    ctext(src, t.loop)[:160]))
     return per_kernel_and_all(src, "unroll_tree", per, "the reduction tree written out per stride "
                               "for the launch's block size")
 

@@ -44,10 +44,10 @@ import re
 
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all
-from mining.operators.reduction_tree import (after, aliases, kernel_launches, ntext, only_slot_zero_after, pow2,
+from mining.operators.reduction_tree import (after, aliases, kernel_launches, only_slot_zero_after, pow2,
                                              rest_of_function, shared_arrays, shuffle_tail, thread_zero_reads_only,
                                              tree_loops, value_of, warp_tail)
-from mining.operators.rewrite_util import line_indent, splice_range
+from mining.operators.rewrite_util import ctext, line_indent, splice_range
 
 
 class WarpTailToLoop(Operator):
@@ -96,8 +96,8 @@ class WarpTailToLoop(Operator):
         if not only_slot_zero_after(src, tail.stmt, t.fn, aliases(src, t.fn, t.step.array) | {tail.array}):
             return None
         cond = t.loop.child_by_field_name("condition")
-        ctext = src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
-        new_cond = re.sub(r"(>=?)\s*\d+\s*$", lambda m: "> 0" if m.group(1) == ">" else ">= 1", ctext.rstrip())
+        cond_text = src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
+        new_cond = re.sub(r"(>=?)\s*\d+\s*$", lambda m: "> 0" if m.group(1) == ">" else ">= 1", cond_text.rstrip())
         ts, te = src.line_span(tail.stmt.start_byte, tail.stmt.end_byte)
         subs = [Edit(cond.start_byte, cond.end_byte, new_cond), Edit(ts, te, "")]
         start, end = t.loop.start_byte, te
@@ -131,11 +131,11 @@ class WarpTailToLoop(Operator):
         if thread_zero_reads_only(src, st.stmt, t.fn, t.step.value, names) is None:
             return None
         cond = t.loop.child_by_field_name("condition")
-        ctext = src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
-        subs = [Edit(cond.start_byte, cond.end_byte, re.sub(r">\s*32\s*$", "> 0", ctext.rstrip()))]
+        cond_text = src.code[cond.start_byte:cond.end_byte].decode("utf-8", "replace")
+        subs = [Edit(cond.start_byte, cond.end_byte, re.sub(r">\s*32\s*$", "> 0", cond_text.rstrip()))]
         rest = rest_of_function(src, st.stmt, t.fn)
         for d in st.decls:
-            declared = re.findall(r"\b(\w+)\s*=", ntext(src, d))
+            declared = re.findall(r"\b(\w+)\s*=", ctext(src, d))
             if declared and not re.search(r"\b%s\b" % re.escape(declared[0]), rest):
                 subs.append(Edit(*src.line_span(d.start_byte, d.end_byte), ""))
         ts, te = src.line_span(st.stmt.start_byte, st.stmt.end_byte)
@@ -167,7 +167,7 @@ def unroll_last_warp(source: str, ctx: Context) -> list[Materialization]:
         start, end = cond.start_byte, t.loop.end_byte
         text = splice_range(src, start, end, [Edit(cond.start_byte, cond.end_byte, f"{t.var} > 32")]) + tail
         f = src.function_at(t.loop.start_byte)
-        per.append((f.name if f else "", [Edit(start, end, text)], ntext(src, t.loop)[:160]))
+        per.append((f.name if f else "", [Edit(start, end, text)], ctext(src, t.loop)[:160]))
     return per_kernel_and_all(src, "unroll_last_warp", per, "the last warp's six levels without block barriers")
 
 
