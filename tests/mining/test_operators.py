@@ -204,3 +204,15 @@ def test_pairs_hold_both_directions_in_one_module():
     assert inverses("drop_grid_clamp") == ["grid_stride"]  # the clamp goes back with its loop
     assert rewrites_for("warp_atomic_to_thread_atomics", "atomic_per_block") == ["privatize_atomics", "warp_per_row"]
     assert rewrites_for("llm", "block_scan") == ["warp_scan"]  # served, not inverted
+
+
+def test_sub_edits_are_edits_not_bare_tuples():
+    """One edit type (issue 16): splice_range applies Edits and refuses a (start, end, text) tuple."""
+    from corpora.code.edit import Edit
+    from corpora.code.source import Source
+    from mining.operators.rewrite_util import splice_range
+
+    src = Source("int a = 1; int b = 2;")
+    assert splice_range(src, 0, 10, [Edit(8, 9, "7")]) == "int a = 7;"
+    with pytest.raises(TypeError):
+        splice_range(src, 0, 10, [(8, 9, "7")])
