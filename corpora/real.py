@@ -39,7 +39,8 @@ OP_TYPES = ("gemm", "reduction", "softmax", "norm", "elementwise", "transpose", 
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _CARRIER = re.compile(r"^[a-z][a-z0-9_]*$")
 # The judge's vocabulary (CORPUS_SPEC.md, "The independent judge").
-_OBSERVE = re.compile(r"^(sass:[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*|smem|registers|ffma_per_load|coalesced:[A-Za-z_]\w*|none:\S.*)$")
+_COUNT = r"sass:[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*|bits:[A-Z]+:(8|16|32|64|128)|smem|registers|loops"
+_OBSERVE = re.compile(rf"^({_COUNT}|fewer:({_COUNT})|ffma_per_load|coalesced:[A-Za-z_]\w*|none:\S.*)$")
 
 
 class LineageError(ValueError):
@@ -213,7 +214,8 @@ def load_expert(dir: Path) -> RealExpert:
             for o in observe:
                 if not _OBSERVE.match(o):
                     raise LineageError(f"{path}: {swhere}observe: {o!r} is not in the judge's vocabulary "
-                                       "(sass:OPCODE, smem, registers, ffma_per_load, coalesced:ARRAY, none:REASON)")
+                                       "(sass:OPCODE, bits:OP:N, smem, registers, loops, fewer:<one of those>, "
+                                       "ffma_per_load, coalesced:ARRAY, none:REASON)")
             note = step.get("note", "")
             if not isinstance(note, str):
                 raise LineageError(f"{path}: {swhere}note: expected a string")

@@ -123,12 +123,21 @@ def extra_steps(walk: list[dict[str, Any]], human_carriers: set[str]) -> list[di
 
 def judge_expert(expert, problem_dir: Path, end_source: str, store: Path, arch: str) -> tuple[list[dict], dict]:
     """The judge's verdict on every human step, and the static figures it used."""
-    from eval.judge import judge_step, static_facts
+    from eval.judge import StepPair, judge_step, static_facts
 
     naive = static_facts(problem_dir, (problem_dir / "naive.cu").read_text(), store, arch)
     exp = static_facts(problem_dir, (problem_dir / "kernel.cu").read_text(), store, arch)
     end = static_facts(problem_dir, end_source, store, arch)
-    verdicts = [judge_step(s.carrier, s.version, s.note, s.observe, naive, exp, end).to_dict() for s in expert.steps]
+    # every version's figures, so each step is judged against the version before it
+    names = [v.name for v in expert.versions]
+    facts = [naive] + [static_facts(problem_dir, (problem_dir / "versions" / f"{i}_{n}.cu").read_text(), store, arch)
+                       for i, n in enumerate(names[1:-1], start=1)] + [exp] if len(names) > 1 else [exp]
+    at = {n: i for i, n in enumerate(names)}
+    verdicts = []
+    for s in expert.steps:
+        i = at[s.version]
+        pair = StepPair(names[i - 1], facts[i - 1], names[i], facts[i]) if i > 0 else None
+        verdicts.append(judge_step(s.carrier, s.version, s.note, s.observe, naive, exp, end, pair).to_dict())
     return verdicts, {"naive": naive.summary(), "expert": exp.summary(), "end": end.summary()}
 
 

@@ -12,6 +12,11 @@ operators and carrier detectors never produce say it is gone. Two kinds of obser
   access to ARRAY, evaluated for lanes 0..31 of threadIdx.x with everything else fixed, moves
   by one element per lane, or by the vector width when the access sits inside a vector
   cast / macro call);
+* ``loops`` (backward branches in the SASS: loops the compiler kept) and ``bits:OP:N`` (OP
+  instructions, e.g. ``LDG``, that move exactly N bits per thread: ``bits:LDG:32`` counts the
+  32-bit loads of half2 pairs, which ``sass:LDG.E`` cannot separate from 16-bit loads);
+* ``fewer:X`` for any numeric X above: the step *removes* something (an integer division, the
+  naive's global atomics), so it is present when the count goes down and undone when it comes back;
 * ``none:REASON``: no independent observation (the step counts as unobservable, never undone).
 
 ``sass:OPCODE`` matching: the opcode's first dot-separated token equals OPCODE's, and OPCODE's
@@ -19,7 +24,14 @@ further tokens appear in the opcode in order (``LDG.E.128`` matches ``LDG.E.128.
 ``SHFL`` matches ``SHFL.BFLY``, ``LDG.E.CONSTANT`` matches ``LDG.E.128.CONSTANT``): the spec's
 dot-separated prefix, with modifiers the compiler inserts in between allowed.
 
-Per observation, naive / expert / end point values are compared:
+Each step is judged where the lineage puts it: *before* = the version preceding the step's version,
+*after* = the step's version. A padding column or a second shared stage shows as 128 more bytes
+over the version before, not over a naive kernel that has no shared memory at all. When the step's
+own version does not show an observation (a later version rewrote the code), the judge falls back
+to naive vs expert for it. The observation records which pair it compared (``compared``).
+
+Per observation, before / after / end point values are compared (fields ``naive`` / ``expert`` /
+``end`` hold the compared pair's values):
 ``present`` (the step is visible in the expert): expert > naive (``ffma_per_load``: expert >= 1.5x
 naive; ``coalesced``: the expert's access is coalesced); ``undone``: end <= naive (``ffma_per_load``:
 end < 1.5x naive; ``coalesced``: the end point's access is not). An observation not present in the
@@ -45,7 +57,9 @@ from corpora.code.parse import parse_cuda, text, walk
 FFMA_PREFIXES = ("FFMA", "HFMA2", "DFMA", "FFMA2")
 LOAD_PREFIXES = ("LDG", "LDS")
 FFMA_FACTOR = 1.5
-VOCAB = ("sass:", "smem", "registers", "ffma_per_load", "coalesced:", "none:")
+VOCAB = ("sass:", "smem", "registers", "ffma_per_load", "loops", "bits:", "coalesced:", "none:", "fewer:")
+NUMERIC = ("smem", "registers", "loops")
+_WIDTH_TOKENS = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "64": 64, "128": 128}
 
 
 class JudgeError(Exception):
@@ -53,15 +67,24 @@ class JudgeError(Exception):
 
 
 def check_observation(obs: str) -> None:
-    if obs in ("smem", "registers", "ffma_per_load"):
+    if obs.startswith("fewer:"):
+        inner = obs[len("fewer:"):]
+        if inner in NUMERIC or inner.startswith(("sass:", "bits:")):
+            return check_observation(inner)
+    elif obs in NUMERIC or obs == "ffma_per_load":
         return
-    for prefix in ("sass:", "coalesced:", "none:"):
-        if obs.startswith(prefix) and len(obs) > len(prefix):
-            if prefix == "sass:" and not re.fullmatch(r"[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*", obs[5:]):
-                break
+    elif obs.startswith("bits:"):
+        if re.fullmatch(r"bits:[A-Z]+:(8|16|32|64|128)", obs):
             return
+    else:
+        for prefix in ("sass:", "coalesced:", "none:"):
+            if obs.startswith(prefix) and len(obs) > len(prefix):
+                if prefix == "sass:" and not re.fullmatch(r"[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*", obs[5:]):
+                    break
+                return
     raise JudgeError(f"observation {obs!r} is not in the judge's vocabulary "
-                     "(sass:OPCODE, smem, registers, ffma_per_load, coalesced:ARRAY, none:REASON)")
+                     "(sass:OPCODE, smem, registers, loops, bits:OP:N, ffma_per_load, coalesced:ARRAY, "
+                     "fewer:<a numeric one>, none:REASON)")
 
 
 # --------------------------------------------------------------------------- static facts
@@ -73,6 +96,7 @@ class Facts:
     registers: int = 0
     smem_static: int = 0
     smem_dynamic: int = 0
+    loops: Optional[int] = None  # None: a static result recorded before loops were counted
     sass_available: bool = False
     static_ok: bool = False
     reason: str = ""
@@ -85,6 +109,10 @@ class Facts:
     def sass_count(self, pattern: str) -> int:
         return sum(n for op, n in self.sass.items() if opcode_matches(op, pattern))
 
+    def bits_count(self, family: str, bits: int) -> int:
+        """Instructions of ``family`` (first opcode token) that move exactly ``bits`` per thread."""
+        return sum(n for op, n in self.sass.items() if op.split(".")[0] == family and access_bits(op) == bits)
+
     @property
     def ffma_per_load(self) -> float:
         ffma = sum(n for op, n in self.sass.items() if op.split(".")[0] in FFMA_PREFIXES)
@@ -94,7 +122,7 @@ class Facts:
     def summary(self) -> dict[str, Any]:
         return {"arch": self.arch, "registers": self.registers, "smem": self.smem, "smem_static": self.smem_static,
                 "smem_dynamic": self.smem_dynamic, "ffma_per_load": round(self.ffma_per_load, 3),
-                "sass_total": sum(self.sass.values()), "static_ok": self.static_ok, "reason": self.reason}
+                "sass_total": sum(self.sass.values()), "loops": self.loops, "static_ok": self.static_ok, "reason": self.reason}
 
 
 def opcode_matches(opcode: str, pattern: str) -> bool:
@@ -103,6 +131,14 @@ def opcode_matches(opcode: str, pattern: str) -> bool:
         return False
     it = iter(have[1:])
     return all(any(tok == w for tok in it) for w in want[1:])
+
+
+def access_bits(opcode: str) -> int:
+    """Width of a memory instruction from its modifiers: .U8/.S8, .U16/.S16, .64, .128; none = 32."""
+    for tok in opcode.split(".")[1:]:
+        if tok in _WIDTH_TOKENS:
+            return _WIDTH_TOKENS[tok]
+    return 32
 
 
 def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] = None) -> Facts:
@@ -122,7 +158,10 @@ def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] =
     facts.static_ok = True
     facts.sass_available = bool(r.get("sass_available"))
     total: Counter = Counter()
-    for k in r.get("kernels", {}).values():
+    kernels = list(r.get("kernels", {}).values())
+    if facts.sass_available and kernels and all("loops" in k for k in kernels if "sass" in k):
+        facts.loops = sum(int(k.get("loops", 0)) for k in kernels)
+    for k in kernels:
         total.update(k.get("sass", {}))
         facts.registers = max(facts.registers, int(k.get("registers", 0)))
         facts.smem_static = max(facts.smem_static, int(k.get("smem_static", 0)))
@@ -419,12 +458,13 @@ def coalesced(source: str, array: str) -> tuple[Optional[bool], str]:
 @dataclass
 class Observation:
     observe: str
-    naive: Any = None
-    expert: Any = None
+    naive: Any = None  # the compared pair's earlier value (the version before the step, or the naive kernel)
+    expert: Any = None  # ... and its later value (the step's version, or the expert)
     end: Any = None
     present: Optional[bool] = None
     undone: Optional[bool] = None
     note: str = ""
+    compared: str = "naive -> expert"
 
 
 @dataclass
@@ -440,7 +480,28 @@ class StepVerdict:
         return asdict(self)
 
 
+@dataclass
+class StepPair:
+    """The two versions around a step: the one before it and the step's own."""
+    before_name: str
+    before: Facts
+    after_name: str
+    after: Facts
+
+
+def _numeric(obs: str, f: Facts) -> Optional[float]:
+    if obs.startswith("sass:"):
+        return f.sass_count(obs[5:]) if f.sass_available else None
+    if obs.startswith("bits:"):
+        _, family, bits = obs.split(":")
+        return f.bits_count(family, int(bits)) if f.sass_available else None
+    if obs == "loops":
+        return f.loops
+    return getattr(f, obs)  # smem, registers
+
+
 def observe(obs: str, naive: Facts, expert: Facts, end: Facts) -> Observation:
+    """One observation over (earlier, later, end point): ``naive``/``expert`` are the compared pair."""
     check_observation(obs)
     o = Observation(obs)
     if obs.startswith("none:"):
@@ -467,36 +528,57 @@ def observe(obs: str, naive: Facts, expert: Facts, end: Facts) -> Observation:
     if missing:
         o.note = f"no static stage for the {missing[0]}: {({'naive': naive, 'expert': expert, 'end point': end})[missing[0]].reason}"
         return o
-    if obs.startswith("sass:"):
-        if not (naive.sass_available and expert.sass_available and end.sass_available):
-            o.note = "no SASS (cuobjdump missing)"
-            return o
-        pat = obs[5:]
-        o.naive, o.expert, o.end = naive.sass_count(pat), expert.sass_count(pat), end.sass_count(pat)
-        o.present, o.undone = o.expert > o.naive, o.end <= o.naive
-    elif obs in ("smem", "registers"):
-        o.naive, o.expert, o.end = (getattr(f, obs) for f in (naive, expert, end))
-        o.present, o.undone = o.expert > o.naive, o.end <= o.naive
-    elif obs == "ffma_per_load":
+    if obs == "ffma_per_load":
         o.naive, o.expert, o.end = (round(f.ffma_per_load, 3) for f in (naive, expert, end))
         o.present = o.expert >= FFMA_FACTOR * o.naive and o.expert > 0
         o.undone = o.end < FFMA_FACTOR * o.naive or (o.naive == 0 and o.end <= 0)
+    else:
+        fewer = obs.startswith("fewer:")
+        inner = obs[len("fewer:"):] if fewer else obs
+        o.naive, o.expert, o.end = (_numeric(inner, f) for f in (naive, expert, end))
+        if None in (o.naive, o.expert, o.end):
+            o.note = "no SASS (cuobjdump missing)" if inner.startswith(("sass:", "bits:")) else f"no {inner} figure"
+            return o
+        if fewer:  # the step removes something: present when it goes down, undone when it comes back
+            o.present, o.undone = o.expert < o.naive, o.end >= o.naive
+        else:
+            o.present, o.undone = o.expert > o.naive, o.end <= o.naive
     if not o.present:
         o.undone = None
-        o.note = "not visible in the expert (expert <= naive)"
+        o.note = "not visible in the expert (expert <= naive)" if not obs.startswith("fewer:") else \
+            "not visible in the expert (expert >= naive)"
     return o
 
 
+def observe_step(obs: str, naive: Facts, expert: Facts, end: Facts, pair: Optional[StepPair] = None) -> Observation:
+    """An observation where the lineage puts the step (``pair``), else naive vs expert."""
+    if pair is None or (pair.before is naive and pair.after is expert):
+        return observe(obs, naive, expert, end)
+    o = observe(obs, pair.before, pair.after, end)
+    o.compared = f"{pair.before_name} -> {pair.after_name}"
+    if o.present or obs.startswith("none:"):
+        return o
+    fallback = observe(obs, naive, expert, end)
+    fallback.note = (f"{fallback.note}; " if fallback.note else "") + \
+        f"{o.compared} does not show it ({o.note or 'no change'}), so naive -> expert"
+    return fallback
+
+
 def judge_step(carrier: str, version: str, note: str, observe_list: Iterable[str], naive: Facts, expert: Facts,
-               end: Facts) -> StepVerdict:
-    obs = [observe(x, naive, expert, end) for x in observe_list]
+               end: Facts, pair: Optional[StepPair] = None) -> StepVerdict:
+    obs = [observe_step(x, naive, expert, end, pair) for x in observe_list]
     present = [o for o in obs if o.present]
     if not present:
         why = "; ".join(f"{o.observe}: {o.note}" for o in obs) or "no observation listed"
         return StepVerdict(carrier, version, note, "unobservable", why, obs)
+
+    def base(o: Observation) -> str:
+        return o.compared.split(" -> ")[0]
+
     if all(o.undone for o in present):
         return StepVerdict(carrier, version, note, "undone",
-                           "; ".join(f"{o.observe}: end {o.end} vs naive {o.naive}" for o in present), obs)
+                           "; ".join(f"{o.observe}: end {o.end} vs {base(o)} {o.naive}" for o in present), obs)
     kept = [o for o in present if not o.undone]
     return StepVerdict(carrier, version, note, "kept",
-                       "; ".join(f"{o.observe}: end {o.end} vs naive {o.naive} (expert {o.expert})" for o in kept), obs)
+                       "; ".join(f"{o.observe}: end {o.end} vs {base(o)} {o.naive} (after {o.expert})"
+                                 for o in kept), obs)

@@ -122,6 +122,27 @@ def parse_sass(text: str) -> dict[str, Counter]:
     return out
 
 
+_BRANCH = re.compile(r"^/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:`?\(?)?(0x[0-9a-f]+)", re.I)
+
+
+def count_loops(text: str) -> dict[str, int]:
+    """cuobjdump --dump-sass -> {mangled function: backward branches}: each loop the compiler kept
+    (not fully unrolled) ends in a branch to a lower address. The self-branch that pads a function's
+    end (``BRA 0x110`` at 0x110) is not a loop."""
+    out: dict[str, int] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Function : "):
+            current = stripped[len("Function : "):].strip()
+            out[current] = 0
+            continue
+        m = _BRANCH.match(stripped)
+        if current is not None and m and int(m.group(2), 16) < int(m.group(1), 16):
+            out[current] += 1
+    return out
+
+
 def compile_diagnostics(stderr: str, kernel_name: str) -> list[dict[str, Any]]:
     diags = []
     for line in stderr.splitlines():
@@ -174,6 +195,7 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
                 "environment": environment_failure(res.stderr, res.timed_out, res.mem_exceeded, res.returncode)}
     kernels = parse_ptxas(res.stderr)
     sass: dict[str, Counter] = {}
+    loops: dict[str, int] = {}
     tool = cuobjdump_path()
     if tool:
         # cuobjdump delegates to nvdisasm; the PyPI wheels put both in the same bin folder.
@@ -181,7 +203,7 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
         dump = run_limited([tool, "--dump-sass", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env,
                            readable=[Path(tool).parent], writable=[workdir])
         if dump.ok:
-            sass = parse_sass(dump.stdout)
+            sass, loops = parse_sass(dump.stdout), count_loops(dump.stdout)
     names = demangle(sorted(set(kernels) | set(sass)))
     result_kernels = {}
     for mangled, stats in kernels.items():
@@ -190,6 +212,7 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
         if mangled in sass:
             entry["sass"] = dict(sorted(sass[mangled].items()))
             entry["sass_total"] = sum(sass[mangled].values())
+            entry["loops"] = loops.get(mangled, 0)
         result_kernels[names.get(mangled, mangled)] = entry
     return {"arch": arch, "ok": True, "kernels": result_kernels, "sass_available": bool(sass),
             "warnings": [ln for ln in res.stderr.splitlines() if "warning" in ln.lower()][:20]}
