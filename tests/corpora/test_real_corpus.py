@@ -165,6 +165,8 @@ def test_materialize_is_atomic_and_errors_name_the_file(fixture_expert, tmp_path
     (lambda t: t.replace('source = "leetcuda"', 'source = "nowhere"'), "source: 'nowhere' is not in sources.toml"),
     (lambda t: t.replace('op_type = "elementwise"', 'op_type = "magic"'), "op_type: 'magic'"),
     (lambda t: t.replace('"sass:LDG.E.128"', '"faster"'), "not in the judge's vocabulary"),
+    (lambda t: t.replace('"sass:LDG.E.128"', '"fewer:coalesced:a"'), "not in the judge's vocabulary"),
+    (lambda t: t.replace('"sass:LDG.E.128"', '"bits:LDG:24"'), "not in the judge's vocabulary"),
     (lambda t: t.replace('shim = "shims/f32x4.cu"', 'shim = "shims/gone.cu"'), "shim: .*gone.cu not found"),
     (lambda t: t.replace('carrier = "vector_load"', 'carrier = "Vector Load"'), "not a carrier name"),
     (lambda t: t.replace("history = true", "history = true\ngpu_only = true"), "gpu_only_reason: say why"),

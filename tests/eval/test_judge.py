@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.judge import (Facts, JudgeError, check_observation, coalesced, dynamic_smem, judge_step, opcode_matches,
-                        static_facts)
+from eval.judge import (Facts, JudgeError, StepPair, access_bits, check_observation, coalesced, dynamic_smem,
+                        judge_step, opcode_matches, static_facts)
 from mining.gate.static import nvcc_path
 from mining.mine import carrier_accounting
 
@@ -76,6 +76,71 @@ def test_verdicts_from_facts():
     assert v.verdict == "unobservable" and "not visible in the expert" in v.reason
 
 
+def test_new_vocabulary_checks():
+    for ok in ("loops", "bits:LDG:32", "fewer:sass:I2F.U32.RP", "fewer:smem", "fewer:loops", "fewer:bits:STG:16"):
+        check_observation(ok)
+    for bad in ("bits:LDG:33", "bits:ldg:32", "fewer:none:x", "fewer:coalesced:A", "fewer:ffma_per_load", "loop"):
+        with pytest.raises(JudgeError, match="not in the judge's vocabulary"):
+            check_observation(bad)
+    assert [access_bits(op) for op in ("LDG.E", "LDG.E.U16", "LDG.E.S8", "LDG.E.64.CONSTANT", "STS.128")] == \
+        [32, 16, 8, 64, 128]
+
+
+def _facts(**kw) -> Facts:
+    return Facts(static_ok=True, sass_available=True, **kw)
+
+
+def test_half2_loads_are_32_bit_not_16():
+    naive = _facts(sass={"LDG.E.U16": 2})  # one half per thread
+    expert = _facts(sass={"LDG.E": 2})  # half2 pairs: 32-bit loads
+    assert judge_step("vector_load", "f16x2", "", ["bits:LDG:32"], naive, expert, naive).verdict == "undone"
+    assert judge_step("vector_load", "f16x2", "", ["bits:LDG:32"], naive, expert, expert).verdict == "kept"
+    # by prefix, sass:LDG.E cannot tell them apart (both count 2)
+    assert judge_step("vector_load", "f16x2", "", ["sass:LDG.E"], naive, expert, naive).verdict == "unobservable"
+
+
+def test_fewer_is_a_step_that_removes_something():
+    naive = _facts(sass={"I2F.U32.RP": 1, "MUFU.RCP": 1}, loops=1)
+    expert = _facts(sass={"FADD": 1}, loops=1)
+    back = _facts(sass={"I2F.U32.RP": 1}, loops=1)
+    assert judge_step("divergence_free_indexing", "v1", "", ["fewer:sass:I2F.U32.RP"], naive, expert, back).verdict \
+        == "undone"
+    v = judge_step("divergence_free_indexing", "v1", "", ["fewer:sass:I2F.U32.RP"], naive, expert, expert)
+    assert v.verdict == "kept"
+    # an expert with as many as the naive does not show the step
+    v = judge_step("x", "v1", "", ["fewer:loops"], naive, expert, back)
+    assert v.verdict == "unobservable" and "expert >= naive" in v.reason
+
+
+def test_loops_need_a_static_result_that_counted_them():
+    naive, expert = _facts(loops=0), _facts(loops=1)
+    assert judge_step("grid_stride", "v1", "", ["loops"], naive, expert, _facts(loops=0)).verdict == "undone"
+    assert judge_step("grid_stride", "v1", "", ["loops"], naive, expert, _facts(loops=1)).verdict == "kept"
+    old = _facts()  # recorded before the static stage counted loops: no verdict, not a wrong one
+    v = judge_step("grid_stride", "v1", "", ["loops"], naive, expert, old)
+    assert v.verdict == "unobservable" and "no loops figure" in v.reason
+
+
+def test_a_step_is_judged_against_the_version_before_it():
+    """A padding column (128 bytes over a shared tile) is the step of version 2; the end point that
+    keeps the tile but drops the padding undid it, though its smem is far above the naive's 0."""
+    naive, tile = _facts(smem_static=0), _facts(smem_static=4096)
+    padded = _facts(smem_static=4224)
+    pair = StepPair("coalesced", tile, "no_bank_conflicts", padded)
+    end = _facts(smem_static=4096)
+    v = judge_step("shared_padding", "no_bank_conflicts", "", ["smem"], naive, padded, end, pair)
+    assert v.verdict == "undone" and "vs coalesced 4096" in v.reason
+    assert v.observations[0].compared == "coalesced -> no_bank_conflicts"
+    # naive vs expert alone would call it kept (4096 > 0)
+    assert judge_step("shared_padding", "x", "", ["smem"], naive, padded, end).verdict == "kept"
+    assert judge_step("shared_padding", "x", "", ["smem"], naive, padded, padded, pair).verdict == "kept"
+    # a step its own version does not show falls back to naive vs expert, and says so
+    flat = StepPair("coalesced", padded, "no_bank_conflicts", padded)
+    v = judge_step("shared_padding", "x", "", ["smem"], naive, padded, naive, flat)
+    assert v.verdict == "undone" and v.observations[0].compared == "naive -> expert"
+    assert "does not show it" in v.observations[0].note
+
+
 @pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc for the static stage")
 def test_static_stage_sees_vector_loads(tmp_path):
     store = tmp_path / "store"
@@ -87,6 +152,7 @@ def test_static_stage_sees_vector_loads(tmp_path):
     assert v.verdict == "undone"  # the end point is the naive kernel: every observation says gone
     v = judge_step("vector_load", "vec4", "", ["sass:LDG.E.128"], naive, expert, expert)
     assert v.verdict == "kept"
+    assert naive.loops == 0 and expert.loops is not None  # the static stage counts loops (static-2)
 
 
 def test_carrier_accounting_never_counts_undetected_as_removed():

@@ -11,7 +11,7 @@ from mining.gate.binding import bind_entry
 from mining.gate.data import bf16_round, bf16_to_f32, compare, make_inputs
 from mining.gate.errors import BadInput
 from mining.gate.sandbox import run_limited
-from mining.gate.static import parse_ptxas, parse_sass
+from mining.gate.static import count_loops, parse_ptxas, parse_sass
 from tests.conftest import KERNELS
 
 
@@ -110,3 +110,20 @@ ptxas info    : Used 40 registers, used 1 barriers, 4096 bytes smem, 360 bytes c
         /*0020*/                   EXIT ;  /* 0x0 */
 """)
     assert sass["_Z3fooPf"] == {"LDG.E.128": 1, "SHFL.BFLY": 1, "EXIT": 1}
+
+
+def test_count_loops_sees_backward_branches_only():
+    dump = """\t\tFunction : _Z4loopPf
+        /*0070*/               @P0 EXIT ;   /* 0x0 */
+        /*00d0*/                   LDG.E R4, desc[UR4][R2.64] ;   /* 0x0 */
+        /*0140*/              @!P0 BRA 0xd0 ;   /* 0x0 */
+        /*0150*/                   BRA 0x1a0 ;   /* 0x0 */
+        /*0160*/                   EXIT ;  /* 0x0 */
+        /*0170*/                   BRA 0x170;  /* 0x0 */
+\t\tFunction : _Z4flatPf
+        /*0070*/               @P0 BRA 0x90 ;   /* 0x0 */
+        /*0080*/                   EXIT ;  /* 0x0 */
+        /*0090*/                   BRA 0x90;  /* 0x0 */
+"""
+    # one loop (0x140 -> 0xd0); a forward branch and the end's self-branch padding are not loops
+    assert count_loops(dump) == {"_Z4loopPf": 1, "_Z4flatPf": 0}
