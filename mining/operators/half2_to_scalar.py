@@ -11,12 +11,25 @@ counterpart. Why it is sound: a packed intrinsic is defined lane by lane as its 
 counterpart (same IEEE half / bfloat16 rounding per lane), and `.x` / `.y` are the low and high
 lanes of `__half2` and `__nv_bfloat162` alike.
 
-`forward` is the inverse: two scalar half operations of the same kind on the `.x` and `.y` lanes of
+The same optimization spelled as a compile-time packed path (vLLM's `_f16Vec`):
+
+    if constexpr (width % 2 == 0) { for (i += 2) { T2 t{data[i], data[i + 1]}; t += T2{..}; data[i] = t.x; .. } }
+    else { for (++i) data[i] += other.data[i]; }
+->  { for (++i) data[i] += other.data[i]; }
+
+Detection by meaning: an `if constexpr` with an `else` in device code whose taken branch packs two
+adjacent elements into one value (`T{v[i], v[i + 1]}`, or a packed intrinsic) and whose `else` is
+the lane-by-lane form. Sound because `else` is the general path the template already compiles for
+every width; the step removes only the packing. Same skill as the intrinsic spelling.
+
+`forward` is the inverse of the intrinsic spelling: two scalar half operations of the same kind on the `.x` and `.y` lanes of
 the same pair of values become one packed intrinsic.
 """
 from __future__ import annotations
 
 import re
+
+from tree_sitter import Node
 
 from corpora.code.nodes import call_name
 from corpora.code.source import Source
@@ -29,12 +42,47 @@ PACKED = {"__hadd2": ("__hadd", 2), "__hsub2": ("__hsub", 2), "__hmul2": ("__hmu
           "__hfma2_sat": ("__hfma_sat", 3)}
 
 
+_PAIR_INIT = re.compile(r"\{\s*([\w.>-]+)\[\s*(\w+)\s*\]\s*,\s*\1\[\s*\2\s*\+\s*1\s*\]\s*\}")
+
+
+def _in_device_code(src: Source, node: Node) -> bool:
+    p = node.parent
+    while p is not None and p.type != "function_definition":
+        p = p.parent
+    if p is None:
+        return False
+    body = p.child_by_field_name("body")
+    head = src.raw[p.start_byte:body.start_byte if body is not None else p.end_byte]
+    return bool(re.search(rb"\b(__device__|__global__)\b", head))
+
+
+def packed_paths(src: Source) -> list[tuple[Node, Node]]:
+    """(if constexpr statement, its else branch's statement) where the taken branch packs pairs."""
+    out = []
+    for node in src.nodes("if_statement"):
+        if not any(c.type == "constexpr" for c in node.children):
+            continue
+        cons, alt = node.child_by_field_name("consequence"), node.child_by_field_name("alternative")
+        if cons is None or alt is None or not _in_device_code(src, node):
+            continue
+        else_stmt = next((c for c in alt.named_children if c.type != "comment"), None) \
+            if alt.type == "else_clause" else alt
+        if else_stmt is None or else_stmt.type == "if_statement":
+            continue
+        packed = raw_text(src, cons.start_byte, cons.end_byte)
+        if _PAIR_INIT.search(packed) or any(re.search(rf"\b{k}\s*\(", packed) for k in PACKED):
+            out.append((node, else_stmt))
+    return out
+
+
 class Half2ToScalar(Operator):
     name = "half2_to_scalar"
     carrier = "packed_half2_math"
     description = "compute a packed two-lane half operation one lane at a time"
 
     def edits(self, src: Source):
+        for node, else_stmt in packed_paths(src):
+            yield Edit(node.start_byte, node.end_byte, raw_text(src, else_stmt.start_byte, else_stmt.end_byte))
         for call in src.nodes("call_expression"):
             name = call_name(call)
             if name not in PACKED:

@@ -428,6 +428,52 @@ def test_half2_math_one_lane_at_a_time_and_back():
     assert op.find_sites("#include <cuda_fp16.h>\n__global__ void k(__half* y) { y[0] = __hadd(y[1], y[2]); }") == []
 
 
+PACKED_PATH = """
+#include <cuda_runtime.h>
+template <int W> struct Pack {
+  float v[W];
+  __device__ Pack& operator+=(const Pack& o) {
+    if constexpr (W % 2 == 0) {
+      for (int j = 0; j < W; j += 2) {
+        float2 t{v[j], v[j + 1]};
+        t.x += o.v[j]; t.y += o.v[j + 1];
+        v[j] = t.x; v[j + 1] = t.y;
+      }
+    } else {
+      for (int j = 0; j < W; ++j) v[j] += o.v[j];
+    }
+    return *this;
+  }
+};
+__global__ void add2(const float* a, const float* b, float* y, int N) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (2 * i + 1 < N) {
+    Pack<2> p{{a[2 * i], a[2 * i + 1]}}, q{{b[2 * i], b[2 * i + 1]}};
+    p += q; y[2 * i] = p.v[0]; y[2 * i + 1] = p.v[1];
+  } else if (2 * i < N) { y[2 * i] = a[2 * i] + b[2 * i]; }
+}
+void vector_add(const float* a, const float* b, float* y, int N) { add2<<<(N / 2 + 256) / 256, 256>>>(a, b, y, N); }
+"""
+
+
+def test_packed_path_keeps_the_lane_by_lane_branch(tmp_path):
+    """vLLM spells packed half2 math as an `if constexpr` packed path beside the general one."""
+    op = get_operator("half2_to_scalar")
+    sites = op.find_sites(PACKED_PATH)
+    assert len(sites) == 1 and sites[0].carrier == "packed_half2_math"
+    new = op.apply(PACKED_PATH, sites[0])
+    assert "float2 t" not in new and "for (int j = 0; j < W; ++j) v[j] += o.v[j];" in new
+    assert cpu_gate("vector_add", new, tmp_path).passed
+    # refused: no pair packed in the taken branch; no else; host code
+    plain = PACKED_PATH.replace("float2 t{v[j], v[j + 1]};", "float2 t; t.x = v[j]; t.y = v[j + 1];")
+    assert op.find_sites(plain) == []
+    no_else = PACKED_PATH.replace("} else {\n      for (int j = 0; j < W; ++j) v[j] += o.v[j];\n    }", "}")
+    assert "else" not in no_else.split("add2")[0] and op.find_sites(no_else) == []
+    host = ("template <int W> void h(float* v) {\n  if constexpr (W % 2 == 0) { float2 t{v[0], v[0 + 1]}; v[0] = t.y; }\n"
+            "  else { v[0] = 1; }\n}")
+    assert op.find_sites(host) == []
+
+
 SWIZZLED = """
 #include <cuda_runtime.h>
 __global__ void tcopy(const float* x, float* y, int R, int C) {
