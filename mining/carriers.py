@@ -200,12 +200,17 @@ _STRIDE_WORDS = re.compile(r"\b(gridDim|blockDim)\s*\.\s*[xyz]\b")
 
 
 def stride_variables(src: Source, f: FunctionSig) -> set[str]:
-    """Local variables holding a grid/block size (`int stride = gridDim.x * blockDim.x`)."""
-    out = set()
-    for m in re.finditer(rb"\b(\w+)\s*=\s*([^;=]+);", src.func_code(f)):
-        if _STRIDE_WORDS.search(m.group(2).decode()):
-            out.add(m.group(1).decode())
-    return out
+    """Local variables holding a grid/block size (`int stride = gridDim.x * blockDim.x`), also
+    through other such variables (`groups = gridDim.x * blockDim.y; step = groups * rows;`)."""
+    assigns = [(m.group(1).decode(), m.group(2).decode())
+               for m in re.finditer(rb"\b(\w+)\s*=\s*([^;=]+);", src.func_code(f))]
+    out: set[str] = set()
+    while True:
+        more = {name for name, value in assigns if name not in out and (_STRIDE_WORDS.search(value) or any(
+            re.search(r"\b%s\b" % re.escape(v), value) for v in out))}
+        if not more:
+            return out
+        out |= more
 
 
 def grid_stride_loops(src: Source) -> list[Node]:
@@ -228,9 +233,54 @@ def grid_stride_loops(src: Source) -> list[Node]:
     return loops
 
 
+@dataclass
+class MacroLoop:
+    """A loop spelled by a function-like macro and the block after its invocation."""
+    node: Node  # `NAME(args) { body }` (tree-sitter reads it as a nested function definition)
+    loop: str  # its expansion: `for (...) { body }`
+
+
+def loop_macros(src: Source) -> dict[str, tuple[list[str], str]]:
+    """NAME -> (parameters, header) for function-like macros whose whole body is a `for (...)` header."""
+    out = {}
+    for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^()]*)\)[ \t]*((?:[^\n\\]|\\\n)*)$", src.code):
+        body = " ".join(m.group(3).decode("utf-8", "replace").replace("\\\n", " ").split())
+        if re.fullmatch(r"for\s*\(.*\)", body) and body.count("(") == body.count(")"):
+            out[m.group(1).decode()] = ([p.strip() for p in m.group(2).decode().split(",") if p.strip()], body)
+    return out
+
+
+def macro_grid_stride_loops(src: Source) -> list[MacroLoop]:
+    macros = loop_macros(src)
+    if not macros:
+        return []
+    out = []
+    for node in src.nodes("function_definition"):
+        decl = node.child_by_field_name("declarator")
+        name = decl.child_by_field_name("declarator") if decl is not None else None
+        params = decl.child_by_field_name("parameters") if decl is not None else None
+        body = node.child_by_field_name("body")
+        if name is None or params is None or body is None or text(name) not in macros or \
+                enclosing(node, "compound_statement") is None:
+            continue
+        names, header = macros[text(name)]
+        args = [text(c) for c in params.named_children]
+        if len(args) != len(names):
+            continue
+        value = {p: (a if re.fullmatch(r"[\w.]+", a) else f"({a})") for p, a in zip(names, args)}
+        header = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, names)), lambda m: value[m.group(1)], header) \
+            if names else header
+        loop = header + " " + src.raw[body.start_byte:body.end_byte].decode("utf-8", "replace")
+        probe = Source("__global__ void ks_probe() {\n" + loop + "\n}\n")
+        if grid_stride_loops(probe):
+            out.append(MacroLoop(node, loop))
+    return out
+
+
 @detector("grid_stride")
 def _grid_stride(src: Source) -> list[Site]:
-    return [src.site("grid_stride", n.start_byte, n.end_byte) for n in grid_stride_loops(src)]
+    return [src.site("grid_stride", n.start_byte, n.end_byte) for n in grid_stride_loops(src)] + \
+        [src.site("grid_stride", m.node.start_byte, m.node.end_byte) for m in macro_grid_stride_loops(src)]
 
 
 def _loop_update(loop: Optional[Node]) -> str:
@@ -490,6 +540,35 @@ def _shared_tile(src: Source) -> list[Site]:
 PAD_MACRO = re.compile(r"(^|_)(LD|PAD\w*|PITCH|STRIDE)$|PAD", re.I)
 
 
+def extent_only_names(src: Source, byte: int) -> set[str]:
+    """Names that the function around ``byte`` uses only inside its shared arrays' dimensions
+    (`__shared__ half s[BK][BM + OFFSET]` and OFFSET nowhere else): an extent that no index ever
+    reads is padding, whatever it is called (a template parameter, a constant)."""
+    f = src.function_at(byte)
+    fn = src.func_node(f) if f is not None else None
+    body = fn.child_by_field_name("body") if fn is not None else None
+    if body is None:
+        return set()
+    in_dims: dict[str, int] = {}
+    for decl, _, dims in src.shared_decls:
+        if body.start_byte <= decl.start_byte < body.end_byte:
+            for d in dims:
+                for ident in re.findall(r"\b[A-Za-z_]\w*\b", text(d)):
+                    in_dims[ident] = in_dims.get(ident, 0) + 1
+    everywhere = re.findall(r"\b[A-Za-z_]\w*\b", src.code[body.start_byte:body.end_byte].decode("utf-8", "replace"))
+    return {n for n, k in in_dims.items() if everywhere.count(n) == k}
+
+
+def padding_term(src: Source, dim: Node) -> bool:
+    """Is ``dim`` (a shared array dimension) `X + c` with c padding: a literal, a *PAD* name, `w / k`,
+    or a name only shared dimensions use."""
+    t = " ".join(text(dim).split())
+    if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", t) or re.search(r"\+\s*\w+\s*/\s*\d+\s*$", t):
+        return True
+    m = re.search(r"^(\w+)\s*\+\s*([A-Za-z_]\w*)$", t)
+    return bool(m) and m.group(2) in extent_only_names(src, dim.start_byte)
+
+
 @detector("shared_padding")
 def _shared_padding(src: Source) -> list[Site]:
     out = []
@@ -497,7 +576,7 @@ def _shared_padding(src: Source) -> list[Site]:
     for decl, name, dims in src.shared_decls:
         for d in dims:
             t = " ".join(text(d).split())
-            if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", t) or re.search(r"\+\s*\w+\s*/\s*\d+\s*$", t):
+            if padding_term(src, d):
                 out.append(src.site("shared_padding", d.start_byte, d.end_byte))
             for ident in re.findall(r"\b[A-Za-z_]\w*\b", t):
                 used_macros.add(ident)

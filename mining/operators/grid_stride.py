@@ -1,6 +1,10 @@
 """grid_stride_to_single: a grid-stride loop `for (T i = start; cond; i += stride) body` becomes
 one element per thread: `{ T i = start; if (cond) body }`.
 
+A loop spelled by a macro (`#define CUDA_1D_KERNEL_LOOP(i, n) for (int i = ..; i < (n); i += step)`
+invoked as `CUDA_1D_KERNEL_LOOP(i, n) { body }`) is rewritten from its expansion, in place of the
+invocation and its body.
+
 Correct only when the launch provides a thread for every element; the operator does not try to
 prove that (the host clamps grids in many kernels): the gate rejects the rewrite when the
 launch does not cover the range. Loops whose body uses `break` / `continue` are not sites.
@@ -27,7 +31,7 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
-from mining.carriers import grid_stride_loops
+from mining.carriers import grid_stride_loops, macro_grid_stride_loops
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text,
                                    rewrite_range)
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
@@ -44,29 +48,41 @@ class GridStrideToSingle(Operator):
 
     def edits(self, src):
         for loop in grid_stride_loops(src):
-            init = loop.child_by_field_name("initializer")
-            cond = loop.child_by_field_name("condition")
-            body = loop.child_by_field_name("body")
-            upd = loop.child_by_field_name("update")
-            if cond is None or body is None or upd is None:
-                continue
-            if re.search(rb"\b(break|continue)\b", src.code[body.start_byte:body.end_byte]):
-                continue
-            guarded = f"if ({raw_text(src, cond.start_byte, cond.end_byte)}) "
-            if init is not None and init.type == "declaration":
-                rep = "{ " + raw_text(src, init.start_byte, init.end_byte).rstrip()
-                if not rep.endswith(";"):
-                    rep += ";"
-                rep += " " + guarded + raw_text(src, body.start_byte, body.end_byte) + " }"
-                yield Edit(loop.start_byte, loop.end_byte, rep)
-                continue
-            if init is not None and init.type not in ("assignment_expression", "comma_expression"):
-                continue
-            var = re.match(r"^(\w+)\s*\+=", " ".join(text(upd).split())).group(1)
-            rep = guarded + self._advance(src, loop, body, " ".join(text(upd).split()), var)
-            if init is not None:
-                rep = "{ " + raw_text(src, init.start_byte, init.end_byte) + "; " + rep + " }"
-            yield Edit(loop.start_byte, loop.end_byte, rep)
+            edit = self._loop_edit(src, loop)
+            if edit is not None:
+                yield edit
+        for m in macro_grid_stride_loops(src):
+            # the loop a macro spells (CUDA_1D_KERNEL_LOOP(i, n) { body }): rewrite its expansion in place
+            start = m.node.start_byte
+            expanded = Source((src.raw[:start] + m.loop.encode() + src.raw[m.node.end_byte:]).decode("utf-8", "replace"))
+            loop = next((n for n in grid_stride_loops(expanded) if n.start_byte == start), None)
+            edit = self._loop_edit(expanded, loop) if loop is not None else None
+            if edit is not None and edit.start == start and edit.end == start + len(m.loop.encode()):
+                yield Edit(start, m.node.end_byte, edit.replacement)
+
+    def _loop_edit(self, src, loop) -> Optional[Edit]:
+        init = loop.child_by_field_name("initializer")
+        cond = loop.child_by_field_name("condition")
+        body = loop.child_by_field_name("body")
+        upd = loop.child_by_field_name("update")
+        if cond is None or body is None or upd is None:
+            return None
+        if re.search(rb"\b(break|continue)\b", src.code[body.start_byte:body.end_byte]):
+            return None
+        guarded = f"if ({raw_text(src, cond.start_byte, cond.end_byte)}) "
+        if init is not None and init.type == "declaration":
+            rep = "{ " + raw_text(src, init.start_byte, init.end_byte).rstrip()
+            if not rep.endswith(";"):
+                rep += ";"
+            rep += " " + guarded + raw_text(src, body.start_byte, body.end_byte) + " }"
+            return Edit(loop.start_byte, loop.end_byte, rep)
+        if init is not None and init.type not in ("assignment_expression", "comma_expression"):
+            return None
+        var = re.match(r"^(\w+)\s*\+=", " ".join(text(upd).split())).group(1)
+        rep = guarded + self._advance(src, loop, body, " ".join(text(upd).split()), var)
+        if init is not None:
+            rep = "{ " + raw_text(src, init.start_byte, init.end_byte) + "; " + rep + " }"
+        return Edit(loop.start_byte, loop.end_byte, rep)
 
     @staticmethod
     def _advance(src, loop, body, update: str, var: str) -> str:

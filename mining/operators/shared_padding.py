@@ -1,6 +1,7 @@
 """drop_shared_padding: remove the bank-conflict padding of a shared array.
 
-Three forms: a `__shared__` dimension `X + c` (c a literal or a *PAD* name) -> `X`; a padded pitch
+Three forms: a `__shared__` dimension `X + c` (c a literal, a *PAD* name, or a name the kernel uses
+only in shared dimensions, e.g. a template parameter OFFSET: an extent no index reads) -> `X`; a padded pitch
 macro `#define LD (X + c)` (names like LD, *_LD, *PAD*, *PITCH*) -> `(X)`; an index remap
 `q + (q >> s)` -> `q`.
 
@@ -14,7 +15,7 @@ import re
 
 
 from corpora.code.source import Source
-from mining.carriers import PAD_MACRO
+from mining.carriers import PAD_MACRO, padding_term
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, code_text)
 from mining.operators.nodes import code, int_value, raw
 
@@ -34,7 +35,7 @@ class DropSharedPadding(Operator):
                 if op is None or left is None or right is None or op.type != "+":
                     continue
                 r = code_text(src, right.start_byte, right.end_byte)
-                if re.fullmatch(r"\d+|\w*PAD\w*", r, re.I):
+                if re.fullmatch(r"\d+|\w*PAD\w*", r, re.I) or (right.type == "identifier" and padding_term(src, d)):
                     yield Edit(d.start_byte, d.end_byte, code_text(src, left.start_byte, left.end_byte))
         for m in src.regex(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+(\(?\s*(\w+)\s*\+\s*(?:\d+|\w+\s*/\s*\d+)\s*\)?)"):
             if PAD_MACRO.search(m.group(1).decode()):

@@ -428,6 +428,73 @@ def test_half2_math_one_lane_at_a_time_and_back():
     assert op.find_sites("#include <cuda_fp16.h>\n__global__ void k(__half* y) { y[0] = __hadd(y[1], y[2]); }") == []
 
 
+MACRO_LOOP = """
+#include <cuda_runtime.h>
+#define KERNEL_LOOP(i, n) \\
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x, step = blockDim.x * gridDim.x; i < (n); i += step)
+__global__ void add_k(const float* a, const float* b, float* y, int N) {
+  KERNEL_LOOP(k, N) {
+    y[k] = a[k] + b[k];
+  }
+}
+void vector_add(const float* a, const float* b, float* y, int N) { add_k<<<(N + 255) / 256, 256>>>(a, b, y, N); }
+"""
+
+
+def test_grid_stride_loop_spelled_by_a_macro(tmp_path):
+    """OneFlow's CUDA_1D_KERNEL_LOOP(i, n) { body }: the loop is found and rewritten from the expansion."""
+    op = get_operator("grid_stride_to_single")
+    sites = op.find_sites(MACRO_LOOP)
+    assert len(sites) == 1 and sites[0].carrier == "grid_stride"
+    new = op.apply(MACRO_LOOP, sites[0])
+    assert "KERNEL_LOOP(k, N)" not in new and "if (k < (N))" in new
+    assert cpu_gate("vector_add", new, tmp_path).passed
+    # refused: a macro loop that is not grid-stride (one thread walks all), and a plain call + block
+    serial = MACRO_LOOP.replace("i = blockIdx.x * blockDim.x + threadIdx.x, step = blockDim.x * gridDim.x; i < (n); i += step",
+                                "i = 0; i < (n); ++i")
+    assert op.find_sites(serial) == []
+    assert op.find_sites(MACRO_LOOP.replace("#define KERNEL_LOOP", "#define OTHER_LOOP")) == []
+
+
+def test_stride_variables_follow_other_stride_variables():
+    op = get_operator("grid_stride_to_single")
+    two_levels = ("__global__ void k(float* y, long rows) {\n  const int groups = gridDim.x * blockDim.y;\n"
+                  "  const long step = groups * 2;\n  for (long r = blockIdx.x * 2; r < rows; r += step) y[r] = 0;\n}")
+    assert len(op.find_sites(two_levels)) == 1
+    # a step that no grid or block size feeds is a plain strided loop
+    assert op.find_sites(two_levels.replace("gridDim.x * blockDim.y", "rows / 4")) == []
+
+
+PADDED_BY_PARAMETER = """
+#include <cuda_runtime.h>
+template <int T = 16, int SKEW = 0>
+__global__ void tcopy(const float* x, float* y, int R, int C) {
+  __shared__ float tile[T][T + SKEW];
+  int c = blockIdx.x * T + threadIdx.x, r = blockIdx.y * T + threadIdx.y;
+  if (r < R && c < C) tile[threadIdx.y][threadIdx.x] = x[r * C + c];
+  __syncthreads();
+  int oc = blockIdx.y * T + threadIdx.x, orow = blockIdx.x * T + threadIdx.y;
+  if (orow < C && oc < R) y[orow * R + oc] = tile[threadIdx.x][threadIdx.y];
+}
+void transpose(const float* x, float* y, int R, int C) {
+  tcopy<16, 1><<<dim3((C + 15) / 16, (R + 15) / 16), dim3(16, 16)>>>(x, y, R, C);
+}
+"""
+
+
+def test_padding_named_by_a_template_parameter(tmp_path):
+    """`[T + SKEW]` with SKEW used nowhere but in shared extents is padding, whatever its name."""
+    op = get_operator("drop_shared_padding")
+    sites = op.find_sites(PADDED_BY_PARAMETER)
+    assert len(sites) == 1
+    new = op.apply(PADDED_BY_PARAMETER, sites[0])
+    assert "__shared__ float tile[T][T];" in new
+    assert cpu_gate("transpose", new, tmp_path).passed
+    # refused: the name also sizes an index (a pitch the code computes with), so it is not only an extent
+    used = PADDED_BY_PARAMETER.replace("tile[threadIdx.x][threadIdx.y]", "tile[threadIdx.x][threadIdx.y + SKEW * 0]")
+    assert op.find_sites(used) == []
+
+
 PACKED_PATH = """
 #include <cuda_runtime.h>
 template <int W> struct Pack {
