@@ -449,7 +449,29 @@ def _shared_written(src: Source, name: str) -> bool:
     return bool(re.search(rb"\b" + n + rb"\s*(\[[^;]*?\])+\s*=[^=]", src.code) or
                 re.search(rb"&\s*" + n + rb"\s*\[", src.code) or
                 re.search(rb"memcpy_async\s*\([^;]*\b" + n + rb"\b", src.code) or
-                re.search(rb"reinterpret_cast\s*<[^>]*>\s*\(\s*" + n + rb"\s*\)", src.code))
+                re.search(rb"reinterpret_cast\s*<[^>]*>\s*\(\s*" + n + rb"\s*\)", src.code) or
+                written_through(src, name))
+
+
+def written_through(src: Source, name: str) -> bool:
+    """An assignment's left side reaches an element of `name` through a wrapper: a view macro, a
+    cast, parentheses, `&` / `*` or a member (`FLOAT4(tile[y][x]) = v`, `HALF2(s[i]) = v`,
+    `*(float4 *)&s[i] = v`, `s[i].x = v`), never through another array's index (`y[s[i]] = v`
+    writes y)."""
+    for a in src.nodes("assignment_expression"):
+        stack = [a.child_by_field_name("left")]
+        while stack:
+            node = stack.pop()
+            if node is None:
+                continue
+            if node.type == "identifier":
+                if text(node) == name:
+                    return True
+            elif node.type == "subscript_expression":
+                stack.append(node.child_by_field_name("argument"))  # the base; its index is read
+            else:
+                stack.extend(node.named_children)
+    return False
 
 
 def _warp_exchange(src: Source, name: str) -> bool:
