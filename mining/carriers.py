@@ -512,6 +512,42 @@ def _shared_tile(src: Source) -> list[Site]:
 PAD_MACRO = re.compile(r"(^|_)(LD|PAD\w*|PITCH|STRIDE)$|PAD", re.I)
 
 
+def template_value(src: Source, f: Optional[FunctionSig], name: str) -> Optional[int]:
+    """The integer a function's template parameter `name` stands for: its argument where the file
+    launches or calls the function with explicit template arguments (`k<128, 4><<<g, b>>>`), else
+    its default (`const int OFFSET = 0`); None when neither is a constant."""
+    fn = src.func_node(f) if f is not None else None
+    tmpl = fn.parent if fn is not None else None
+    plist = tmpl.child_by_field_name("parameters") if tmpl is not None and tmpl.type == "template_declaration" else None
+    if plist is None:
+        return None
+    pos, default = None, None
+    for i, p in enumerate(plist.named_children):
+        m = re.match(r"^[\w:\s]*?\b(\w+)\s*(?:=\s*(.+))?$", " ".join(text(p).split()))
+        if m and m.group(1) == name:
+            pos, default = i, m.group(2)
+            break
+    if pos is None:
+        return None
+    given = []
+    for m in re.finditer(rb"\b" + re.escape(f.name.encode()) + rb"\s*<([^<>;]*)>\s*(?:<<<|\()", src.code):
+        args = [a.strip() for a in m.group(1).decode("utf-8", "replace").split(",")]
+        if pos < len(args):
+            given.append(args[pos])
+    for v in given + ([default] if default else []):
+        e = re.sub(r"[()\s]", "", src.expand(v))
+        if re.fullmatch(r"\d+", e):
+            return int(e)
+    return None
+
+
+def _pad_value(src: Source, decl: Node, name: str) -> Optional[int]:
+    e = re.sub(r"[()\s]", "", src.expand(name))
+    if re.fullmatch(r"\d+", e):
+        return int(e)
+    return template_value(src, src.function_at(decl.start_byte), name)
+
+
 @detector("shared_padding")
 def _shared_padding(src: Source) -> list[Site]:
     out = []
@@ -519,7 +555,12 @@ def _shared_padding(src: Source) -> list[Site]:
     for decl, name, dims in src.shared_decls:
         for d in dims:
             t = " ".join(text(d).split())
-            if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", t) or re.search(r"\+\s*\w+\s*/\s*\d+\s*$", t):
+            # a dimension plus a few elements (at most one row of banks), spelled as a number, a
+            # constant or a template parameter the launch sets (`BM + OFFSET`); not a stencil's halo
+            knob = re.search(r"\+\s*([A-Za-z_]\w*)\s*$", t)
+            small = knob is not None and not re.search(r"HALO|RADIUS|APRON", knob.group(1), re.I) and \
+                0 < (_pad_value(src, decl, knob.group(1)) or 0) <= 32
+            if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", t) or re.search(r"\+\s*\w+\s*/\s*\d+\s*$", t) or small:
                 out.append(src.site("shared_padding", d.start_byte, d.end_byte))
             for ident in re.findall(r"\b[A-Za-z_]\w*\b", t):
                 used_macros.add(ident)
@@ -856,6 +897,50 @@ def _coalesced_transpose(src: Source) -> list[Site]:
     return out
 
 
+_SINGLE = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)\s*([^;{}]+);")
+
+
+def _top_split(expr: str, op: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in expr:
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if ch == op and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [t for t in out + [cur.strip()] if t]
+
+
+def _subscript_rows(src: Source, f: FunctionSig, code: str, gl: set) -> set[str]:
+    """Identifiers a global subscript's row is built from, through the function's single-assignment
+    locals: `a[addr]` with `addr = m * K + k` and `m = by * BM + tid / 2` gives m, by, BM, tid
+    (the row factor of the term multiplied by a leading dimension)."""
+    found: dict[str, list[str]] = {}
+    for m in _SINGLE.finditer(code):
+        found.setdefault(m.group(1), []).append(" ".join(m.group(2).split()))
+    defs = {k: v[0] for k, v in found.items() if len(v) == 1}
+    rows: set[str] = set()
+    for m in re.finditer(r"\b(\w+)\s*\[([^\[\]]+)\]", code):
+        if m.group(1) not in gl:
+            continue
+        idx = m.group(2).strip()
+        for _ in range(3):  # a bare local: its definition
+            if re.fullmatch(r"\w+", idx) and idx in defs:
+                idx = defs[idx]
+        for term in _top_split(idx, "+"):
+            fs = _top_split(term, "*")
+            if len(fs) == 2 and re.fullmatch(r"[A-Za-z_]\w*", fs[1]):
+                todo = re.findall(r"\b[A-Za-z_]\w*\b", fs[0])
+                while todo:
+                    v = todo.pop()
+                    if v not in rows:
+                        rows.add(v)
+                        todo.extend(re.findall(r"\b[A-Za-z_]\w*\b", defs.get(v, "")))
+    return rows
+
+
 @detector("transposed_tile")
 def transposed_tile_sites(src: Source) -> list[Site]:
     out = []
@@ -867,6 +952,7 @@ def transposed_tile_sites(src: Source) -> list[Site]:
         for m in re.finditer(r"\b(\w+)\s*\+\s*\((?:size_t|long long|int64_t)?\)?\s*\(([^()]*)\)\s*\*\s*\w+", code):
             if m.group(1) in gl:
                 rows.update(re.findall(r"\b[a-z_]\w*\b", m.group(2)))
+        rows |= _subscript_rows(src, f, code, gl)
         if not rows:
             continue
         for name, sub, parts in _shared_subscripts(src, True):

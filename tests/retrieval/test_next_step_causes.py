@@ -302,3 +302,57 @@ def test_a_helper_given_a_shared_array_accesses_shared_memory():
     assert ("lastWarp", "buf") not in names  # every call passes `part`, a shared array
     assert ("emit", "dst") in names and ("tree", "x") in names  # `out` is global: a global store stays
     assert {s.function for s in c.opportunities("vector_store")} == {"emit"}
+
+
+SKEWED = """
+template <int TILE = 32, int SKEW = 0>
+__global__ void skewed(const float* in, float* out, int n) {
+    __shared__ float t[TILE][TILE + SKEW];
+    t[threadIdx.y][threadIdx.x] = in[(blockIdx.y * TILE + threadIdx.y) * n + blockIdx.x * TILE + threadIdx.x];
+    __syncthreads();
+    out[(blockIdx.x * TILE + threadIdx.y) * n + blockIdx.y * TILE + threadIdx.x] = t[threadIdx.x][threadIdx.y];
+}
+void run(const float* in, float* out, int n) {
+    dim3 b(32, 32), g(n / 32, n / 32);
+    skewed<32, 1><<<g, b>>>(in, out, n);
+}
+"""
+
+
+def test_padding_set_by_a_template_argument_or_a_constant_is_detected():
+    from corpora.code.source import Source
+    from mining.carriers import DETECTORS
+
+    assert [s.line for s in DETECTORS["shared_padding"](Source(SKEWED))] == [4]
+    macro = SKEWED.replace("template <int TILE = 32, int SKEW = 0>", "#define SKEW 2\ntemplate <int TILE = 32>") \
+        .replace("skewed<32, 1>", "skewed<32>")
+    assert [s.line for s in DETECTORS["shared_padding"](Source(macro))] == [5]
+    unpadded = SKEWED.replace("skewed<32, 1>", "skewed<32>")  # the launch keeps the default 0
+    assert DETECTORS["shared_padding"](Source(unpadded)) == []
+
+
+K_MAJOR = """
+__global__ void stage_a(const float* A, float* out, int K) {
+    __shared__ float sa[8][128];
+    int t = threadIdx.x;
+    int arow = t / 2;
+    int acol = (t % 2) * 4;
+    int grow = blockIdx.y * 128 + arow;
+    for (int kb = 0; kb < K; kb += 8) {
+        int gaddr = grow * K + kb + acol;
+        sa[acol][arow] = A[gaddr];
+        __syncthreads();
+        out[blockIdx.y * 128 + t] += sa[t % 8][t / 8];
+        __syncthreads();
+    }
+}
+"""
+
+
+def test_a_tile_stored_k_major_through_index_locals_is_a_transposed_tile():
+    from corpora.code.source import Source
+    from mining.carriers import DETECTORS
+
+    assert [s.line for s in DETECTORS["transposed_tile"](Source(K_MAJOR))] == [10]
+    m_major = K_MAJOR.replace("sa[acol][arow] = A[gaddr];", "sa[arow % 8][acol] = A[gaddr];")
+    assert DETECTORS["transposed_tile"](Source(m_major)) == []
