@@ -944,6 +944,7 @@ def _subscript_rows(src: Source, f: FunctionSig, code: str, gl: set) -> set[str]
 @detector("transposed_tile")
 def transposed_tile_sites(src: Source) -> list[Site]:
     out = []
+    written = list(_shared_subscripts(src, True))
     for f in src.funcs:
         code = src.func_code(f).decode("utf-8", "replace")
         gl = src.global_names(f)
@@ -952,12 +953,13 @@ def transposed_tile_sites(src: Source) -> list[Site]:
         for m in re.finditer(r"\b(\w+)\s*\+\s*\((?:size_t|long long|int64_t)?\)?\s*\(([^()]*)\)\s*\*\s*\w+", code):
             if m.group(1) in gl:
                 rows.update(re.findall(r"\b[a-z_]\w*\b", m.group(2)))
+        subs = [(name, sub, parts) for name, sub, parts in written if f.start_byte <= sub.start_byte < f.end_byte]
+        if not subs:
+            continue
         rows |= _subscript_rows(src, f, code, gl)
         if not rows:
             continue
-        for name, sub, parts in _shared_subscripts(src, True):
-            if not (f.start_byte <= sub.start_byte < f.end_byte):
-                continue
+        for name, sub, parts in subs:
             last = parts[-1].strip()
             earlier = " ".join(parts[:-1])
             if last in rows and not any(r in re.findall(r"\b\w+\b", earlier) for r in rows):

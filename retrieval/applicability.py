@@ -167,16 +167,20 @@ def _pointer_names(src: Source, f, fn) -> tuple[dict[str, bool], dict[str, str]]
 
 def _shared_params(src: Source, fname: str, shared: set[str]) -> set[int]:
     """Positions of a device helper's pointer parameters that every call of it passes a shared array
-    (`warpReduce(sdata, tid)`): the helper reads and writes shared memory through them, not global."""
-    seen: dict[int, bool] = {}
-    for call in src.nodes("call_expression"):
-        if re.sub(r"\s*<.*$", "", call_name(call), flags=re.S) != fname:  # `warpReduce<256>(...)` too
-            continue
-        args = call.child_by_field_name("arguments")
-        for i, a in enumerate(args.named_children if args is not None else []):
-            m = re.match(r"[\s(&]*([A-Za-z_]\w*)", text(a))
-            seen[i] = seen.get(i, True) and bool(m and m.group(1) in shared)
-    return {i for i, ok in seen.items() if ok}
+    (`warpReduce(sdata, tid)`): the helper reads and writes shared memory through them, not global.
+    One pass over the calls, kept on the source."""
+    memo = getattr(src, "_shared_params_memo", None)
+    if memo is None:
+        memo = {}
+        for call in src.nodes("call_expression"):
+            name = re.sub(r"\s*<.*$", "", call_name(call), flags=re.S)  # `warpReduce<256>(...)` too
+            args = call.child_by_field_name("arguments")
+            seen = memo.setdefault(name, {})
+            for i, a in enumerate(args.named_children if args is not None else []):
+                m = re.match(r"[\s(&]*([A-Za-z_]\w*)", text(a))
+                seen[i] = seen.get(i, True) and bool(m and m.group(1) in shared)
+        src._shared_params_memo = memo
+    return {i for i, ok in memo.get(fname, {}).items() if ok}
 
 
 def _in_call(node, names: set[str]) -> bool:
@@ -1144,7 +1148,15 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
 
 @finder("warp_scan", "block_scan")
 def _scan_sites(src: Source) -> list[SiteMatch]:
-    """A serial running sum written back element by element (a prefix scan done one at a time)."""
+    """A serial running sum written back element by element (a prefix scan done one at a time);
+    found once per source (the reduction finders ask which loops they are)."""
+    memo = getattr(src, "_scan_sites_memo", None)
+    if memo is None:
+        memo = src._scan_sites_memo = _find_scan_sites(src)
+    return list(memo)
+
+
+def _find_scan_sites(src: Source) -> list[SiteMatch]:
     out = []
     for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
@@ -1555,6 +1567,7 @@ class Checker:
         self._sites: dict[str, list[SiteMatch]] = {}
         self._present: dict[str, list[dict]] = {}
         self._windows: Optional[TokenWindows] = None
+        self._has_data: dict[str, bool] = {}  # carrier -> the code has the data NEEDS_DATA names
 
     def present(self, carrier: str) -> list[dict]:
         if carrier not in self._present:
@@ -1590,7 +1603,9 @@ class Checker:
         carrier = skill.get("carrier", "")
         present = self.present(carrier)
         need = NEEDS_DATA.get(carrier)
-        if need is not None and not present and not need[0].search(self.src.code.decode("utf-8", "replace")):
+        if need is not None and carrier not in self._has_data:
+            self._has_data[carrier] = bool(need[0].search(self.src.code.decode("utf-8", "replace")))
+        if need is not None and not present and not self._has_data[carrier]:
             return Applicability("no_site", [], present, [], [], f"this code has no {need[1]}: nothing for "
                                  f"{carrier} to work on")
         pres_lines = {p["line"] for p in present}

@@ -246,7 +246,8 @@ def work_weights(src) -> dict[str, dict[int, float]]:
     return out
 
 
-_LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<(?:[^<>;]|<[^<>;]*>)*>)?\s*<<<\s*([^,;]+?)\s*,")
+_LAUNCH = re.compile(r"<<<\s*([^,;]+?)\s*,")
+_LAUNCHED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}]*>)?\s*$")  # the name before `<<<`, template arguments skipped
 
 
 def launch_grids(src, names: set[str]) -> dict[str, float]:
@@ -255,10 +256,14 @@ def launch_grids(src, names: set[str]) -> dict[str, float]:
     memo = getattr(src, "_launch_grids_memo", None)
     if memo is None:
         memo = {}
-        for m in _LAUNCH.finditer(src.code.decode("utf-8", "replace")):
-            g = int_const(src, m.group(2))
+        code = src.code.decode("utf-8", "replace")
+        for m in _LAUNCH.finditer(code):
+            k = _LAUNCHED.search(code[max(0, m.start() - 300):m.start()])
+            if k is None:
+                continue
+            g = int_const(src, m.group(1))
             w = float(min(max(g, 1), LOOP_TRIPS)) if g is not None else float(LOOP_TRIPS)
-            memo[m.group(1)] = max(memo.get(m.group(1), 0.0), w)
+            memo[k.group(1)] = max(memo.get(k.group(1), 0.0), w)
         src._launch_grids_memo = memo
     return {k: v for k, v in memo.items() if k in names}
 
