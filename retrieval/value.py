@@ -925,7 +925,8 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
     items.sort(key=lambda it: -it["score"])
     carrier = lambda it: it["entry"].carrier if it["kind"] == "skill" else "also"  # noqa: E731
     requires = lambda it: (index.record(it["entry"].best[0]).get("requires") or []) if it["kind"] == "skill" else ()  # noqa: E731
-    items = plan_order(items, carrier, lambda it: it["score"], requires)
+    gain = lambda it: it["entry"].best[2]["expected_time_ratio"] if it["kind"] == "skill" else it["expected_time_ratio"]  # noqa: E731
+    items = plan_order(items, carrier, lambda it: it["score"], requires, gain)
     # conflicts: a skill that cannot go with a better-placed entry is filtered
     taken: set[str] = set()
     kept = []

@@ -356,3 +356,17 @@ def test_a_tile_stored_k_major_through_index_locals_is_a_transposed_tile():
     assert [s.line for s in DETECTORS["transposed_tile"](Source(K_MAJOR))] == [10]
     m_major = K_MAJOR.replace("sa[acol][arow] = A[gaddr];", "sa[arow % 8][acol] = A[gaddr];")
     assert DETECTORS["transposed_tile"](Source(m_major)) == []
+
+
+def test_a_soft_predecessor_worth_nothing_here_does_not_hold_a_step_back():
+    from retrieval.plan import order
+
+    entries = [("transposed_tile", 0.0, 1.0, ()), ("shared_padding", 0.24, 1.3, ()), ("vector_load", 0.18, 1.2, ())]
+    c, sc, g, rq = (lambda e: e[0]), (lambda e: e[1]), (lambda e: e[2]), (lambda e: e[3])
+    got = [e[0] for e in order(entries, c, sc, rq, g)]
+    assert got == ["shared_padding", "vector_load", "transposed_tile"]
+    assert [e[0] for e in order(entries, c, sc, rq)][:2] == ["vector_load", "transposed_tile"]  # no gains: as before
+    worth = [("transposed_tile", 0.05, 1.05, ())] + entries[1:]  # worth taking: padding still comes after it
+    assert [e[0] for e in order(worth, c, sc, rq, g)] == ["vector_load", "transposed_tile", "shared_padding"]
+    hard = [("transposed_tile", 0.0, 1.0, ()), ("shared_padding", 0.24, 1.3, ("transposed_tile",))]
+    assert [e[0] for e in order(hard, c, sc, rq, g)] == ["transposed_tile", "shared_padding"]  # a record's requires
