@@ -499,7 +499,29 @@ def _shared_written(src: Source, name: str) -> bool:
     return bool(re.search(rb"\b" + n + rb"\s*(\[[^;]*?\])+\s*=[^=]", src.code) or
                 re.search(rb"&\s*" + n + rb"\s*\[", src.code) or
                 re.search(rb"memcpy_async\s*\([^;]*\b" + n + rb"\b", src.code) or
-                re.search(rb"reinterpret_cast\s*<[^>]*>\s*\(\s*" + n + rb"\s*\)", src.code))
+                re.search(rb"reinterpret_cast\s*<[^>]*>\s*\(\s*" + n + rb"\s*\)", src.code) or
+                written_through(src, name))
+
+
+def written_through(src: Source, name: str) -> bool:
+    """An assignment's left side reaches an element of `name` through a wrapper: a view macro, a
+    cast, parentheses, `&` / `*` or a member (`FLOAT4(tile[y][x]) = v`, `HALF2(s[i]) = v`,
+    `*(float4 *)&s[i] = v`, `s[i].x = v`), never through another array's index (`y[s[i]] = v`
+    writes y)."""
+    for a in src.nodes("assignment_expression"):
+        stack = [a.child_by_field_name("left")]
+        while stack:
+            node = stack.pop()
+            if node is None:
+                continue
+            if node.type == "identifier":
+                if text(node) == name:
+                    return True
+            elif node.type == "subscript_expression":
+                stack.append(node.child_by_field_name("argument"))  # the base; its index is read
+            else:
+                stack.extend(node.named_children)
+    return False
 
 
 def _warp_exchange(src: Source, name: str) -> bool:
@@ -566,7 +588,45 @@ def padding_term(src: Source, dim: Node) -> bool:
     if re.search(r"\+\s*(\d+|\w*PAD\w*)\s*$", t) or re.search(r"\+\s*\w+\s*/\s*\d+\s*$", t):
         return True
     m = re.search(r"^(\w+)\s*\+\s*([A-Za-z_]\w*)$", t)
-    return bool(m) and m.group(2) in extent_only_names(src, dim.start_byte)
+    if not m or m.group(2) not in extent_only_names(src, dim.start_byte):
+        return False
+    return _pad_value(src, dim, m.group(2)) != 0  # `+ OFFSET` with OFFSET = 0 pads nothing
+
+
+def template_value(src: Source, f: Optional[FunctionSig], name: str) -> Optional[int]:
+    """The integer a function's template parameter `name` stands for: its argument where the file
+    launches or calls the function with explicit template arguments (`k<128, 4><<<g, b>>>`), else
+    its default (`const int OFFSET = 0`); None when neither is a constant."""
+    fn = src.func_node(f) if f is not None else None
+    tmpl = fn.parent if fn is not None else None
+    plist = tmpl.child_by_field_name("parameters") if tmpl is not None and tmpl.type == "template_declaration" else None
+    if plist is None:
+        return None
+    pos, default = None, None
+    for i, p in enumerate(plist.named_children):
+        m = re.match(r"^[\w:\s]*?\b(\w+)\s*(?:=\s*(.+))?$", " ".join(text(p).split()))
+        if m and m.group(1) == name:
+            pos, default = i, m.group(2)
+            break
+    if pos is None:
+        return None
+    given = []
+    for m in re.finditer(rb"\b" + re.escape(f.name.encode()) + rb"\s*<([^<>;]*)>\s*(?:<<<|\()", src.code):
+        args = [a.strip() for a in m.group(1).decode("utf-8", "replace").split(",")]
+        if pos < len(args):
+            given.append(args[pos])
+    for v in given + ([default] if default else []):
+        e = re.sub(r"[()\s]", "", src.expand(v))
+        if re.fullmatch(r"\d+", e):
+            return int(e)
+    return None
+
+
+def _pad_value(src: Source, decl: Node, name: str) -> Optional[int]:
+    e = re.sub(r"[()\s]", "", src.expand(name))
+    if re.fullmatch(r"\d+", e):
+        return int(e)
+    return template_value(src, src.function_at(decl.start_byte), name)
 
 
 @detector("shared_padding")
@@ -576,7 +636,12 @@ def _shared_padding(src: Source) -> list[Site]:
     for decl, name, dims in src.shared_decls:
         for d in dims:
             t = " ".join(text(d).split())
-            if padding_term(src, d):
+            # a dimension plus a few elements (at most one row of banks), spelled as a number, a
+            # constant or a template parameter the launch sets (`BM + OFFSET`); not a stencil's halo
+            knob = re.search(r"\+\s*([A-Za-z_]\w*)\s*$", t)
+            small = knob is not None and not re.search(r"HALO|RADIUS|APRON", knob.group(1), re.I) and \
+                0 < (_pad_value(src, decl, knob.group(1)) or 0) <= 32
+            if padding_term(src, d) or small:
                 out.append(src.site("shared_padding", d.start_byte, d.end_byte))
             for ident in re.findall(r"\b[A-Za-z_]\w*\b", t):
                 used_macros.add(ident)
@@ -913,9 +978,54 @@ def _coalesced_transpose(src: Source) -> list[Site]:
     return out
 
 
+_SINGLE = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)\s*([^;{}]+);")
+
+
+def _top_split(expr: str, op: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in expr:
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if ch == op and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [t for t in out + [cur.strip()] if t]
+
+
+def _subscript_rows(src: Source, f: FunctionSig, code: str, gl: set) -> set[str]:
+    """Identifiers a global subscript's row is built from, through the function's single-assignment
+    locals: `a[addr]` with `addr = m * K + k` and `m = by * BM + tid / 2` gives m, by, BM, tid
+    (the row factor of the term multiplied by a leading dimension)."""
+    found: dict[str, list[str]] = {}
+    for m in _SINGLE.finditer(code):
+        found.setdefault(m.group(1), []).append(" ".join(m.group(2).split()))
+    defs = {k: v[0] for k, v in found.items() if len(v) == 1}
+    rows: set[str] = set()
+    for m in re.finditer(r"\b(\w+)\s*\[([^\[\]]+)\]", code):
+        if m.group(1) not in gl:
+            continue
+        idx = m.group(2).strip()
+        for _ in range(3):  # a bare local: its definition
+            if re.fullmatch(r"\w+", idx) and idx in defs:
+                idx = defs[idx]
+        for term in _top_split(idx, "+"):
+            fs = _top_split(term, "*")
+            if len(fs) == 2 and re.fullmatch(r"[A-Za-z_]\w*", fs[1]):
+                todo = re.findall(r"\b[A-Za-z_]\w*\b", fs[0])
+                while todo:
+                    v = todo.pop()
+                    if v not in rows:
+                        rows.add(v)
+                        todo.extend(re.findall(r"\b[A-Za-z_]\w*\b", defs.get(v, "")))
+    return rows
+
+
 @detector("transposed_tile")
 def transposed_tile_sites(src: Source) -> list[Site]:
     out = []
+    written = list(_shared_subscripts(src, True))
     for f in src.funcs:
         code = src.func_code(f).decode("utf-8", "replace")
         gl = src.global_names(f)
@@ -924,11 +1034,13 @@ def transposed_tile_sites(src: Source) -> list[Site]:
         for m in re.finditer(r"\b(\w+)\s*\+\s*\((?:size_t|long long|int64_t)?\)?\s*\(([^()]*)\)\s*\*\s*\w+", code):
             if m.group(1) in gl:
                 rows.update(re.findall(r"\b[a-z_]\w*\b", m.group(2)))
+        subs = [(name, sub, parts) for name, sub, parts in written if f.start_byte <= sub.start_byte < f.end_byte]
+        if not subs:
+            continue
+        rows |= _subscript_rows(src, f, code, gl)
         if not rows:
             continue
-        for name, sub, parts in _shared_subscripts(src, True):
-            if not (f.start_byte <= sub.start_byte < f.end_byte):
-                continue
+        for name, sub, parts in subs:
             last = parts[-1].strip()
             earlier = " ".join(parts[:-1])
             if last in rows and not any(r in re.findall(r"\b\w+\b", earlier) for r in rows):

@@ -420,6 +420,11 @@ def _parse_expr(expr: str):
 def view_macros(src: Source) -> dict[str, ViewMacro]:
     """Function-like macros whose body reinterprets the address of their one argument as a wide
     type and dereferences it: `#define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])`."""
+    return {k: v for k, v in all_view_macros(src).items() if is_wide_type(v.wide_type)}
+
+
+def all_view_macros(src: Source) -> dict[str, ViewMacro]:
+    """`view_macros` of any width, the 4-byte ones too (`HALF2(v)`: a pack a wider access could take)."""
     out: dict[str, ViewMacro] = {}
     for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(\s*(\w+)\s*\)[ \t]*((?:[^\n\\]|\\\n)*)$", src.code):
         name, param = m.group(1).decode(), m.group(2).decode()
@@ -434,7 +439,7 @@ def view_macros(src: Source) -> dict[str, ViewMacro]:
             continue
         expr = strip_parens(stmt.named_children[0])
         wide = _view_shape(expr, param)
-        if wide is not None and is_wide_type(wide):
+        if wide is not None:
             out[name] = ViewMacro(name, param, wide)
     return out
 
@@ -665,5 +670,5 @@ def extend_detectors(detectors: dict) -> None:
 
 
 __all__ = ["Decl", "LOAD_INTRINSICS", "STORE_INTRINSICS", "ViewMacro", "WideAccess", "element_type", "extend_detectors",
-           "find_decl", "is_wide_type", "memory_space", "pointee_type", "root_of", "type_bytes", "view_macros",
+           "find_decl", "is_wide_type", "memory_space", "pointee_type", "root_of", "type_bytes", "view_macros", "all_view_macros",
            "wide_access", "wide_accesses"]

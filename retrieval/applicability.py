@@ -26,6 +26,7 @@ from corpora.code.source import Source
 from mining.carriers import DETECTORS, grid_stride_loops
 from corpora.code.parse import text, walk
 from mining.axes_check import precondition_verdict
+from mining.carriers_meaning import all_view_macros, is_store_target, type_bytes
 
 PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
                 "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",
@@ -33,6 +34,11 @@ PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)"
                 "exp10f": "__exp10f"}
 _SCALAR_ELEM = re.compile(r"^(const\s+)?(volatile\s+)?(float|int|unsigned( int)?|uint32_t|int32_t|__half|half|"
                           r"__nv_bfloat16|double|short|char|unsigned char|uint8_t|int8_t|long|int64_t|uint64_t)$")
+# carriers that exist only on one kind of data: packed half2 arithmetic computes two 16-bit floats per
+# instruction, so code that names no 16-bit float type anywhere (comments blanked) has nothing to pack,
+# however much its windows look like where the skill was applied
+HALF_TYPES = re.compile(r"\b(half2?|__half2?|__nv_bfloat162?|nv_bfloat162?|__half_raw|(?:c10|at)::(?:Half|BFloat16))\b")
+NEEDS_DATA = {"packed_half2_math": (HALF_TYPES, "16-bit float (half / bfloat16) data")}
 
 
 @dataclass
@@ -133,11 +139,12 @@ def _pointer_names(src: Source, f, fn) -> tuple[dict[str, bool], dict[str, str]]
     """Global pointers of a device function: name -> is-const, name -> element type."""
     const: dict[str, bool] = {}
     elem: dict[str, str] = {}
-    for p in f.params:
-        if p.is_pointer:
+    shared = set(src.shared_names)
+    on_shared = set() if f.is_kernel else _shared_params(src, f.name, shared)
+    for i, p in enumerate(f.params):
+        if p.is_pointer and i not in on_shared:
             const[p.name] = p.const
             elem[p.name] = p.base_type
-    shared = set(src.shared_names)
     for decl in src.nodes("declaration", within=fn):
         code = " ".join(text(decl).split())
         if "__shared__" in code:
@@ -156,6 +163,24 @@ def _pointer_names(src: Source, f, fn) -> tuple[dict[str, bool], dict[str, str]]
                 m = re.match(r"^(?:const\s+)?([\w:]+(?:\s+[\w:]+)?)\s*\*", code)
                 elem[name] = m.group(1) if m else ""
     return const, elem
+
+
+def _shared_params(src: Source, fname: str, shared: set[str]) -> set[int]:
+    """Positions of a device helper's pointer parameters that every call of it passes a shared array
+    (`warpReduce(sdata, tid)`): the helper reads and writes shared memory through them, not global.
+    One pass over the calls, kept on the source."""
+    memo = getattr(src, "_shared_params_memo", None)
+    if memo is None:
+        memo = {}
+        for call in src.nodes("call_expression"):
+            name = re.sub(r"\s*<.*$", "", call_name(call), flags=re.S)  # `warpReduce<256>(...)` too
+            args = call.child_by_field_name("arguments")
+            seen = memo.setdefault(name, {})
+            for i, a in enumerate(args.named_children if args is not None else []):
+                m = re.match(r"[\s(&]*([A-Za-z_]\w*)", text(a))
+                seen[i] = seen.get(i, True) and bool(m and m.group(1) in shared)
+        src._shared_params_memo = memo
+    return {i for i, ok in memo.get(fname, {}).items() if ok}
 
 
 def _in_call(node, names: set[str]) -> bool:
@@ -310,6 +335,66 @@ def access_stride(node) -> tuple[str, str]:
     return "strided", var
 
 
+_OFFSET = re.compile(r"^(.*?\S)\s*\+\s*(\d+)$")
+
+
+def adjacent_runs(src: Source) -> dict[int, str]:
+    """Global loads of one pointer at constant offsets from one index (`a[i]`, `a[i + 1]`, ...; or
+    `HALF2(a[i + 0])`, `HALF2(a[i + 2])`, each view as wide as its type) in one loop body, whose
+    elements together make one contiguous run per thread starting at offset 0: node start byte ->
+    the run (what one wider load could move). An index that neighbouring lanes move by one element
+    is left out: their runs overlap (a stencil's neighbours, not a pack)."""
+    memo = getattr(src, "_adjacent_runs_memo", None)
+    if memo is not None:
+        return memo
+    macros = all_view_macros(src)
+    groups: dict[tuple, list] = {}
+    for f, node, name, is_const, elem, write in global_accesses(src):
+        if write:
+            continue
+        eb = type_bytes(elem) if elem else None
+        if not eb:
+            continue
+        width = 1
+        p = node.parent
+        if p is not None and p.type == "argument_list" and p.parent is not None and call_name(p.parent) in macros:
+            if is_store_target(p.parent):
+                continue
+            wb = type_bytes(macros[call_name(p.parent)].wide_type)
+            if not wb or wb % eb:
+                continue
+            width = wb // eb
+        idx = " ".join(_CAST.sub("", _subscript_index(node)).split())
+        m = _OFFSET.match(idx)
+        base, off = (m.group(1), int(m.group(2))) if m else (idx, 0)
+        loop = enclosing(node, "for_statement", "while_statement", "do_statement")
+        key = (f.name, name, base, loop.start_byte if loop is not None else -1)
+        groups.setdefault(key, []).append((off, width, node, f, eb))
+    out: dict[int, str] = {}
+    defs: dict[str, dict] = {}
+    for (fname, name, base, _), accs in groups.items():
+        spans = sorted({(o, o + w) for o, w, *_ in accs})
+        if len(spans) < 2 or spans[0][0] != 0:
+            continue
+        end = 0
+        for a, b in spans:
+            if a > end:
+                break
+            end = max(end, b)
+        else:
+            f = accs[0][3]
+            if fname not in defs:
+                defs[fname] = local_definitions(src, f)
+            if x_stride(expand_index(base, defs[fname], src)) == "unit":
+                continue
+            desc = f"{len(spans)} loads of `{name}[{base} + 0 .. {end - 1}]` read {end} consecutive elements " \
+                   f"({end * accs[0][4]} bytes) per thread"
+            for *_, node, _f, _eb in accs:
+                out[node.start_byte] = desc
+    src._adjacent_runs_memo = out
+    return out
+
+
 def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
     out, seen = [], set()
     defs: dict[str, Optional[dict]] = {}
@@ -321,7 +406,8 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
         if carrier == "vector_load" and elem and not _SCALAR_ELEM.match(elem) and elem not in _template_types(src):
             continue
         lanes = False
-        if carrier == "vector_load" and access_stride(node)[0] in ("strided", "invariant"):
+        run = adjacent_runs(src).get(node.start_byte) if carrier == "vector_load" else None
+        if run is None and carrier == "vector_load" and access_stride(node)[0] in ("strided", "invariant"):
             # a float4 needs four consecutive elements per thread (unit stride in the loop), or a loop
             # whose lanes read neighbouring elements (each lane can take four, the loop stride x4)
             if defs.get(f.name) is None:
@@ -338,6 +424,9 @@ def _load_sites(src: Source, carrier: str) -> list[SiteMatch]:
         where = f" in loop `{' '.join(src.raw[loop.start_byte:loop.end_byte].decode('utf-8', 'replace').splitlines()[0].split())[:60]}`" if loop else ""
         if carrier == "ldg":
             reason = f"`{text(node)}` reads through const pointer `{name}` on the coherent path{where}"
+        elif run is not None:
+            reason = (f"{run}{where}: one wider load (8 or 16 bytes) could move them, if the index keeps that "
+                      "alignment")
         elif lanes:
             reason = (f"scalar load `{text(node)}`{where}: neighbouring lanes read neighbouring elements, so each lane "
                       "could take four in one 16-byte load (the loop's stride x4), if the base is 16-byte aligned")
@@ -377,8 +466,11 @@ def _vstore_sites(src: Source) -> list[SiteMatch]:
     for f, node, name, is_const, elem, write in global_accesses(src):
         if not write or is_const or (elem and not _SCALAR_ELEM.match(elem) and elem not in _template_types(src)):
             continue
-        if access_stride(node)[0] in ("strided", "invariant"):
+        stride = access_stride(node)[0]
+        if stride in ("strided", "invariant"):
             continue  # as for loads: four consecutive elements per thread
+        if stride == "none" and single_thread_guarded(node):
+            continue  # one thread of the block stores one value: no neighbouring element of its own to pack
         line = src.line_of(node.start_byte)
         if (line, name) in seen:
             continue
@@ -422,6 +514,7 @@ _TID = re.compile(r"blockIdx\s*\.\s*x\s*\*\s*(?:blockDim\s*\.\s*x|\w+|\([^()]*\)
                   r"blockDim\s*\.\s*x\s*\*\s*blockIdx\s*\.\s*x\s*\+\s*threadIdx\s*\.\s*x")
 
 
+THREAD_INDEX = _TID  # the global thread index: the line that maps threads to elements
 _TWO_D = re.compile(r"\b(blockIdx|threadIdx)\s*\.\s*[yz]\b")
 
 
@@ -841,11 +934,23 @@ def _serial_loops(src, reuse_frac: float) -> list[tuple[str, int, str]]:
     return out
 
 
+def _scan_lines(src: Source) -> set[int]:
+    """Lines of the loops `_scan_sites` reads as a prefix scan done one element at a time. A
+    reduction does not fit them: each element needs its own running sum, not one total of a row."""
+    memo = getattr(src, "_scan_lines_memo", None)
+    if memo is None:
+        memo = src._scan_lines_memo = {s.line for s in _scan_sites(src)}
+    return memo
+
+
 @finder("warp_shuffle_reduce", "block_reduce_shared")
 def _reduce_sites(src: Source) -> list[SiteMatch]:
     out = []
+    scans = _scan_lines(src)
     for f, fn, _ in device_funcs(src):
         for line, why in serial_loops(src, functions={f.name}):
+            if line in scans:
+                continue
             tree = "tree" in why
             out.append(SiteMatch(line, line, f.name, _line_text(src, line),
                                  "shared-memory tree reduction with a barrier per level" if tree else
@@ -858,8 +963,10 @@ def _reduce_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
+# cooperative groups spell the thread's index in its group `g.thread_rank()`
 _ONE_THREAD = re.compile(r"\b(tid|lane\w*|threadIdx\s*\.\s*x|laneId|lane_id|warp_?id|t)\s*==\s*0\b|"
-                         r"\b0\s*==\s*(tid|lane\w*|threadIdx\s*\.\s*x)")
+                         r"\bthread_rank\s*\(\s*\)\s*==\s*0\b|"
+                         r"\b0\s*==\s*(tid|lane\w*|threadIdx\s*\.\s*x|\w+\s*\.\s*thread_rank\s*\(\s*\))")
 
 
 def single_thread_guarded(node) -> bool:
@@ -1041,7 +1148,15 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
 
 @finder("warp_scan", "block_scan")
 def _scan_sites(src: Source) -> list[SiteMatch]:
-    """A serial running sum written back element by element (a prefix scan done one at a time)."""
+    """A serial running sum written back element by element (a prefix scan done one at a time);
+    found once per source (the reduction finders ask which loops they are)."""
+    memo = getattr(src, "_scan_sites_memo", None)
+    if memo is None:
+        memo = src._scan_sites_memo = _find_scan_sites(src)
+    return list(memo)
+
+
+def _find_scan_sites(src: Source) -> list[SiteMatch]:
     out = []
     for f, fn, _ in device_funcs(src):
         for loop in src.nodes("for_statement", within=fn):
@@ -1264,8 +1379,9 @@ def _uncoalesced_sites(src: Source) -> list[SiteMatch]:
 def _row_per_thread_sites(src: Source) -> list[SiteMatch]:
     """One thread walking a whole row in an accumulating loop: a block per row sweeps it together."""
     out = []
+    scans = _scan_lines(src)
     for line, why in serial_loops(src):
-        if "tree" in why:
+        if "tree" in why or line in scans:
             continue
         f = src.function_at(src._line_starts[line - 1])
         out.append(SiteMatch(line, line, f.name if f else "", _line_text(src, line),
@@ -1451,6 +1567,7 @@ class Checker:
         self._sites: dict[str, list[SiteMatch]] = {}
         self._present: dict[str, list[dict]] = {}
         self._windows: Optional[TokenWindows] = None
+        self._has_data: dict[str, bool] = {}  # carrier -> the code has the data NEEDS_DATA names
 
     def present(self, carrier: str) -> list[dict]:
         if carrier not in self._present:
@@ -1485,6 +1602,12 @@ class Checker:
         per skill); computed here otherwise."""
         carrier = skill.get("carrier", "")
         present = self.present(carrier)
+        need = NEEDS_DATA.get(carrier)
+        if need is not None and carrier not in self._has_data:
+            self._has_data[carrier] = bool(need[0].search(self.src.code.decode("utf-8", "replace")))
+        if need is not None and not present and not self._has_data[carrier]:
+            return Applicability("no_site", [], present, [], [], f"this code has no {need[1]}: nothing for "
+                                 f"{carrier} to work on")
         pres_lines = {p["line"] for p in present}
         have = set(taken)
         conflicts = [c for c in skill.get("conflicts") or [] if c in have or self.present(c)]

@@ -50,17 +50,24 @@ def predecessors(carrier: str, requires: Iterable[str] = ()) -> set[str]:
     return set(AFTER.get(carrier, ())) | set(requires or ())
 
 
-def order(entries: Sequence[Any], carrier_of, score_of, requires_of=lambda e: ()) -> list[Any]:
+def order(entries: Sequence[Any], carrier_of, score_of, requires_of=lambda e: (), gain_of=None) -> list[Any]:
     """Entries in an order that can be applied: among the entries whose predecessors (present ones
     they build on) are placed, the most valuable next (ties: the given order). ``carrier_of`` /
-    ``score_of`` / ``requires_of`` read an entry."""
+    ``score_of`` / ``requires_of`` read an entry. With ``gain_of`` (an entry's expected time ratio
+    here), a soft predecessor (AFTER) expected to buy less than MIN_GAIN is not waited for: no plan
+    takes that step, so nothing needs to come after it; a record's ``requires`` is always waited for."""
     left = list(entries)
     present = {carrier_of(e) for e in left}
+    worth = {carrier_of(e) for e in left if gain_of is None or gain_of(e) >= MIN_GAIN}
     placed: set[str] = set()
     out = []
+
+    def waits_for(e) -> set[str]:
+        c = carrier_of(e)
+        return ((set(AFTER.get(c, ())) & worth) | (set(requires_of(e) or ()) & present)) - placed - {c}
+
     while left:
-        ready = [e for e in left if not ((predecessors(carrier_of(e), requires_of(e)) & present) - placed
-                                         - {carrier_of(e)})]
+        ready = [e for e in left if not waits_for(e)]
         pool = ready or left  # a cycle cannot come from AFTER; records could make one
         pick = max(pool, key=lambda e: (score_of(e), -left.index(e)))
         out.append(pick)

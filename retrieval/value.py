@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 from corpora.code.nodes import enclosing
 from corpora.code.parse import text, walk
 from mining.carriers import vector_accesses
-from retrieval.applicability import (device_funcs, expand_index, global_accesses, int_const, local_definitions,
+from retrieval.applicability import (THREAD_INDEX, device_funcs, expand_index, global_accesses, int_const, local_definitions,
                                      loop_var, runtime_bound, serial_loops, thread_coords, x_stride)
 from retrieval.plan import order as plan_order, predecessors
 
@@ -115,6 +115,9 @@ PRIOR: dict[str, dict[str, float]] = {
     # access width, work per thread and launch shape
     "thread_coarsening": {"memory": 1.15, "*": 1.05},
     "specialized_dispatch": {"*": 1.05},
+    # the order blocks run in only matters where blocks re-read each other's data through L2 (the
+    # operand panels of a GEMM / attention): where every element is read once there is nothing to share
+    "block_swizzle": {"reuse": 1.1, "*": 1.0},
     "vector_load": {"memory": 1.3, "transpose": 1.2, "*": 1.1},
     "vector_store": {"memory": 1.15, "transpose": 1.1, "*": 1.05},
     "grid_stride": {"*": 1.05},
@@ -243,6 +246,50 @@ def work_weights(src) -> dict[str, dict[int, float]]:
     return out
 
 
+_LAUNCH = re.compile(r"<<<\s*([^,;]+?)\s*,")
+_LAUNCHED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}]*>)?\s*$")  # the name before `<<<`, template arguments skipped
+
+
+def launch_grids(src, names: set[str]) -> dict[str, float]:
+    """Kernel name -> the blocks its launches in this file run, a constant grid as written (at most
+    LOOP_TRIPS), a grid computed from the problem as LOOP_TRIPS (memoized on the source)."""
+    memo = getattr(src, "_launch_grids_memo", None)
+    if memo is None:
+        memo = {}
+        code = src.code.decode("utf-8", "replace")
+        for m in _LAUNCH.finditer(code):
+            k = _LAUNCHED.search(code[max(0, m.start() - 300):m.start()])
+            if k is None:
+                continue
+            g = int_const(src, m.group(1))
+            w = float(min(max(g, 1), LOOP_TRIPS)) if g is not None else float(LOOP_TRIPS)
+            memo[k.group(1)] = max(memo.get(k.group(1), 0.0), w)
+        src._launch_grids_memo = memo
+    return {k: v for k, v in memo.items() if k in names}
+
+
+def minor_kernels(src) -> set[str]:
+    """Kernels launched with a constant grid smaller than the problem-sized grid of another kernel of
+    the file (a one-block pass over per-block partials): they do a vanishing share of the work, so
+    what bounds them does not bound the kernel."""
+    grids = launch_grids(src, {f.name for f, _, _ in device_funcs(src)})
+    top = max(grids.values(), default=0.0)
+    return {k for k, v in grids.items() if v < top}
+
+
+def launch_weighted(src, work: dict[str, dict[int, float]]) -> dict[str, dict[int, float]]:
+    """Per-thread work scaled by how many blocks run it, where the file's launches say: a kernel
+    launched with a constant grid (`finish<<<1, 1024>>>`: a second pass over per-block partials)
+    runs that many blocks whatever the problem, one launched with a grid computed from the problem
+    runs a number that grows with it, counted like a runtime loop bound (LOOP_TRIPS). Unchanged
+    when no launch is seen or every launched kernel runs the same kind of grid."""
+    grids = launch_grids(src, set(work))
+    if len(set(grids.values())) < 2:
+        return work
+    return {f: ({ln: v * grids[f] / LOOP_TRIPS for ln, v in lines.items()} if f in grids else lines)
+            for f, lines in work.items()}
+
+
 def _global_lines(src) -> set[tuple[str, int]]:
     """(function, line) of every global memory access: scalar subscripts and vector casts."""
 
@@ -329,9 +376,12 @@ def _coverage(shape: KernelShape, src, sites, work, total, what: str) -> tuple[f
 
 
 def _declares_for_all(src, line: int) -> bool:
+    """A line that serves the whole function: a declaration, a qualifier, or the mapping of threads
+    to elements (`i = blockIdx.x * blockDim.x + threadIdx.x`: coarsening or a grid-stride loop
+    changes what every line after it does per thread)."""
     lines = src.code.decode("utf-8", "replace").splitlines()
     t = lines[line - 1] if 0 < line <= len(lines) else ""
-    return bool(re.search(r"__shared__|__launch_bounds__|__global__|__restrict__|#\s*pragma", t))
+    return bool(re.search(r"__shared__|__launch_bounds__|__global__|__restrict__|#\s*pragma", t) or THREAD_INDEX.search(t))
 
 
 def kernel_shape(checker) -> KernelShape:
@@ -356,11 +406,13 @@ def kernel_shape(checker) -> KernelShape:
     elif mma:
         regimes.append("reuse")
         reasons["reuse"] = f"line {src.line_of(mma[0][1].start_byte)}: tensor-core fragments multiplied in a loop"
-    serial = serial_loops(src, reuse_frac or 0.0)
+    minor = minor_kernels(src)
+    major = {f.name for f, _, _ in device_funcs(src)} - minor
+    serial = serial_loops(src, reuse_frac or 0.0, functions=major if minor else None)
     if serial:
         regimes.append("serial")
         reasons["serial"] = f"line {serial[0][0]}: {serial[0][1]}"
-    atom = _per_element_atomics(checker)
+    atom = [s for s in _per_element_atomics(checker) if s.function not in minor]
     if atom:
         bins = [s for s in atom if _binned(src, s)]
         kind = "atomic_bins" if bins else "atomic"
@@ -385,7 +437,10 @@ def kernel_shape(checker) -> KernelShape:
     shape = KernelShape(regimes, _op_guess(src, regimes), boundness, reasons,
                         round(fpl, 2) if fpl is not None else None,
                         round(reuse_frac, 2) if reuse_frac is not None else None)
-    shape.work = work_weights(src)
+    shape.work = launch_weighted(src, work_weights(src))
+    if minor:
+        shape.notes.append(f"{', '.join(sorted(minor))}: launched with a constant grid beside a problem-sized one; "
+                           "its loops and atomics do not decide the regime, its work counts per block launched")
     shape.loops = loop_spans(src)
     mem = _global_lines(src)
     shape.work_memory = {f: {ln: w for ln, w in ws.items() if (f, ln) in mem} for f, ws in shape.work.items()}
@@ -870,7 +925,8 @@ def select_by_value(searcher, order, fused_scores, checker, k: int, axes=None, i
     items.sort(key=lambda it: -it["score"])
     carrier = lambda it: it["entry"].carrier if it["kind"] == "skill" else "also"  # noqa: E731
     requires = lambda it: (index.record(it["entry"].best[0]).get("requires") or []) if it["kind"] == "skill" else ()  # noqa: E731
-    items = plan_order(items, carrier, lambda it: it["score"], requires)
+    gain = lambda it: it["entry"].best[2]["expected_time_ratio"] if it["kind"] == "skill" else it["expected_time_ratio"]  # noqa: E731
+    items = plan_order(items, carrier, lambda it: it["score"], requires, gain)
     # conflicts: a skill that cannot go with a better-placed entry is filtered
     taken: set[str] = set()
     kept = []
