@@ -233,6 +233,33 @@ def grid_stride_loops(src: Source) -> list[Node]:
     return loops
 
 
+def grid_stride_whiles(src: Source) -> list[Node]:
+    """`while (i < n) { ...; i += stride; }` (the sample-style spelling), `stride` a grid or block
+    size and the update the body's last statement and only write of `i`."""
+    out = []
+    for f in src.funcs:
+        fn = src.func_node(f)
+        if fn is None:
+            continue
+        strides = stride_variables(src, f)
+        for loop in src.nodes("while_statement", within=fn):
+            cond, body = loop.child_by_field_name("condition"), loop.child_by_field_name("body")
+            if cond is None or body is None or body.type != "compound_statement":
+                continue
+            m = re.fullmatch(r"\(\s*(\w+)\s*<\s*[^<>]+\)", " ".join(text(cond).split()))
+            stmts = [c for c in body.named_children if c.type != "comment"]
+            if not m or not stmts:
+                continue
+            upd = re.fullmatch(r"(\w+)\s*\+=\s*(.+);", " ".join(text(stmts[-1]).split()))
+            if not upd or upd.group(1) != m.group(1):
+                continue
+            writes = re.findall(r"\b%s\s*(?:\+\+|--|[-+*/%%&|^]?=(?!=))" % re.escape(m.group(1)), text(body))
+            if len(writes) == 1 and (_STRIDE_WORDS.search(upd.group(2)) or any(
+                    re.search(r"\b%s\b" % re.escape(v), upd.group(2)) for v in strides)):
+                out.append(loop)
+    return out
+
+
 @dataclass
 class MacroLoop:
     """A loop spelled by a function-like macro and the block after its invocation."""
@@ -280,7 +307,8 @@ def macro_grid_stride_loops(src: Source) -> list[MacroLoop]:
 @detector("grid_stride")
 def _grid_stride(src: Source) -> list[Site]:
     return [src.site("grid_stride", n.start_byte, n.end_byte) for n in grid_stride_loops(src)] + \
-        [src.site("grid_stride", m.node.start_byte, m.node.end_byte) for m in macro_grid_stride_loops(src)]
+        [src.site("grid_stride", m.node.start_byte, m.node.end_byte) for m in macro_grid_stride_loops(src)] + \
+        [src.site("grid_stride", n.start_byte, n.end_byte) for n in grid_stride_whiles(src)]
 
 
 def _loop_update(loop: Optional[Node]) -> str:

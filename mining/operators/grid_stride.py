@@ -1,7 +1,9 @@
 """grid_stride_to_single: a grid-stride loop `for (T i = start; cond; i += stride) body` becomes
 one element per thread: `{ T i = start; if (cond) body }`.
 
-A loop spelled by a macro (`#define CUDA_1D_KERNEL_LOOP(i, n) for (int i = ..; i < (n); i += step)`
+The while form `while (i < n) { ...; i += gridSize; }` (the update the body's last statement and
+only write of `i`) becomes `if (i < n) { ... }`, the update kept: the one iteration, final value
+included. A loop spelled by a macro (`#define CUDA_1D_KERNEL_LOOP(i, n) for (int i = ..; i < (n); i += step)`
 invoked as `CUDA_1D_KERNEL_LOOP(i, n) { body }`) is rewritten from its expansion, in place of the
 invocation and its body.
 
@@ -31,7 +33,7 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
-from mining.carriers import grid_stride_loops, macro_grid_stride_loops
+from mining.carriers import grid_stride_loops, grid_stride_whiles, macro_grid_stride_loops
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text,
                                    rewrite_range)
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
@@ -51,6 +53,12 @@ class GridStrideToSingle(Operator):
             edit = self._loop_edit(src, loop)
             if edit is not None:
                 yield edit
+        for loop in grid_stride_whiles(src):
+            # `while (i < n) { ...; i += stride; }` runs at most once under a covering launch: `if`
+            body = loop.child_by_field_name("body")
+            if src.raw[loop.start_byte:loop.start_byte + 5] == b"while" and \
+                    not re.search(rb"\b(break|continue)\b", src.code[body.start_byte:body.end_byte]):
+                yield Edit(loop.start_byte, loop.start_byte + 5, "if")
         for m in macro_grid_stride_loops(src):
             # the loop a macro spells (CUDA_1D_KERNEL_LOOP(i, n) { body }): rewrite its expansion in place
             start = m.node.start_byte

@@ -456,6 +456,35 @@ def test_grid_stride_loop_spelled_by_a_macro(tmp_path):
     assert op.find_sites(MACRO_LOOP.replace("#define KERNEL_LOOP", "#define OTHER_LOOP")) == []
 
 
+WHILE_LOOP = """
+#include <cuda_runtime.h>
+__global__ void add_w(const float* a, const float* b, float* y, unsigned int n) {
+  unsigned int gridSize = blockDim.x * gridDim.x;
+  unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  while (i < n) {
+    y[i] = a[i] + b[i];
+    i += gridSize;
+  }
+}
+void vector_add(const float* a, const float* b, float* y, int N) { add_w<<<(N + 255) / 256, 256>>>(a, b, y, N); }
+"""
+
+
+def test_grid_stride_while_loop(tmp_path):
+    """The CUDA-samples spelling: `while (i < n) { ...; i += gridSize; }` becomes `if`."""
+    op = get_operator("grid_stride_to_single")
+    sites = op.find_sites(WHILE_LOOP)
+    assert len(sites) == 1 and sites[0].carrier == "grid_stride"
+    new = op.apply(WHILE_LOOP, sites[0])
+    assert "if (i < n) {" in new and "while" not in new
+    assert cpu_gate("vector_add", new, tmp_path).passed
+    # refused: i also written in the body (not one step per iteration), the update not last, a plain stride
+    assert op.find_sites(WHILE_LOOP.replace("y[i] = a[i] + b[i];", "y[i] = a[i] + b[i]; i += 1;")) == []
+    assert op.find_sites(WHILE_LOOP.replace("    y[i] = a[i] + b[i];\n    i += gridSize;",
+                                            "    i += gridSize;\n    y[i] = a[i] + b[i];")) == []
+    assert op.find_sites(WHILE_LOOP.replace("blockDim.x * gridDim.x", "n / 8")) == []
+
+
 def test_stride_variables_follow_other_stride_variables():
     op = get_operator("grid_stride_to_single")
     two_levels = ("__global__ void k(float* y, long rows) {\n  const int groups = gridDim.x * blockDim.y;\n"
