@@ -169,7 +169,12 @@ class RepairResult:
 
 
 def _failed_on_function(verdict: dict) -> bool:
-    return verdict.get("verdict") == "fail" and not verdict.get("file_diagnostics")
+    """The function fails on its own code: no error outside it, or (the host file batch had
+    errors elsewhere, e.g. from other spliced functions) every error inside it is an undeclared
+    identifier; the re-check gates the repaired functions without the others, so it decides."""
+    if verdict.get("verdict") != "fail":
+        return False
+    return not verdict.get("file_diagnostics") or undeclared(verdict.get("diagnostics") or []) is not None
 
 
 def repair_many(codes: Sequence[str], verdicts: Sequence[dict],
