@@ -229,7 +229,9 @@ def gate_functions(gate, T: str, per_fn: list[dict], strats, gate_files: int, lo
     fork-flow baseline) that fail only on undeclared identifiers are repaired without an LLM
     (prompts/backend/repair.py: each such name renamed to T's closest, re-gated together per host
     file, at most ``repair_rounds`` rounds); a repaired function replaces the strategy's code and
-    ``rescore(entry, strat)`` scores it again. ``gate_before_repair`` keeps the first verdict."""
+    ``rescore(entry, strat)`` scores it again. ``gate_before_repair`` keeps the first verdict.
+    ``pool``: a NamePool, or ``pool(path, spans)`` making one per host file without the real
+    versions of the functions generated for it."""
     from mining.backend.gate import Splice
 
     by_file: dict[str, list[dict]] = defaultdict(list)
@@ -284,6 +286,8 @@ def _repair_file(gate, T: str, path: str, strat: str, entries: list[dict], round
     failing = [e for e in entries if e[strat]["gate_verdict"] == "fail"]
     if not failing:
         return
+    if callable(pool):  # a pool per host file, without the real versions of its generated functions
+        pool = pool(path, [(e["_host"][1], e["_host"][2]) for e in entries])
 
     def check_many(items: list[tuple[int, str]]) -> list[dict]:
         res = gate.check(T, path, [Splice(f"r{i}", code, failing[i]["_host"][1], failing[i]["_host"][2])
@@ -490,7 +494,12 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                     if repair_rounds:
                         from prompts.backend.repair import NamePool
 
-                        pool = NamePool.for_target(dst, gate.target_dir(T))
+                        target_dir = gate.target_dir(T)
+
+                        def pool(path: str, spans: list, target_dir=target_dir, dst=dst):
+                            # T's names without the host file's real versions of the functions
+                            # generated for it (the reference must not supply its own names)
+                            return NamePool.for_target(dst, target_dir, exclude={path: spans})
                     gate_summary = gate_functions(gate, T, per_fn, strats, gate_files, log, repair_rounds, pool,
                                                   lambda e, st: score_entry(e, st, T, dst))
                 except (GateInputError, GateUnavailable) as exc:  # one target's tree, not the run

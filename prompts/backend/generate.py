@@ -483,7 +483,10 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
             if req.gate_repair and not req.model and req.repair_rounds and verdict.get("verdict") == "fail":
                 from prompts.backend.repair import NamePool, repair
 
-                pool = NamePool.for_target(dst, gate.target_dir(req.target))
+                # T's names without T's own version of this function, when it has one
+                own = {host["path"]: [(host["start_byte"], host["end_byte"])]} \
+                    if host.get("start_byte") is not None else None
+                pool = NamePool.for_target(dst, gate.target_dir(req.target), exclude=own)
                 rep = repair(code, verdict, lambda c: _gate_check(gate, req.target, host, c), pool,
                              req.repair_rounds)
                 result["gate_repair"] = rep.to_dict()

@@ -51,7 +51,10 @@ class NamePool:
 
     @classmethod
     def for_target(cls, prof: TargetProfile, target_dir: Optional[Path] = None,
-                   extra_dirs: Sequence[Path] = ()) -> "NamePool":
+                   extra_dirs: Sequence[Path] = (), exclude: Optional[dict] = None) -> "NamePool":
+        """``exclude``: {path relative to ``target_dir``: [(start_byte, end_byte)]} left out of
+        the files read: the functions being generated, so a name only T's real version of one of
+        them uses is no candidate (the benchmark's reference must not pick its own names)."""
         pool = cls()
         namespaces = {prof.primary, *prof.aliases, *prof.namespaces}
         for kind, names in prof.by_kind.items():
@@ -75,7 +78,11 @@ class NamePool:
                 continue
             for f in sorted(Path(folder).rglob("*")):
                 if f.suffix in SOURCE_SUFFIXES and f.is_file():
-                    text = f.read_text(errors="replace")
+                    data = f.read_bytes()
+                    spans = (exclude or {}).get(f.relative_to(folder).as_posix()) if folder == target_dir else None
+                    for start, end in sorted(spans or (), reverse=True):
+                        data = data[:start] + b" " * (end - start) + data[end:]
+                    text = data.decode(errors="replace")
                     pool.plain.update(_IDENT.findall(text))
                     for scope, name in _QUALIFIED.findall(text):
                         pool.add(scope, name)

@@ -200,3 +200,23 @@ def test_repair_acts_when_the_batch_also_failed_elsewhere(tmp_path):
                       lambda items: [_gate_check(gate, "Lark", host, c) for _, c in items], pool, 3)
     assert got[0].passed and got[0].code == fr.text and got[0].rounds == 1
     assert not got[1].passed and got[1].rounds == 0 and got[1].stopped == "not a failure of the function's own code"
+
+
+def test_name_pool_leaves_out_the_functions_being_generated():
+    """The benchmark repairs T's functions with T's real versions in its tree: a name only the real
+    version uses must not be a candidate (it would be the reference picking its own names)."""
+    import re
+
+    from corpora.backends.profile import TargetProfile
+    from prompts.backend.repair import NamePool
+
+    prof = TargetProfile("Lark", ["Lark"], "Lark")
+    root = TOY_TARGETS.parent.parent
+    fr = _frame_register(root)
+    data = (TOY_TARGETS / "Lark" / fr.path).read_bytes()
+    inside = set(re.findall(r"\b[A-Za-z_]\w*\b", data[fr.start_byte:fr.end_byte].decode()))
+    full = NamePool.for_target(prof, TOY_TARGETS / "Lark")
+    without = NamePool.for_target(prof, TOY_TARGETS / "Lark", exclude={fr.path: [(fr.start_byte, fr.end_byte)]})
+    only_there = inside - without.plain
+    assert only_there and only_there <= full.plain  # e.g. the function's own locals
+    assert without.plain < full.plain
