@@ -229,7 +229,9 @@ def gate_functions(gate, T: str, per_fn: list[dict], strats, gate_files: int, lo
     fork-flow baseline) that fail only on undeclared identifiers are repaired without an LLM
     (prompts/backend/repair.py: each such name renamed to T's closest, re-gated together per host
     file, at most ``repair_rounds`` rounds); a repaired function replaces the strategy's code and
-    ``rescore(entry, strat)`` scores it again. ``gate_before_repair`` keeps the first verdict."""
+    ``rescore(entry, strat)`` scores it again. ``gate_before_repair`` keeps the first verdict.
+    ``pool``: a NamePool, or ``pool(path, spans)`` making one per host file without the real
+    versions of the functions generated for it."""
     from mining.backend.gate import Splice
 
     by_file: dict[str, list[dict]] = defaultdict(list)
@@ -284,6 +286,8 @@ def _repair_file(gate, T: str, path: str, strat: str, entries: list[dict], round
     failing = [e for e in entries if e[strat]["gate_verdict"] == "fail"]
     if not failing:
         return
+    if callable(pool):  # a pool per host file, without the real versions of its generated functions
+        pool = pool(path, [(e["_host"][1], e["_host"][2]) for e in entries])
 
     def check_many(items: list[tuple[int, str]]) -> list[dict]:
         res = gate.check(T, path, [Splice(f"r{i}", code, failing[i]["_host"][1], failing[i]["_host"][2])
@@ -319,7 +323,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     from corpora.backends.tree import BackendInputError, parse_definition
     from eval.backend_stats import bootstrap, define_figures
     from mining.backend.gate import GateInputError, GateUnavailable
-    from prompts.backend.generate import AdaptCache, candidates_with_adaptations, fused_fork
+    from prompts.backend.generate import AdaptCache, candidates_with_adaptations, fit_declared, fused_fork
     from retrieval.backend.adapt import fit_definition, fork_flow
     from retrieval.backend.index import build_indexes
     from retrieval.backend.search import DEPTH, MODES, BackendIndex
@@ -421,18 +425,22 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             best = hits[0]
             a = adapted[best.func_id]
 
-            def fork_code(k: int) -> tuple[str, list]:
-                code, added = fused_fork(hits, adapted, k)
-                return fit_definition(code, real["qualified_name"], bool(real["in_class"])), added
+            def fork_code(k: int) -> tuple[str, list, dict, str]:
+                code, added = fused_fork(hits, adapted, k, known=cache.target_names(T))
+                donor = fit_definition(code, real["qualified_name"], bool(real["in_class"]))
+                # out of line: the parameters T's own header declares (its types and names)
+                code, renamed = fit_declared(store, T, real["qualified_name"], donor) if not real["in_class"] \
+                    else (donor, {})
+                return code, added, renamed, donor
 
-            fa_code, added = fork_code(fuse_donors)
-            # API drift: the donor's signature (T's names mapped) against T's own
-            entry["signature_same"] = _signature(fa_code) == _signature(real["signature"] + " {}")
+            fa_code, added, renamed, donor_code = fork_code(fuse_donors)
+            # API drift: the donor's signature (T's names mapped) against T's own, before T's declaration
+            entry["signature_same"] = _signature(donor_code) == _signature(real["signature"] + " {}")
             entry["fork_adapt"] = {"source": best.func_id, "mappability": round(a.mappability, 3),
                                    "unmapped": [m.source for m in a.mappings if m.how == "unmapped"],
-                                   "code": fa_code, "fused_statements": len(added)}
+                                   "code": fa_code, "fused_statements": len(added), "parameters_renamed": renamed}
             for name, k in variants.items():
-                code, added = fork_code(k)
+                code, added, _, _ = fork_code(k)
                 entry[name] = {"source": best.func_id, "code": code, "fused_statements": len(added)}
             ff_rows = [x for x in index.role_rows(r["role"]) if x["target"] == fork_flow_source]
             if ff_rows and src_ff is not None:
@@ -486,7 +494,12 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                     if repair_rounds:
                         from prompts.backend.repair import NamePool
 
-                        pool = NamePool.for_target(dst, gate.target_dir(T))
+                        target_dir = gate.target_dir(T)
+
+                        def pool(path: str, spans: list, target_dir=target_dir, dst=dst):
+                            # T's names without the host file's real versions of the functions
+                            # generated for it (the reference must not supply its own names)
+                            return NamePool.for_target(dst, target_dir, exclude={path: spans})
                     gate_summary = gate_functions(gate, T, per_fn, strats, gate_files, log, repair_rounds, pool,
                                                   lambda e, st: score_entry(e, st, T, dst))
                 except (GateInputError, GateUnavailable) as exc:  # one target's tree, not the run
@@ -722,6 +735,8 @@ def fork_adapt_diagnostics(per_fn: list[dict]) -> dict:
         "donors_per_role": _donor_buckets(per_fn),
         # API drift: the picked donor's signature (mapped onto T) differs from T's own
         "signature_drift": _split(per_fn, lambda e: not e.get("signature_same", True)),
+        # out-of-line functions whose parameters T's own header declaration renamed
+        "parameters_from_declaration": _split(per_fn, lambda e: bool(e["fork_adapt"].get("parameters_renamed"))),
         "sources": dict(Counter(e["fork_adapt"]["source"].split(":", 1)[0] for e in per_fn).most_common()),
         "unmapped_identifiers": dict(unmapped.most_common(25)),
     }

@@ -804,6 +804,73 @@ def extract_declarations(tree, target: str, path: str) -> list[Attribute]:
     return out
 
 
+_PARAMETERS = ("parameter_declaration", "optional_parameter_declaration")
+_NAME_WRAPPERS = ("pointer_declarator", "reference_declarator", "abstract_pointer_declarator",
+                  "abstract_reference_declarator", "attributed_declarator")
+
+
+def parameter_name(param: Node) -> Optional[Node]:
+    """The identifier a parameter declares (under its ``*``/``&``), or None (unnamed, ``...``)."""
+    d = param.child_by_field_name("declarator")
+    while d is not None and d.type in _NAME_WRAPPERS:
+        d = d.child_by_field_name("declarator") or next((c for c in d.named_children if c.type != "type_qualifier"),
+                                                        None)
+    return d if d is not None and d.type == "identifier" else None
+
+
+def parameters_of(fdecl: Node) -> Optional[list[tuple[str, Optional[str]]]]:
+    """(text, name) of each parameter of a ``function_declarator``: the text normalized and without
+    a default argument (a definition out of line must not repeat it), the name None when the
+    parameter has none. None for a variadic list (``...``) or a parameter that does not parse."""
+    params = fdecl.child_by_field_name("parameters")
+    if params is None:
+        return None
+    if any(c.type in ("...", "variadic_parameter", "variadic_parameter_declaration") for c in params.children):
+        return None
+    out = []
+    for c in params.named_children:
+        if c.type == "comment":
+            continue
+        if c.type not in _PARAMETERS or c.has_error:
+            return None
+        default = c.child_by_field_name("default_value")
+        raw = _text(c) if default is None else c.text[:default.start_byte - c.start_byte].decode(errors="replace")
+        raw = " ".join(raw.split())
+        if default is not None:
+            raw = raw.rstrip().rstrip("=").rstrip()
+        name = parameter_name(c)
+        out.append((raw, _text(name) if name is not None else None))
+    return out
+
+
+def function_declarations(source: bytes) -> list[tuple[str, Optional[list[tuple[str, Optional[str]]]]]]:
+    """(qualified name, ``parameters_of``) of every function *declaration* (not a definition) in
+    ``source``: a class member as ``Class::name`` (enclosing named classes and namespaces but
+    ``llvm``), whatever the return type (``const MCPhysReg *getCalleeSavedRegs(..)``)."""
+    tree = cpp_parser().parse(prepare_cpp(source))
+    out = []
+    for n in walk(tree.root_node):
+        if n.type != "function_declarator":
+            continue
+        p = n.parent
+        while p is not None and p.type in ("pointer_declarator", "reference_declarator"):
+            p = p.parent
+        d = n.child_by_field_name("declarator")
+        if p is None or p.type not in ("field_declaration", "declaration") or d is None \
+                or d.type not in ("identifier", "field_identifier", "destructor_name"):
+            continue
+        scope = []
+        q = p.parent
+        while q is not None:
+            if q.type in ("namespace_definition", "class_specifier", "struct_specifier"):
+                nm = q.child_by_field_name("name")
+                if nm is not None and _text(nm) != "llvm":
+                    scope.append(_text(nm))
+            q = q.parent
+        out.append(("::".join(list(reversed(scope)) + [_text(d)]), parameters_of(n)))
+    return out
+
+
 # --------------------------------------------------------------------------- targets
 def find_target_dirs(path: Path) -> tuple[list[Path], Optional[Path]]:
     """Target folders under ``path`` and the ELFRelocs folder that goes with them (or None).

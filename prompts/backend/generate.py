@@ -27,12 +27,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Sequence
 
 from corpora.backends.tree import BackendInputError
-from corpora.backends.profile import TargetProfile, load_profile
-from retrieval.backend.adapt import adapt, fit_definition, fork_flow, rename_target
+from corpora.backends.profile import GENERATED_SUFFIXES, TargetProfile, load_profile
+from retrieval.backend.adapt import (
+    adapt, definition_parameters, fit_definition, fit_parameters, fork_flow, rename_target,
+)
 from retrieval.backend.fuse import DEFAULT_DONORS, fuse_top
 from retrieval.backend.search import BackendIndex, SearchError
 
@@ -171,6 +174,41 @@ def host_location(store, target: str, role: str, qualified_name: str) -> Optiona
     return None
 
 
+@lru_cache(maxsize=512)
+def _file_declarations(path: str, mtime: float) -> list:
+    from corpora.backends.tree import function_declarations
+
+    return function_declarations(Path(path).read_bytes())
+
+
+def target_declaration(store, target: str, qualified_name: str, arity: int) -> Optional[list]:
+    """The parameters T's own headers (``*.h`` under its tree) declare for ``qualified_name`` with
+    ``arity`` parameters (``corpora.backends.tree.parameters_of``), or None: T declares no such
+    function, or several overloads of that arity differ."""
+    qn = qualified_name[len("llvm::"):] if qualified_name.startswith("llvm::") else qualified_name
+    root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
+    if not root or not Path(root).is_dir():
+        return None
+    found = set()
+    for f in sorted(Path(root).rglob("*.h")):
+        for name, params in _file_declarations(str(f), f.stat().st_mtime):
+            if name == qn and params is not None and len(params) == arity:
+                found.add(tuple(params))
+    return list(found.pop()) if len(found) == 1 else None
+
+
+def fit_declared(store, target: str, qualified_name: str, code: str) -> tuple[str, dict[str, str]]:
+    """``code`` (a definition out of line) with the parameters T's own declaration of the function
+    gives it (retrieval.backend.adapt.fit_parameters): T's types and names, the body's uses
+    renamed. A porter writes the header first, so the declaration is what the definition must
+    match. Unchanged where T declares no such function. Returns (code, {old: new name})."""
+    own = definition_parameters(code)
+    if not own:
+        return code, {}
+    decl = target_declaration(store, target, qualified_name, len(own))
+    return fit_parameters(code, decl) if decl else (code, {})
+
+
 def relevant_attributes(store, prof: TargetProfile, role: str, kinds_used: Sequence[str]) -> dict[str, list[str]]:
     kinds: list[str] = []
     for pat, ks in ROLE_KINDS:
@@ -206,6 +244,7 @@ class AdaptCache:
         self.profiles: dict[str, TargetProfile] = {}
         self.texts: dict[str, str] = {}
         self.adapted: dict[tuple[str, str], tuple] = {}
+        self.names: dict[str, frozenset] = {}
 
     def profile(self, target: str) -> TargetProfile:
         if target not in self.profiles:
@@ -220,6 +259,16 @@ class AdaptCache:
             self.texts[func_id] = self.store.scalar(
                 "SELECT signature || ' ' || body FROM functions WHERE func_id = ?", [func_id])
         return self.texts[func_id]
+
+    def target_names(self, target: str) -> frozenset:
+        """T's names besides a fork's own: its attributes (with the generated ``RegClass``..
+        names of its register classes) and what its headers declare."""
+        if target not in self.names:
+            prof = self.profile(target)
+            names = set(prof.kind_of) | {d.split("::")[-1] for d in prof.declared}
+            names |= {n + suf for n in prof.by_kind.get("register_class", []) for suf in GENERATED_SUFFIXES}
+            self.names[target] = frozenset(names)
+        return self.names[target]
 
     def adapt(self, row: dict, target: str):
         key = (row["func_id"], target)
@@ -261,10 +310,11 @@ def candidates_with_adaptations(store, index: BackendIndex, target: str, role: s
     return dst, hits, adapted
 
 
-def fused_fork(hits, adapted: dict, k: int = DEFAULT_DONORS):
+def fused_fork(hits, adapted: dict, k: int = DEFAULT_DONORS, known: Sequence[str] = ()):
     """The best hit's adaptation with the statements at least half of the top-``k`` donors agree
-    on (retrieval/backend/fuse.py). Returns (code, what was added)."""
-    res = fuse_top(adapted[hits[0].func_id].text, [adapted[h.func_id].text for h in hits[1:k]], k)
+    on (retrieval/backend/fuse.py); ``known``: T's own names an added statement may read
+    (``AdaptCache.target_names``). Returns (code, what was added)."""
+    res = fuse_top(adapted[hits[0].func_id].text, [adapted[h.func_id].text for h in hits[1:k]], k, known=known)
     return res.code, res.added
 
 
@@ -336,12 +386,15 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     hits = ranked[:req.k]
     best = hits[0]
     best_adapt = adapted[best.func_id]
-    fused_text, fused_added = fused_fork(ranked, adapted, req.fuse_donors)
+    fused_text, fused_added = fused_fork(ranked, adapted, req.fuse_donors, known=cache.target_names(req.target))
     qualified = rename_target(best.qualified_name, cache.profile(best.target), dst)
     host = host_location(store, req.target, role, qualified)
     in_class = bool(host and host["in_class"])
     target_qname = host["qualified_name"] if host else qualified
     draft = fit_definition(fused_text, target_qname, in_class) if host else fused_text
+    declared: dict = {}
+    if host and not in_class:  # out of line: the parameters T's own header declares
+        draft, declared = fit_declared(store, req.target, target_qname, draft)
     fit = (lambda text: fit_definition(text, target_qname, in_class)) if host else (lambda text: text)
     skill_res = None
     if req.strategy == "skills":
@@ -386,6 +439,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         "attributes": attrs,
         "mappings": [asdict(m) for m in best_adapt.mappings],
         "fusion": {"donors": min(req.fuse_donors, len(ranked)), "added": fused_added},
+        "parameters_renamed": declared,
         "prompt": prompt if (req.prompt_only or req.strategy == "llm" or (req.model and skill_res is not None)) else None,
     }
     if skill_res is not None:
@@ -429,7 +483,10 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
             if req.gate_repair and not req.model and req.repair_rounds and verdict.get("verdict") == "fail":
                 from prompts.backend.repair import NamePool, repair
 
-                pool = NamePool.for_target(dst, gate.target_dir(req.target))
+                # T's names without T's own version of this function, when it has one
+                own = {host["path"]: [(host["start_byte"], host["end_byte"])]} \
+                    if host.get("start_byte") is not None else None
+                pool = NamePool.for_target(dst, gate.target_dir(req.target), exclude=own)
                 rep = repair(code, verdict, lambda c: _gate_check(gate, req.target, host, c), pool,
                              req.repair_rounds)
                 result["gate_repair"] = rep.to_dict()

@@ -51,7 +51,10 @@ class NamePool:
 
     @classmethod
     def for_target(cls, prof: TargetProfile, target_dir: Optional[Path] = None,
-                   extra_dirs: Sequence[Path] = ()) -> "NamePool":
+                   extra_dirs: Sequence[Path] = (), exclude: Optional[dict] = None) -> "NamePool":
+        """``exclude``: {path relative to ``target_dir``: [(start_byte, end_byte)]} left out of
+        the files read: the functions being generated, so a name only T's real version of one of
+        them uses is no candidate (the benchmark's reference must not pick its own names)."""
         pool = cls()
         namespaces = {prof.primary, *prof.aliases, *prof.namespaces}
         for kind, names in prof.by_kind.items():
@@ -75,7 +78,11 @@ class NamePool:
                 continue
             for f in sorted(Path(folder).rglob("*")):
                 if f.suffix in SOURCE_SUFFIXES and f.is_file():
-                    text = f.read_text(errors="replace")
+                    data = f.read_bytes()
+                    spans = (exclude or {}).get(f.relative_to(folder).as_posix()) if folder == target_dir else None
+                    for start, end in sorted(spans or (), reverse=True):
+                        data = data[:start] + b" " * (end - start) + data[end:]
+                    text = data.decode(errors="replace")
                     pool.plain.update(_IDENT.findall(text))
                     for scope, name in _QUALIFIED.findall(text):
                         pool.add(scope, name)
@@ -169,7 +176,12 @@ class RepairResult:
 
 
 def _failed_on_function(verdict: dict) -> bool:
-    return verdict.get("verdict") == "fail" and not verdict.get("file_diagnostics")
+    """The function fails on its own code: no error outside it, or (the host file batch had
+    errors elsewhere, e.g. from other spliced functions) every error inside it is an undeclared
+    identifier; the re-check gates the repaired functions without the others, so it decides."""
+    if verdict.get("verdict") != "fail":
+        return False
+    return not verdict.get("file_diagnostics") or undeclared(verdict.get("diagnostics") or []) is not None
 
 
 def repair_many(codes: Sequence[str], verdicts: Sequence[dict],

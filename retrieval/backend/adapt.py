@@ -412,6 +412,56 @@ def consensus_scores(statements: dict[str, Sequence[str]]) -> dict[str, float]:
     return out
 
 
+# --------------------------------------------------------------------------- parameters
+def definition_parameters(text: str) -> Optional[list[tuple[str, Optional[str]]]]:
+    """``parameters_of`` the first function definition in ``text`` (None when there is none)."""
+    from corpora.backends.tree import parameters_of
+
+    tree = cpp_parser().parse(prepare_cpp(text.encode()))
+    fn = next((n for n in walk(tree.root_node) if n.type == "function_definition"), None)
+    decl = fn.child_by_field_name("declarator") if fn is not None else None
+    fdecl, _ = function_declarator(decl) if decl is not None else (None, None)
+    return parameters_of(fdecl) if fdecl is not None else None
+
+
+def fit_parameters(text: str, declared: Sequence[tuple[str, Optional[str]]]) -> tuple[str, dict[str, str]]:
+    """The definition's parameters as the target declares the function (``declared``: its own
+    header's parameters, ``corpora.backends.tree.declared_parameters``): each parameter's text
+    becomes the declaration's (the target's types, for an API the donor's LLVM version spelled
+    otherwise) and each renamed parameter is renamed in the body too. A parameter the declaration
+    leaves unnamed keeps the donor's text (the body may read it). Only when the counts agree and
+    no new name is already another name of the function; else the text is returned unchanged.
+    Returns (text, {old name: new name})."""
+    from corpora.backends.tree import parameters_of
+
+    data = prepare_cpp(text.encode())
+    tree = cpp_parser().parse(data)
+    fn = next((n for n in walk(tree.root_node) if n.type == "function_definition"), None)
+    decl = fn.child_by_field_name("declarator") if fn is not None else None
+    fdecl, _ = function_declarator(decl) if decl is not None else (None, None)
+    own = parameters_of(fdecl) if fdecl is not None else None
+    if own is None or len(own) != len(declared) or not declared:
+        return text, {}
+    nodes = [c for c in fdecl.child_by_field_name("parameters").named_children if c.type != "comment"]
+    renames = {o[1]: d[1] for o, d in zip(own, declared) if o[1] and d[1] and o[1] != d[1]}
+    kept = {o[1] for o, d in zip(own, declared) if o[1] and not d[1]}
+    params = fdecl.child_by_field_name("parameters")
+    names = {data[n.start_byte:n.end_byte].decode(errors="replace") for n in walk(fn)
+             if n.type == "identifier" and not (params.start_byte <= n.start_byte < params.end_byte)}
+    if len(set(renames.values())) != len(renames) or (set(renames.values()) & ((names | kept) - set(renames))):
+        return text, {}
+    edits = [(n.start_byte, n.end_byte, d[0]) for n, o, d in zip(nodes, own, declared) if d[1] or not o[1]]
+    for n in walk(fn):
+        if n.type == "identifier" and not (params.start_byte <= n.start_byte < params.end_byte):
+            name = data[n.start_byte:n.end_byte].decode(errors="replace")
+            if name in renames:
+                edits.append((n.start_byte, n.end_byte, renames[name]))
+    out = text.encode()  # prepare_cpp keeps byte offsets, so edits apply to the original
+    for s, e, rep in sorted(edits, key=lambda x: -x[0]):
+        out = out[:s] + rep.encode() + out[e:]
+    return out.decode("utf-8", errors="replace"), renames
+
+
 # --------------------------------------------------------------------------- definition form
 def fit_definition(text: str, qualified_name: str, in_class: bool) -> str:
     """Make a function definition fit its destination: in a class body (unqualified name) or out

@@ -23,7 +23,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
-from typing import Optional, Sequence
+from collections import Counter
+from typing import Iterable, Optional, Sequence
 
 from corpora.backends.tree import cpp_parser, prepare_cpp, statements_of, walk
 
@@ -104,15 +105,19 @@ def _addable(stmt: str, fork_names: set[str], is_declaration: bool) -> bool:
 
 
 def fuse(fork_code: str, others: Sequence[str], min_share: float = MIN_SHARE,
-         min_votes: int = MIN_VOTES) -> FuseResult:
+         min_votes: int = MIN_VOTES, known: Iterable[str] = ()) -> FuseResult:
     """``fork_code`` (the chosen donor, adapted and fitted) with the statements the ``others``
-    (the other donors, adapted to the same target) agree on added; see the module doc."""
+    (the other donors, adapted to the same target) agree on added; see the module doc.
+    ``known``: names that resolve in the target besides the fork's own (its declarations,
+    attributes, header members); a statement may read them."""
     base = _body_sites(fork_code)
     if base is None or not others:
         return FuseResult(fork_code)
     pick, sites, body, data = base
     fork_names = set(_WORD.findall(fork_code))
-    votes: dict[tuple[int, str], list[tuple[int, str]]] = {}
+    # statement -> {donor: (anchor, its index in that donor, its text, is a declaration)}: a vote
+    # counts the statement wherever the donor puts it; the donors' anchors decide where it goes
+    votes: dict[str, dict[int, tuple[int, int, str, bool]]] = {}
     for j, code in enumerate(others):
         got = _body_sites(code)
         if got is None:
@@ -123,38 +128,46 @@ def fuse(fork_code: str, others: Sequence[str], min_share: float = MIN_SHARE,
             for k in range(size):
                 matched[b + k] = a + k
         anchor = -1
-        seen_here: set[tuple[int, str]] = set()
         for bi, x in enumerate(stm):
             if bi in matched:
                 anchor = matched[bi]
                 continue
+            if x in pick or not x.endswith(";") or x.split(" ", 1)[0] in _CONTROL or j in votes.get(x, {}):
+                continue
             site = osites[bi]
             node_text = odata[site.start_byte:site.end_byte].decode("utf-8", errors="replace")
-            is_decl = _is_declaration(odata, site)
-            if x in pick or not _addable(x, fork_names, is_decl) or (anchor, x) in seen_here:
-                continue
-            seen_here.add((anchor, x))
-            votes.setdefault((anchor, x), []).append((j, node_text))
+            votes.setdefault(x, {})[j] = (anchor, bi, node_text, _is_declaration(odata, site))
     need = max(min_votes, math.ceil(min_share * len(others)))
-    chosen = sorted(((a, x, v) for (a, x), v in votes.items() if len({j for j, _ in v}) >= need),
-                    key=lambda t: (t[0], min(j for j, _ in t[2])))
-    if not chosen:
-        return FuseResult(fork_code)
+    planned_at = []
+    for x, by in votes.items():
+        if len(by) < need:
+            continue
+        # the anchor most voters share; a tie goes to the best-ranked donor's
+        count = Counter(v[0] for v in by.values())
+        top = max(count.values())
+        j0 = min(j for j, v in by.items() if count[v[0]] == top)
+        planned_at.append((by[j0][0], j0, by[j0][1], x, by[j0]))
+    planned_at.sort(key=lambda t: t[:3])
+    avail = fork_names | set(known)
     edits: list[tuple[int, str]] = []
     planned = list(pick)
     added = []
     offset = 0
-    for a, x, v in chosen:
+    for a, _, _, x, (_, _, text, is_decl) in planned_at:
+        if not _addable(x, avail, is_decl):
+            continue
         at = body.children[0].end_byte if a < 0 and body.children and body.children[0].type == "{" else \
             (sites[a].insert_at if a >= 0 else None)
         if at is None:
             continue
+        own = _declared_name(x) if is_decl else None
+        if own:
+            avail.add(own)  # later statements may read what an added declaration introduces
         indent = _indent_for(data, sites, a)
-        edits.append((at, "\n" + indent + " ".join(v[0][1].split())))
-        pos = a + 1 + offset
-        planned.insert(pos, x)
+        edits.append((at, "\n" + indent + " ".join(text.split())))
+        planned.insert(a + 1 + offset, x)
         offset += 1
-        added.append({"statement": x, "after": pick[a] if a >= 0 else "{", "votes": len({j for j, _ in v}),
+        added.append({"statement": x, "after": pick[a] if a >= 0 else "{", "votes": len(votes[x]),
                       "of": len(others)})
     if not edits:
         return FuseResult(fork_code)
@@ -170,7 +183,8 @@ def fuse(fork_code: str, others: Sequence[str], min_share: float = MIN_SHARE,
     return FuseResult(result, added)
 
 
-def fuse_top(fork_code: str, ranked_donors: Sequence[str], k: int = DEFAULT_DONORS) -> FuseResult:
+def fuse_top(fork_code: str, ranked_donors: Sequence[str], k: int = DEFAULT_DONORS,
+             known: Iterable[str] = ()) -> FuseResult:
     """Fusion over the top-``k`` donors of a ranking: ``fork_code`` is the first one's adapted
     text, ``ranked_donors`` the next ones' (adapted to the same target, best first). A statement
     goes in when at least half of the ``k`` donors have it (the fork, which lacks it, among
@@ -178,7 +192,7 @@ def fuse_top(fork_code: str, ranked_donors: Sequence[str], k: int = DEFAULT_DONO
     others = list(ranked_donors[:max(0, k - 1)])
     if k <= 1 or not others:
         return FuseResult(fork_code)
-    return fuse(fork_code, others, min_share=MIN_SHARE, min_votes=MIN_VOTES)
+    return fuse(fork_code, others, min_share=MIN_SHARE, min_votes=MIN_VOTES, known=known)
 
 
 def _is_declaration(data: bytes, site) -> bool:

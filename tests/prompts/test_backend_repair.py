@@ -172,3 +172,51 @@ def test_generate_reports_fusion_and_takes_the_flags(toy_store):
     r = runner.invoke(app, ["backend", "generate", "--target", "Wren", "--function", "getRelocType", "--store",
                             str(toy_store), "--fuse-donors", "0"])
     assert r.exit_code == 2
+
+
+@needs_clang
+def test_repair_acts_when_the_batch_also_failed_elsewhere(tmp_path):
+    """A host file gated with several spliced functions can fail outside all of them; a function
+    whose own errors are all undeclared identifiers is still repaired (the re-check gates it
+    without the others), and one with no error of its own is left alone."""
+    from corpora.backends.profile import TargetProfile
+    from mining.backend.gate import CompileGate
+    from prompts.backend.generate import _gate_check
+    from prompts.backend.repair import NamePool, repair_many
+
+    root = copy_toy(tmp_path / "llvm")
+    gate = CompileGate(root, tmp_path / "cache")
+    fr = _frame_register(root)
+    host = {"path": fr.path, "start_byte": fr.start_byte, "end_byte": fr.end_byte}
+    prof = TargetProfile("Lark", ["Lark"], "Lark", by_kind={"register": ["R0", "R1", "R2", "R3"]})
+    pool = NamePool.for_target(prof, gate.target_dir("Lark"))
+    broken = fr.text.replace("Lark::R3", "Lark::R3x")
+    own = _gate_check(gate, "Lark", host, broken)
+    assert own["verdict"] == "fail" and own["diagnostics"]
+    elsewhere = [{"message": "expected ';' after top level declarator", "line": 1}]
+    batch = {**own, "file_diagnostics": elsewhere}
+    clean = {"verdict": "fail", "diagnostics": [], "file_diagnostics": elsewhere}
+    got = repair_many([broken, fr.text], [batch, clean],
+                      lambda items: [_gate_check(gate, "Lark", host, c) for _, c in items], pool, 3)
+    assert got[0].passed and got[0].code == fr.text and got[0].rounds == 1
+    assert not got[1].passed and got[1].rounds == 0 and got[1].stopped == "not a failure of the function's own code"
+
+
+def test_name_pool_leaves_out_the_functions_being_generated():
+    """The benchmark repairs T's functions with T's real versions in its tree: a name only the real
+    version uses must not be a candidate (it would be the reference picking its own names)."""
+    import re
+
+    from corpora.backends.profile import TargetProfile
+    from prompts.backend.repair import NamePool
+
+    prof = TargetProfile("Lark", ["Lark"], "Lark")
+    root = TOY_TARGETS.parent.parent
+    fr = _frame_register(root)
+    data = (TOY_TARGETS / "Lark" / fr.path).read_bytes()
+    inside = set(re.findall(r"\b[A-Za-z_]\w*\b", data[fr.start_byte:fr.end_byte].decode()))
+    full = NamePool.for_target(prof, TOY_TARGETS / "Lark")
+    without = NamePool.for_target(prof, TOY_TARGETS / "Lark", exclude={fr.path: [(fr.start_byte, fr.end_byte)]})
+    only_there = inside - without.plain
+    assert only_there and only_there <= full.plain  # e.g. the function's own locals
+    assert without.plain < full.plain
