@@ -15,7 +15,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from mining.gate.sandbox import run_limited
 
@@ -98,27 +98,37 @@ def parse_ptxas(text: str) -> dict[str, dict[str, Any]]:
     return kernels
 
 
-def parse_sass(text: str) -> dict[str, Counter]:
-    """cuobjdump --dump-sass -> {mangled function: Counter(opcode with modifiers)}."""
-    out: dict[str, Counter] = {}
+def _sass_lines(text: str) -> Iterator[tuple[str, Optional[str]]]:
+    """(mangled function, stripped line) for every line of a SASS dump inside a function, and
+    (function, None) at each function's header."""
     current: Optional[str] = None
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("Function : "):
             current = stripped[len("Function : "):].strip()
-            out[current] = Counter()
+            yield current, None
+        elif current is not None:
+            yield current, stripped
+
+
+def parse_sass(text: str) -> dict[str, Counter]:
+    """cuobjdump --dump-sass -> {mangled function: Counter(opcode with modifiers)}."""
+    out: dict[str, Counter] = {}
+    for fn, line in _sass_lines(text):
+        if line is None:
+            out[fn] = Counter()
             continue
-        if current is None or not stripped.startswith("/*"):
+        if not line.startswith("/*"):
             continue
         # "/*0080*/                   LDG.E.128 R4, desc[UR4][R2.64] ;"
-        body = stripped.split("*/", 1)[1].strip() if "*/" in stripped else ""
+        body = line.split("*/", 1)[1].strip() if "*/" in line else ""
         if not body or body.startswith("/*"):
             continue
         tokens = body.replace(";", " ").split()
         if tokens and tokens[0].startswith("@"):
             tokens = tokens[1:]
         if tokens and re.match(r"^[A-Z][A-Z0-9_.]*$", tokens[0]):
-            out[current][tokens[0]] += 1
+            out[fn][tokens[0]] += 1
     return out
 
 
@@ -130,16 +140,11 @@ def count_loops(text: str) -> dict[str, int]:
     (not fully unrolled) ends in a branch to a lower address. The self-branch that pads a function's
     end (``BRA 0x110`` at 0x110) is not a loop."""
     out: dict[str, int] = {}
-    current: Optional[str] = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("Function : "):
-            current = stripped[len("Function : "):].strip()
-            out[current] = 0
-            continue
-        m = _BRANCH.match(stripped)
-        if current is not None and m and int(m.group(2), 16) < int(m.group(1), 16):
-            out[current] += 1
+    for fn, line in _sass_lines(text):
+        if line is None:
+            out[fn] = 0
+        elif (m := _BRANCH.match(line)) and int(m.group(2), 16) < int(m.group(1), 16):
+            out[fn] += 1
     return out
 
 
