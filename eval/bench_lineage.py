@@ -429,24 +429,29 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     res: dict[str, Any] = {**origin, "executor": executor}
     res["strategy"] = args.strategy or ("smallest_effect" if executor == "cuda" else "priority")
+    # read the result to merge into before anything is written: --merge F --out F is an update of F
+    old = read_json(args.merge) if args.merge and args.merge.is_file() else None
+
+    def merged(new_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        now = {(r["source"], r["problem"]) for r in new_rows}
+        kept = [r for r in (old or {}).get("experts", []) if (r["source"], r["problem"]) not in now]
+        return sorted(kept + new_rows, key=lambda r: (r["source"], r["problem"]))
+
     def partial(rows_so_far: list[dict[str, Any]]) -> None:
         # a long run on a loaded machine: what is done so far survives an interruption
         if args.out:
-            part = {**res, "partial": True, "experts": rows_so_far}
-            part["by_source"], part["totals"] = aggregate(rows_so_far)
+            part = {**res, "partial": True, "experts": merged(rows_so_far)}
+            part["by_source"], part["totals"] = aggregate(part["experts"])
             _write(args.out, part)
 
     rows = run(executor, only, store, house_store, args.jobs, args.max_steps, args.time_limit, args.probe,
                args.arch, args.materialized, args.house_skills, log, no_house=args.no_house,
                real_root=args.real_root, gpu_only=args.gpu_only, strategy=args.strategy, timeout_s=args.timeout,
                progress=partial)
-    if args.merge and args.merge.is_file():
-        old = read_json(args.merge)
-        now = {(r["source"], r["problem"]) for r in rows}
-        rows = [r for r in old.get("experts", []) if (r["source"], r["problem"]) not in now] + rows
+    rows = merged(rows)
+    if old is not None:
         res["merged_from"] = str(args.merge)
         res["runs"] = old.get("runs", [_run_stamp(old)]) + [_run_stamp(res)]
-    rows.sort(key=lambda r: (r["source"], r["problem"]))
     by_source, totals = aggregate(rows)
     res.update(experts=rows, by_source=by_source, totals=totals)
     _finish(res, args)

@@ -50,6 +50,15 @@ def test_bench_lineage_one_expert(tmp_path, capsys):
     assert row["undone"] == sum(s["verdict"] == "undone" for s in row["steps"])
     assert row["skills_new"] == len(row["skill_ids"]) and row["skills_merged"] == 0  # an empty house
     assert row["extra_steps"] == len(row["extra_step_list"])
+    # --merge F --out F updates F: the rows not run now survive (the partial writes during the run
+    # must not clobber the file before it is read)
+    other = {**row, "problem": "elementwise_other"}
+    out.write_text(json.dumps({**res, "experts": [row, other]}))
+    assert bench_lineage.main(["--executor", "cpu", "--store", str(store), "--real-root", str(tmp_path / "real"),
+                               "--house-skills", str(house), "--jobs", "1", "--merge", str(out), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert sorted(r["problem"] for r in merged["experts"]) == ["elementwise_add_f32", "elementwise_other"]
+    assert merged["totals"]["experts"] == 2 and len(merged["runs"]) == 2
     # without --out nothing is written
     before = sorted(p.name for p in tmp_path.iterdir())
     assert bench_lineage.main(["--executor", "cpu", "--store", str(store), "--real-root", str(tmp_path / "real"),
