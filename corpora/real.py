@@ -40,7 +40,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _CARRIER = re.compile(r"^[a-z][a-z0-9_]*$")
 # The judge's vocabulary (CORPUS_SPEC.md, "The independent judge").
 _COUNT = r"sass:[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*|bits:[A-Z]+:(8|16|32|64|128)|smem|registers|loops"
-_OBSERVE = re.compile(rf"^({_COUNT}|fewer:({_COUNT})|ffma_per_load|coalesced:[A-Za-z_]\w*|none:\S.*)$")
+OBSERVATION = re.compile(rf"^({_COUNT}|fewer:({_COUNT})|ffma_per_load|coalesced:[A-Za-z_]\w*|none:\S.*)$")
+VOCABULARY = ("sass:OPCODE, bits:OP:N, smem, registers, loops, fewer:<one of those>, ffma_per_load, "
+              "coalesced:ARRAY, none:REASON")
 
 
 class LineageError(ValueError):
@@ -212,10 +214,8 @@ def load_expert(dir: Path) -> RealExpert:
             if not observe:
                 raise LineageError(f"{path}: {swhere}observe: at least one observation (or 'none:REASON')")
             for o in observe:
-                if not _OBSERVE.match(o):
-                    raise LineageError(f"{path}: {swhere}observe: {o!r} is not in the judge's vocabulary "
-                                       "(sass:OPCODE, bits:OP:N, smem, registers, loops, fewer:<one of those>, "
-                                       "ffma_per_load, coalesced:ARRAY, none:REASON)")
+                if not OBSERVATION.match(o):
+                    raise LineageError(f"{path}: {swhere}observe: {o!r} is not in the judge's vocabulary ({VOCABULARY})")
             note = step.get("note", "")
             if not isinstance(note, str):
                 raise LineageError(f"{path}: {swhere}note: expected a string")

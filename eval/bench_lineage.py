@@ -130,8 +130,9 @@ def judge_expert(expert, problem_dir: Path, end_source: str, store: Path, arch: 
     end = static_facts(problem_dir, end_source, store, arch)
     # every version's figures, so each step is judged against the version before it
     names = [v.name for v in expert.versions]
-    facts = [naive] + [static_facts(problem_dir, (problem_dir / "versions" / f"{i}_{n}.cu").read_text(), store, arch)
-                       for i, n in enumerate(names[1:-1], start=1)] + [exp] if len(names) > 1 else [exp]
+    middle = [static_facts(problem_dir, (problem_dir / "versions" / f"{i}_{n}.cu").read_text(), store, arch)
+              for i, n in enumerate(names[1:-1], start=1)]
+    facts = [naive, *middle, exp] if len(names) > 1 else [exp]
     at = {n: i for i, n in enumerate(names)}
     verdicts = []
     for s in expert.steps:

@@ -52,13 +52,12 @@ from typing import Any, Iterable, Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
+from corpora.real import OBSERVATION, VOCABULARY
 from corpora.code.parse import parse_cuda, text, walk
 
 FFMA_PREFIXES = ("FFMA", "HFMA2", "DFMA", "FFMA2")
 LOAD_PREFIXES = ("LDG", "LDS")
 FFMA_FACTOR = 1.5
-VOCAB = ("sass:", "smem", "registers", "ffma_per_load", "loops", "bits:", "coalesced:", "none:", "fewer:")
-NUMERIC = ("smem", "registers", "loops")
 _WIDTH_TOKENS = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "64": 64, "128": 128}
 
 
@@ -67,24 +66,9 @@ class JudgeError(Exception):
 
 
 def check_observation(obs: str) -> None:
-    if obs.startswith("fewer:"):
-        inner = obs[len("fewer:"):]
-        if inner in NUMERIC or inner.startswith(("sass:", "bits:")):
-            return check_observation(inner)
-    elif obs in NUMERIC or obs == "ffma_per_load":
-        return
-    elif obs.startswith("bits:"):
-        if re.fullmatch(r"bits:[A-Z]+:(8|16|32|64|128)", obs):
-            return
-    else:
-        for prefix in ("sass:", "coalesced:", "none:"):
-            if obs.startswith(prefix) and len(obs) > len(prefix):
-                if prefix == "sass:" and not re.fullmatch(r"[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*", obs[5:]):
-                    break
-                return
-    raise JudgeError(f"observation {obs!r} is not in the judge's vocabulary "
-                     "(sass:OPCODE, smem, registers, loops, bits:OP:N, ffma_per_load, coalesced:ARRAY, "
-                     "fewer:<a numeric one>, none:REASON)")
+    """The lineage files' grammar (corpora/real.py), one definition for the loader and the judge."""
+    if not OBSERVATION.match(obs):
+        raise JudgeError(f"observation {obs!r} is not in the judge's vocabulary ({VOCABULARY})")
 
 
 # --------------------------------------------------------------------------- static facts

@@ -19,7 +19,7 @@ from tree_sitter import Node
 
 from corpora.code.nodes import call_name, declarator_name, enclosing, is_assignment_target, same
 from corpora.code.parse import FunctionSig, text
-from corpora.code.source import Site, Source
+from corpora.code.source import Site, Source, expand_macro
 from mining.carriers_meaning import LOAD_INTRINSICS, STORE_INTRINSICS, extend_detectors
 
 
@@ -82,10 +82,7 @@ def _access(src: Source, start: Node) -> Optional[tuple[str, Node, Optional[str]
 def vector_accesses(src: Source) -> list[VectorAccess]:
     """Every global-memory access through a `reinterpret_cast<VEC*>` (bound to a pointer or not),
     found once per source (the load and store detectors and the query's value model all ask)."""
-    memo = getattr(src, "_vector_accesses_memo", None)
-    if memo is None:
-        memo = src._vector_accesses_memo = _vector_accesses(src)
-    return list(memo)
+    return list(src.memo("vector_accesses", lambda: _vector_accesses(src)))
 
 
 def _vector_accesses(src: Source) -> list[VectorAccess]:
@@ -269,12 +266,8 @@ class MacroLoop:
 
 def loop_macros(src: Source) -> dict[str, tuple[list[str], str]]:
     """NAME -> (parameters, header) for function-like macros whose whole body is a `for (...)` header."""
-    out = {}
-    for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^()]*)\)[ \t]*((?:[^\n\\]|\\\n)*)$", src.code):
-        body = " ".join(m.group(3).decode("utf-8", "replace").replace("\\\n", " ").split())
-        if re.fullmatch(r"for\s*\(.*\)", body) and body.count("(") == body.count(")"):
-            out[m.group(1).decode()] = ([p.strip() for p in m.group(2).decode().split(",") if p.strip()], body)
-    return out
+    return {name: (params, body) for name, (params, body) in src.function_macros.items()
+            if re.fullmatch(r"for\s*\(.*\)", body) and body.count("(") == body.count(")")}
 
 
 def macro_grid_stride_loops(src: Source) -> list[MacroLoop]:
@@ -294,10 +287,7 @@ def macro_grid_stride_loops(src: Source) -> list[MacroLoop]:
         args = [text(c) for c in params.named_children]
         if len(args) != len(names):
             continue
-        value = {p: (a if re.fullmatch(r"[\w.]+", a) else f"({a})") for p, a in zip(names, args)}
-        header = re.sub(r"\b(%s)\b" % "|".join(map(re.escape, names)), lambda m: value[m.group(1)], header) \
-            if names else header
-        loop = header + " " + src.raw[body.start_byte:body.end_byte].decode("utf-8", "replace")
+        loop = expand_macro(header, names, args) + " " + src.raw[body.start_byte:body.end_byte].decode("utf-8", "replace")
         probe = Source("__global__ void ks_probe() {\n" + loop + "\n}\n")
         if grid_stride_loops(probe):
             out.append(MacroLoop(node, loop))

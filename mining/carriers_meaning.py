@@ -583,10 +583,7 @@ def wide_accesses(src: Source) -> list[WideAccess]:
     """Every wide access inside a function body, outermost first (a macro call's own expansion is
     not visible: the call is the access). Kept on the source: several detectors (and every skill a
     query values) ask for them."""
-    memo = getattr(src, "_wide_accesses_memo", None)
-    if memo is None:
-        memo = src._wide_accesses_memo = _wide_accesses(src)
-    return list(memo)
+    return list(src.memo("wide_accesses", lambda: _wide_accesses(src)))
 
 
 def _wide_accesses(src: Source) -> list[WideAccess]:

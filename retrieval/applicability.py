@@ -114,19 +114,20 @@ def _node_site(src: Source, node, reason: str, fn: str = "") -> SiteMatch:
 def device_funcs(src: Source):
     """Kernels and __device__ functions (where device-code optimizations apply), found once per
     source (every finder asks)."""
-    got = getattr(src, "_device_funcs_memo", None)
-    if got is None:
-        got = []
-        for f in src.funcs:
-            fn = src.func_node(f)
-            if fn is None:
-                continue
-            head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
-                                           else f.end_byte)]
-            if f.is_kernel or b"__device__" in head:
-                got.append((f, fn, head))
-        src._device_funcs_memo = got
-    return iter(got)
+    return iter(src.memo("device_funcs", lambda: _find_device_funcs(src)))
+
+
+def _find_device_funcs(src: Source) -> list:
+    got = []
+    for f in src.funcs:
+        fn = src.func_node(f)
+        if fn is None:
+            continue
+        head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
+                                       else f.end_byte)]
+        if f.is_kernel or b"__device__" in head:
+            got.append((f, fn, head))
+    return got
 
 
 def _param_nodes(fn) -> list:
@@ -169,18 +170,21 @@ def _shared_params(src: Source, fname: str, shared: set[str]) -> set[int]:
     """Positions of a device helper's pointer parameters that every call of it passes a shared array
     (`warpReduce(sdata, tid)`): the helper reads and writes shared memory through them, not global.
     One pass over the calls, kept on the source."""
-    memo = getattr(src, "_shared_params_memo", None)
-    if memo is None:
-        memo = {}
-        for call in src.nodes("call_expression"):
-            name = re.sub(r"\s*<.*$", "", call_name(call), flags=re.S)  # `warpReduce<256>(...)` too
-            args = call.child_by_field_name("arguments")
-            seen = memo.setdefault(name, {})
-            for i, a in enumerate(args.named_children if args is not None else []):
-                m = re.match(r"[\s(&]*([A-Za-z_]\w*)", text(a))
-                seen[i] = seen.get(i, True) and bool(m and m.group(1) in shared)
-        src._shared_params_memo = memo
+    memo = src.memo("shared_params", lambda: _shared_args_by_callee(src, shared))
     return {i for i, ok in memo.get(fname, {}).items() if ok}
+
+
+def _shared_args_by_callee(src: Source, shared: set[str]) -> dict[str, dict[int, bool]]:
+    """callee -> {argument position: every call passes a shared array there}."""
+    out: dict[str, dict[int, bool]] = {}
+    for call in src.nodes("call_expression"):
+        name = re.sub(r"\s*<.*$", "", call_name(call), flags=re.S)  # `warpReduce<256>(...)` too
+        args = call.child_by_field_name("arguments")
+        seen = out.setdefault(name, {})
+        for i, a in enumerate(args.named_children if args is not None else []):
+            m = re.match(r"[\s(&]*([A-Za-z_]\w*)", text(a))
+            seen[i] = seen.get(i, True) and bool(m and m.group(1) in shared)
+    return out
 
 
 def _in_call(node, names: set[str]) -> bool:
@@ -195,10 +199,7 @@ def _in_call(node, names: set[str]) -> bool:
 def global_accesses(src: Source):
     """(function, subscript node, pointer name, is_const, element type, is_write) of scalar global
     accesses, found once per source (most finders walk them)."""
-    memo = getattr(src, "_global_accesses_memo", None)
-    if memo is None:
-        memo = src._global_accesses_memo = list(_find_global_accesses(src))
-    return iter(memo)
+    return iter(src.memo("global_accesses", lambda: list(_find_global_accesses(src))))
 
 
 def _find_global_accesses(src: Source):
@@ -344,9 +345,10 @@ def adjacent_runs(src: Source) -> dict[int, str]:
     elements together make one contiguous run per thread starting at offset 0: node start byte ->
     the run (what one wider load could move). An index that neighbouring lanes move by one element
     is left out: their runs overlap (a stencil's neighbours, not a pack)."""
-    memo = getattr(src, "_adjacent_runs_memo", None)
-    if memo is not None:
-        return memo
+    return src.memo("adjacent_runs", lambda: _find_adjacent_runs(src))
+
+
+def _find_adjacent_runs(src: Source) -> dict[int, str]:
     macros = all_view_macros(src)
     groups: dict[tuple, list] = {}
     for f, node, name, is_const, elem, write in global_accesses(src):
@@ -391,7 +393,6 @@ def adjacent_runs(src: Source) -> dict[int, str]:
                    f"({end * accs[0][4]} bytes) per thread"
             for *_, node, _f, _eb in accs:
                 out[node.start_byte] = desc
-    src._adjacent_runs_memo = out
     return out
 
 
@@ -880,13 +881,8 @@ def serial_loops(src, reuse_frac: float = 0.0, functions: Optional[set] = None) 
     bound with a unit step whose data is not spread over the lanes (its loads move a stride per lane
     or none: a row per thread), and shared-memory tree reductions with a barrier per level. Kept on
     the source per ``reuse_frac`` (several finders ask)."""
-    memo = getattr(src, "_serial_loops_memo", None)
-    if memo is None:
-        memo = src._serial_loops_memo = {}
-    key = reuse_frac >= 0.99
-    if key not in memo:
-        memo[key] = _serial_loops(src, reuse_frac)
-    return [(ln, why) for fname, ln, why in memo[key] if functions is None or fname in functions]
+    loops = src.memo(("serial_loops", reuse_frac >= 0.99), lambda: _serial_loops(src, reuse_frac))
+    return [(ln, why) for fname, ln, why in loops if functions is None or fname in functions]
 
 
 def _serial_loops(src, reuse_frac: float) -> list[tuple[str, int, str]]:
@@ -937,10 +933,7 @@ def _serial_loops(src, reuse_frac: float) -> list[tuple[str, int, str]]:
 def _scan_lines(src: Source) -> set[int]:
     """Lines of the loops `_scan_sites` reads as a prefix scan done one element at a time. A
     reduction does not fit them: each element needs its own running sum, not one total of a row."""
-    memo = getattr(src, "_scan_lines_memo", None)
-    if memo is None:
-        memo = src._scan_lines_memo = {s.line for s in _scan_sites(src)}
-    return memo
+    return src.memo("scan_lines", lambda: {s.line for s in _scan_sites(src)})
 
 
 @finder("warp_shuffle_reduce", "block_reduce_shared")
@@ -984,9 +977,10 @@ def single_thread_guarded(node) -> bool:
 def mma_loops(src: Source) -> list[tuple]:
     """(function, loop, staged) for loops that multiply tensor-core fragments (``wmma::mma_sync``):
     ``staged`` when every fragment the loop loads comes from a shared array."""
-    memo = getattr(src, "_mma_loops_memo", None)
-    if memo is not None:
-        return memo
+    return src.memo("mma_loops", lambda: _find_mma_loops(src))
+
+
+def _find_mma_loops(src: Source) -> list[tuple]:
     out = []
     shared = set(src.shared_names)
     for f, fn, _ in device_funcs(src):
@@ -1001,19 +995,13 @@ def mma_loops(src: Source) -> list[tuple]:
                                                                            else []) for n in shared) for c in loads)
             out.append((f, loop, staged))
             break
-    src._mma_loops_memo = out
     return out
 
 
 def _staged_dot_loops(src: Source, need_half: bool = False) -> list[SiteMatch]:
     """Loops accumulating products of two operands staged in shared memory (a tiled GEMM's inner
     loop): where the steps that build on a shared tile apply (kept on the source: six finders ask)."""
-    memo = getattr(src, "_staged_dot_memo", None)
-    if memo is None:
-        memo = src._staged_dot_memo = {}
-    if need_half not in memo:
-        memo[need_half] = _find_staged_dot_loops(src, need_half)
-    return list(memo[need_half])
+    return list(src.memo(("staged_dot_loops", need_half), lambda: _find_staged_dot_loops(src, need_half)))
 
 
 def _find_staged_dot_loops(src: Source, need_half: bool) -> list[SiteMatch]:
@@ -1150,10 +1138,7 @@ def _register_tile_sites(src: Source) -> list[SiteMatch]:
 def _scan_sites(src: Source) -> list[SiteMatch]:
     """A serial running sum written back element by element (a prefix scan done one at a time);
     found once per source (the reduction finders ask which loops they are)."""
-    memo = getattr(src, "_scan_sites_memo", None)
-    if memo is None:
-        memo = src._scan_sites_memo = _find_scan_sites(src)
-    return list(memo)
+    return list(src.memo("scan_sites", lambda: _find_scan_sites(src)))
 
 
 def _find_scan_sites(src: Source) -> list[SiteMatch]:
@@ -1409,26 +1394,27 @@ _LADDER_NEXT = {"modulo": "divergence_free_indexing", "strided": "sequential_add
 
 
 def _ladder(src: Source) -> dict[str, list[SiteMatch]]:
-    got = getattr(src, "_ladder_memo", None)
-    if got is None:
-        from mining.operators.reduction_tree import tree_loops
+    return src.memo("ladder", lambda: _find_ladder(src))
 
-        got = {}
-        for t in tree_loops(src):
-            if t.kind in _LADDER_NEXT:
-                got.setdefault(_LADDER_NEXT[t.kind], []).append(
-                    _node_site(src, t.loop, "a shared-memory tree level selected by " +
-                               ("a modulo test: a strided index keeps the active threads contiguous" if t.kind == "modulo"
-                                else "a strided index: sequential addressing avoids bank conflicts")))
-            else:
-                if t.low == 0 and t.step.op == "+":
-                    got.setdefault("unrolled_last_warp", []).append(
-                        _node_site(src, t.loop, "a barrier per tree level down to one thread: the last warp's "
-                                                "six levels can run without block barriers"))
-                got.setdefault("compile_time_unroll", []).append(
-                    _node_site(src, t.loop, "a tree loop over a runtime block size: a template block size "
-                                            "writes it out per stride"))
-        src._ladder_memo = got
+
+def _find_ladder(src: Source) -> dict[str, list[SiteMatch]]:
+    from mining.operators.reduction_tree import tree_loops
+
+    got: dict[str, list[SiteMatch]] = {}
+    for t in tree_loops(src):
+        if t.kind in _LADDER_NEXT:
+            got.setdefault(_LADDER_NEXT[t.kind], []).append(
+                _node_site(src, t.loop, "a shared-memory tree level selected by " +
+                           ("a modulo test: a strided index keeps the active threads contiguous" if t.kind == "modulo"
+                            else "a strided index: sequential addressing avoids bank conflicts")))
+        else:
+            if t.low == 0 and t.step.op == "+":
+                got.setdefault("unrolled_last_warp", []).append(
+                    _node_site(src, t.loop, "a barrier per tree level down to one thread: the last warp's "
+                                            "six levels can run without block barriers"))
+            got.setdefault("compile_time_unroll", []).append(
+                _node_site(src, t.loop, "a tree loop over a runtime block size: a template block size "
+                                        "writes it out per stride"))
     return got
 
 

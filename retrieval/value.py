@@ -253,19 +253,21 @@ _LAUNCHED = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}]*>)?\s*$")  # the name bef
 def launch_grids(src, names: set[str]) -> dict[str, float]:
     """Kernel name -> the blocks its launches in this file run, a constant grid as written (at most
     LOOP_TRIPS), a grid computed from the problem as LOOP_TRIPS (memoized on the source)."""
-    memo = getattr(src, "_launch_grids_memo", None)
-    if memo is None:
-        memo = {}
-        code = src.code.decode("utf-8", "replace")
-        for m in _LAUNCH.finditer(code):
-            k = _LAUNCHED.search(code[max(0, m.start() - 300):m.start()])
-            if k is None:
-                continue
-            g = int_const(src, m.group(1))
-            w = float(min(max(g, 1), LOOP_TRIPS)) if g is not None else float(LOOP_TRIPS)
-            memo[k.group(1)] = max(memo.get(k.group(1), 0.0), w)
-        src._launch_grids_memo = memo
-    return {k: v for k, v in memo.items() if k in names}
+    grids = src.memo("launch_grids", lambda: _all_launch_grids(src))
+    return {k: v for k, v in grids.items() if k in names}
+
+
+def _all_launch_grids(src) -> dict[str, float]:
+    out: dict[str, float] = {}
+    code = src.code.decode("utf-8", "replace")
+    for m in _LAUNCH.finditer(code):
+        k = _LAUNCHED.search(code[max(0, m.start() - 300):m.start()])
+        if k is None:
+            continue
+        g = int_const(src, m.group(1))
+        w = float(min(max(g, 1), LOOP_TRIPS)) if g is not None else float(LOOP_TRIPS)
+        out[k.group(1)] = max(out.get(k.group(1), 0.0), w)
+    return out
 
 
 def minor_kernels(src) -> set[str]:

@@ -11,12 +11,14 @@ import bisect
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, Optional
+from typing import Callable, Hashable, Iterator, Optional, TypeVar
 
 from tree_sitter import Node
 
 from corpora.code.nodes import declarator_name
 from corpora.code.parse import FunctionSig, functions, parse_cuda, text, walk
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,15 @@ def line_span(data: bytes, start: int, end: int, blanked: Optional[bytes] = None
     if check[a:start].strip() or check[end:b].strip():
         return start, end
     return a, min(b + 1, len(data))
+
+
+def expand_macro(body: str, params: list[str], args: list[str]) -> str:
+    """A function-like macro's body with each parameter replaced by its argument (parenthesized
+    unless atomic)."""
+    if not params:
+        return body
+    value = {p: (a.strip() if re.fullmatch(r"[\w.]+", a.strip()) else f"({a.strip()})") for p, a in zip(params, args)}
+    return re.sub(r"\b(%s)\b" % "|".join(map(re.escape, params)), lambda m: value[m.group(1)], body)
 
 
 def blank_comments(raw: bytes) -> bytes:
@@ -199,6 +210,23 @@ class Source:
         out = {}
         for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]*)$", self.code):
             out[m.group(1).decode()] = " ".join(m.group(2).decode("utf-8", "replace").split())
+        return out
+
+    def memo(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """A fact derived from this source, computed once whoever asks (detectors, site finders and
+        the query's value model ask for the same accesses, loops and functions)."""
+        memos = self.__dict__.setdefault("_memos", {})
+        if key not in memos:
+            memos[key] = compute()
+        return memos[key]
+
+    @cached_property
+    def function_macros(self) -> dict[str, tuple[list[str], str]]:
+        """Function-like macros: NAME -> (parameters, body on one line, continuations joined)."""
+        out = {}
+        for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^()]*)\)[ \t]*((?:[^\n\\]|\\\n)*)$", self.code):
+            body = " ".join(m.group(3).decode("utf-8", "replace").replace("\\\n", " ").split())
+            out[m.group(1).decode()] = ([p.strip() for p in m.group(2).decode().split(",") if p.strip()], body)
         return out
 
     def expand(self, expr: str, depth: int = 3) -> str:

@@ -34,6 +34,7 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name
 from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair, Rewrite, raw_text
+from mining.operators.nodes import device_functions
 
 # packed intrinsic -> (scalar intrinsic, operand count)
 PACKED = {"__hadd2": ("__hadd", 2), "__hsub2": ("__hsub", 2), "__hmul2": ("__hmul", 2), "__h2div": ("__hdiv", 2),
@@ -45,25 +46,15 @@ PACKED = {"__hadd2": ("__hadd", 2), "__hsub2": ("__hsub", 2), "__hmul2": ("__hmu
 _PAIR_INIT = re.compile(r"\{\s*([\w.>-]+)\[\s*(\w+)\s*\]\s*,\s*\1\[\s*\2\s*\+\s*1\s*\]\s*\}")
 
 
-def _in_device_code(src: Source, node: Node) -> bool:
-    p = node.parent
-    while p is not None and p.type != "function_definition":
-        p = p.parent
-    if p is None:
-        return False
-    body = p.child_by_field_name("body")
-    head = src.raw[p.start_byte:body.start_byte if body is not None else p.end_byte]
-    return bool(re.search(rb"\b(__device__|__global__)\b", head))
-
-
 def packed_paths(src: Source) -> list[tuple[Node, Node]]:
     """(if constexpr statement, its else branch's statement) where the taken branch packs pairs."""
+    device = [fn for _, fn in device_functions(src)]
     out = []
     for node in src.nodes("if_statement"):
         if not any(c.type == "constexpr" for c in node.children):
             continue
         cons, alt = node.child_by_field_name("consequence"), node.child_by_field_name("alternative")
-        if cons is None or alt is None or not _in_device_code(src, node):
+        if cons is None or alt is None or not any(fn.start_byte <= node.start_byte < fn.end_byte for fn in device):
             continue
         else_stmt = next((c for c in alt.named_children if c.type != "comment"), None) \
             if alt.type == "else_clause" else alt

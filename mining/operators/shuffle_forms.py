@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Optional
 from tree_sitter import Node
 
 from corpora.code.nodes import call_name
-from corpora.code.source import Source
+from corpora.code.source import Source, expand_macro
 from mining.operators.base import Edit
 from mining.operators.rewrite_util import expression_type, structural
 from corpora.code.parse import parse_cuda, text, walk
@@ -35,23 +35,8 @@ _CG_METHODS = {"shfl": "__shfl_sync", "shfl_xor": "__shfl_xor_sync", "shfl_down"
 
 def shuffle_macros(src: Source) -> dict[str, tuple[list[str], str]]:
     """NAME -> (parameters, body) for function-like macros whose body is one shuffle call."""
-    out = {}
-    for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^()]*)\)[ \t]*((?:[^\n\\]|\\\n)*)$", src.code):
-        body = " ".join(m.group(3).decode("utf-8", "replace").replace("\\\n", " ").split())
-        call = re.fullmatch(r"\(?\s*(%s)\s*\((.*)\)\s*\)?" % "|".join(SHUFFLE_NAMES), body)
-        if call is None:
-            continue
-        params = [p.strip() for p in m.group(2).decode().split(",") if p.strip()]
-        out[m.group(1).decode()] = (params, body)
-    return out
-
-
-def _expand(body: str, params: list[str], args: list[str]) -> str:
-    """The macro body with each parameter replaced by its argument (parenthesized unless atomic)."""
-    if not params:
-        return body
-    value = {p: (a.strip() if re.fullmatch(r"[\w.]+", a.strip()) else f"({a.strip()})") for p, a in zip(params, args)}
-    return re.sub(r"\b(%s)\b" % "|".join(map(re.escape, params)), lambda m: value[m.group(1)], body)
+    call = re.compile(r"\(?\s*(%s)\s*\((.*)\)\s*\)?" % "|".join(SHUFFLE_NAMES))
+    return {name: m for name, m in src.function_macros.items() if call.fullmatch(m[1])}
 
 
 def _tile_width(src: Source, obj: Node) -> Optional[str]:
@@ -80,7 +65,7 @@ def equivalent_forms(src: Source) -> Iterator[Edit]:
         if fn.type == "identifier" and text(fn) in macros:
             params, body = macros[text(fn)]
             if len(params) == len(arg_texts):
-                yield call.start_byte, call.end_byte, _expand(body, params, arg_texts)
+                yield call.start_byte, call.end_byte, expand_macro(body, params, arg_texts)
         elif fn.type == "field_expression":
             method = fn.child_by_field_name("field")
             obj = fn.child_by_field_name("argument")
