@@ -15,6 +15,10 @@ operators and carrier detectors never produce say it is gone. Two kinds of obser
 * ``loops`` (backward branches in the SASS: loops the compiler kept) and ``bits:OP:N`` (OP
   instructions, e.g. ``LDG``, that move exactly N bits per thread: ``bits:LDG:32`` counts the
   32-bit loads of half2 pairs, which ``sass:LDG.E`` cannot separate from 16-bit loads);
+* ``half2`` (two-lane half arithmetic: HADD2/HMUL2/HFMA2 on both halves of a register; scalar
+  half math compiles to the same opcodes on one lane, ``R2.H0_H0``, so ``sass:HADD2`` cannot tell
+  packed math from scalar) and ``launch_bounds`` (kernels compiled with a thread bound: the cubin's
+  EIATTR_MAX_THREADS, which ``__launch_bounds__`` sets even where ptxas figures stay the same);
 * ``fewer:X`` for any numeric X above: the step *removes* something (an integer division, the
   naive's global atomics), so it is present when the count goes down and undone when it comes back;
 * ``none:REASON``: no independent observation (the step counts as unobservable, never undone).
@@ -81,6 +85,8 @@ class Facts:
     smem_static: int = 0
     smem_dynamic: int = 0
     loops: Optional[int] = None  # None: a static result recorded before loops were counted
+    half2: Optional[int] = None  # None: recorded before two-lane half math was counted (static-3)
+    launch_bounds: Optional[int] = None  # kernels compiled with a thread bound (static-3)
     sass_available: bool = False
     static_ok: bool = False
     reason: str = ""
@@ -106,7 +112,8 @@ class Facts:
     def summary(self) -> dict[str, Any]:
         return {"arch": self.arch, "registers": self.registers, "smem": self.smem, "smem_static": self.smem_static,
                 "smem_dynamic": self.smem_dynamic, "ffma_per_load": round(self.ffma_per_load, 3),
-                "sass_total": sum(self.sass.values()), "loops": self.loops, "static_ok": self.static_ok, "reason": self.reason}
+                "sass_total": sum(self.sass.values()), "loops": self.loops, "half2": self.half2,
+                "launch_bounds": self.launch_bounds, "static_ok": self.static_ok, "reason": self.reason}
 
 
 def opcode_matches(opcode: str, pattern: str) -> bool:
@@ -145,6 +152,9 @@ def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] =
     kernels = list(r.get("kernels", {}).values())
     if facts.sass_available and kernels and all("loops" in k for k in kernels if "sass" in k):
         facts.loops = sum(int(k.get("loops", 0)) for k in kernels)
+    if facts.sass_available and kernels and all("half2" in k for k in kernels if "sass" in k):
+        facts.half2 = sum(int(k.get("half2", 0)) for k in kernels)
+        facts.launch_bounds = sum(1 for k in kernels if int(k.get("max_threads", 0)) > 0)
     for k in kernels:
         total.update(k.get("sass", {}))
         facts.registers = max(facts.registers, int(k.get("registers", 0)))
@@ -479,9 +489,8 @@ def _numeric(obs: str, f: Facts) -> Optional[float]:
     if obs.startswith("bits:"):
         _, family, bits = obs.split(":")
         return f.bits_count(family, int(bits)) if f.sass_available else None
-    if obs == "loops":
-        return f.loops
-    return getattr(f, obs)  # smem, registers
+    # smem, registers, loops, half2, launch_bounds (None: no SASS, or recorded before it was counted)
+    return getattr(f, obs)
 
 
 def observe(obs: str, naive: Facts, expert: Facts, end: Facts) -> Observation:

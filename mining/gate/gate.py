@@ -233,8 +233,9 @@ def _cached(cache: GateCache, config: GateConfig, key_parts: tuple, compute) -> 
 def _static_toolchain() -> str:
     from mining.gate.static import cuobjdump_path, nvcc_version
 
-    # static-2: per-kernel loop counts (backward branches) beside the opcode histogram
-    return f"{nvcc_version()}|sass={bool(cuobjdump_path())}|static-2"
+    # static-2: per-kernel loop counts (backward branches) beside the opcode histogram;
+    # static-3: two-lane half arithmetic and the compiled thread bound (cuobjdump -elf)
+    return f"{nvcc_version()}|sass={bool(cuobjdump_path())}|static-3"
 
 
 def _static(source: str, kernel_path: Path, workdir: Path, archs: tuple[str, ...], flags: list[str],

@@ -3,7 +3,10 @@
 Facts recorded per kernel and arch: registers, spill stores/loads, stack frame (local memory),
 static shared memory, constant memory, barriers, and (where cuobjdump exists) a histogram of
 SASS opcodes, which shows what the compiler really generated (LDG.E.128 = 16-byte loads,
-SHFL.BFLY = warp shuffles, LDL/STL = local memory).
+SHFL.BFLY = warp shuffles, LDL/STL = local memory), the loops the compiler kept (backward
+branches), the two-lane half-precision arithmetic (HADD2/HMUL2/HFMA2 on both halves of a
+register: scalar half math is the same opcodes on one lane, `R2.H0_H0`), and the thread bound a
+kernel was compiled for (`__launch_bounds__`: EIATTR_MAX_THREADS in the cubin's .nv.info).
 """
 from __future__ import annotations
 
@@ -148,6 +151,53 @@ def count_loops(text: str) -> dict[str, int]:
     return out
 
 
+_HALF_OPS = ("HADD2", "HMUL2", "HFMA2")
+_REG = re.compile(r"^-?\|?(R\d+|RZ)\b")
+_ONE_LANE = re.compile(r"\.H0_H0\b|\.H1_H1\b")
+
+
+def _two_lane(body: str) -> bool:
+    """One SASS instruction: half arithmetic on both lanes of a register pair? `.F32` forms convert
+    to float; an operand selecting one lane (`.H0_H0`, `.H1_H1`) is scalar math; only RZ sources
+    (`HFMA2.MMA R5, -RZ, RZ, 0, 0`) materialize a constant."""
+    tokens = body.replace(";", " ").replace(",", " ").split()
+    if tokens and tokens[0].startswith("@"):
+        tokens = tokens[1:]
+    if not tokens or tokens[0].split(".")[0] not in _HALF_OPS or ".F32" in tokens[0]:
+        return False
+    regs = [t for t in tokens[2:] if (m := _REG.match(t)) and m.group(1) != "RZ"]
+    return any(not _ONE_LANE.search(t) for t in regs)
+
+
+def count_half2(text: str) -> dict[str, int]:
+    """cuobjdump --dump-sass -> {mangled function: two-lane half arithmetic instructions}."""
+    out: dict[str, int] = {}
+    for fn, line in _sass_lines(text):
+        if line is None:
+            out[fn] = 0
+        elif line.startswith("/*") and "*/" in line and _two_lane(line.split("*/", 1)[1].strip()):
+            out[fn] += 1
+    return out
+
+
+_NV_INFO = re.compile(r"^\.nv\.info\.(\S+)")
+_MAX_THREADS = re.compile(r"Attribute:\s*EIATTR_MAX_THREADS\s*\n\s*Format:[^\n]*\n\s*Value:\s*((?:0x[0-9a-f]+\s*)+)", re.I)
+
+
+def max_threads(elf: str) -> dict[str, int]:
+    """cuobjdump -elf -> {mangled function: the thread bound it was compiled for (x*y*z)}; a
+    function without `__launch_bounds__` (or `.maxntid`) has no EIATTR_MAX_THREADS."""
+    out: dict[str, int] = {}
+    for block in re.split(r"\n(?=\.nv\.info\.)", elf):
+        head = _NV_INFO.match(block.strip())
+        if head and (m := _MAX_THREADS.search(block)):
+            n = 1
+            for v in m.group(1).split():
+                n *= int(v, 16)
+            out[head.group(1)] = n
+    return out
+
+
 def compile_diagnostics(stderr: str, kernel_name: str) -> list[dict[str, Any]]:
     diags = []
     for line in stderr.splitlines():
@@ -201,6 +251,8 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
     kernels = parse_ptxas(res.stderr)
     sass: dict[str, Counter] = {}
     loops: dict[str, int] = {}
+    half2: dict[str, int] = {}
+    bounds: dict[str, int] = {}
     tool = cuobjdump_path()
     if tool:
         # cuobjdump delegates to nvdisasm; the PyPI wheels put both in the same bin folder.
@@ -208,7 +260,10 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
         dump = run_limited([tool, "--dump-sass", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env,
                            readable=[Path(tool).parent], writable=[workdir])
         if dump.ok:
-            sass, loops = parse_sass(dump.stdout), count_loops(dump.stdout)
+            sass, loops, half2 = parse_sass(dump.stdout), count_loops(dump.stdout), count_half2(dump.stdout)
+            elf = run_limited([tool, "-elf", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env,
+                              readable=[Path(tool).parent], writable=[workdir])
+            bounds = max_threads(elf.stdout) if elf.ok else {}
     names = demangle(sorted(set(kernels) | set(sass)))
     result_kernels = {}
     for mangled, stats in kernels.items():
@@ -218,6 +273,8 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
             entry["sass"] = dict(sorted(sass[mangled].items()))
             entry["sass_total"] = sum(sass[mangled].values())
             entry["loops"] = loops.get(mangled, 0)
+            entry["half2"] = half2.get(mangled, 0)
+            entry["max_threads"] = bounds.get(mangled, 0)
         result_kernels[names.get(mangled, mangled)] = entry
     return {"arch": arch, "ok": True, "kernels": result_kernels, "sass_available": bool(sass),
             "warnings": [ln for ln in res.stderr.splitlines() if "warning" in ln.lower()][:20]}

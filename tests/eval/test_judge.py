@@ -77,9 +77,11 @@ def test_verdicts_from_facts():
 
 
 def test_new_vocabulary_checks():
-    for ok in ("loops", "bits:LDG:32", "fewer:sass:I2F.U32.RP", "fewer:smem", "fewer:loops", "fewer:bits:STG:16"):
+    for ok in ("loops", "bits:LDG:32", "fewer:sass:I2F.U32.RP", "fewer:smem", "fewer:loops", "fewer:bits:STG:16",
+               "half2", "launch_bounds", "fewer:half2"):
         check_observation(ok)
-    for bad in ("bits:LDG:33", "bits:ldg:32", "fewer:none:x", "fewer:coalesced:A", "fewer:ffma_per_load", "loop"):
+    for bad in ("bits:LDG:33", "bits:ldg:32", "fewer:none:x", "fewer:coalesced:A", "fewer:ffma_per_load", "loop",
+                "half", "launch_bounds:256"):
         with pytest.raises(JudgeError, match="not in the judge's vocabulary"):
             check_observation(bad)
     assert [access_bits(op) for op in ("LDG.E", "LDG.E.U16", "LDG.E.S8", "LDG.E.64.CONSTANT", "STS.128")] == \
@@ -163,3 +165,34 @@ def test_carrier_accounting_never_counts_undetected_as_removed():
     # 0 steps: the end point is the expert; nothing removed even for a carrier the detectors miss
     removed, remaining, undetected = carrier_accounting(["vector_load", "double_buffer"], expert, expert)
     assert removed == [] and remaining == ["vector_load"] and undetected == ["double_buffer"]
+
+
+SCALAR_HALF = """
+#include <cuda_fp16.h>
+__global__ void mul(const __half* x, const __half* y, __half* z, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) z[i] = __hmul(x[i], y[i]);
+}
+void vector_add(const float* a, const float* b, float* y, int N) {}  // the problem's entry (never run)"""
+PACKED_HALF = """
+#include <cuda_fp16.h>
+__global__ void __launch_bounds__(256) mul(const __half2* x, const __half2* y, __half2* z, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) z[i] = __hmul2(x[i], y[i]);
+}
+void vector_add(const float* a, const float* b, float* y, int N) {}"""
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc for the static stage")
+def test_static_stage_tells_packed_half_math_and_thread_bounds(tmp_path):
+    """Scalar __hmul compiles to HMUL2 on one lane: sass:HMUL2 counts it, half2 does not."""
+    store = tmp_path / "store"
+    scalar = static_facts(VADD, SCALAR_HALF, store)
+    packed = static_facts(VADD, PACKED_HALF, store)
+    assert scalar.static_ok and packed.static_ok and packed.sass_available, (scalar.reason, packed.reason)
+    assert scalar.sass_count("HMUL2") >= 1  # the opcode alone cannot tell them apart
+    assert scalar.half2 == 0 and packed.half2 >= 1
+    assert scalar.launch_bounds == 0 and packed.launch_bounds == 1
+    v = judge_step("packed_half2_math", "pack", "", ["half2"], scalar, packed, scalar)
+    assert v.verdict == "undone"
+    assert judge_step("launch_bounds", "pack", "", ["launch_bounds"], scalar, packed, packed).verdict == "kept"

@@ -127,3 +127,35 @@ def test_count_loops_sees_backward_branches_only():
 """
     # one loop (0x140 -> 0xd0); a forward branch and the end's self-branch padding are not loops
     assert count_loops(dump) == {"_Z4loopPf": 1, "_Z4flatPf": 0}
+
+
+def test_two_lane_half_math_and_thread_bounds_from_the_cubin():
+    from mining.gate.static import count_half2, max_threads
+    dump = """\t\tFunction : _Z3mulP6__half
+        /*0100*/                   HMUL2 R5, R2.H0_H0, R4.H0_H0 ;   /* scalar: one lane */
+        /*0110*/                   HADD2.F32 R6, -RZ, R2.H1_H1 ;   /* a conversion to float */
+        /*0120*/                   HFMA2.MMA R7, -RZ, RZ, 0, 0 ;   /* a constant */
+        /*0130*/                   HMUL2 R8, R2, R4 ;   /* both lanes */
+        /*0140*/              @P0  HFMA2.MMA R9, R2.reuse, R4, -RZ ;   /* both lanes, predicated */
+        /*0150*/                   HADD2 R10, R2, R4.H0_H0 ;   /* a pair plus a broadcast half: both lanes */
+\t\tFunction : _Z4flatPf
+        /*0070*/                   FADD R1, R2, R3 ;
+"""
+    assert count_half2(dump) == {"_Z3mulP6__half": 3, "_Z4flatPf": 0}
+    elf = """.nv.info._Z3mulP6__half
+\t<0x1>
+\tAttribute:\tEIATTR_CUDA_API_VERSION
+\tFormat:\tEIFMT_SVAL
+\tValue:\t0x82
+\t<0x2>
+\tAttribute:\tEIATTR_MAX_THREADS
+\tFormat:\tEIFMT_SVAL
+\tValue:\t0x100 0x1 0x1
+
+.nv.info._Z4flatPf
+\t<0x1>
+\tAttribute:\tEIATTR_CUDA_API_VERSION
+\tFormat:\tEIFMT_SVAL
+\tValue:\t0x82
+"""
+    assert max_threads(elf) == {"_Z3mulP6__half": 256}
