@@ -55,7 +55,7 @@ from typing import Any, Iterable, Optional
 
 from tree_sitter import Node
 
-from corpora.code.source import Source
+from corpora.code.source import Source, expand_macro
 from corpora.real import OBSERVATION, VOCABULARY
 from corpora.code.parse import parse_cuda, text, walk
 
@@ -215,11 +215,7 @@ class _Evaluator:
                     if d is not None and v is not None:
                         self.decls.setdefault(text(d), []).append((n.start_byte, v))
         self.macros = dict(src.defines)
-        self.fmacros: dict[str, tuple[list[str], str]] = {}
-        for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)[ \t]*((?:[^\n]*\\\n)*[^\n]*)$", src.code):
-            params = [p.strip() for p in m.group(2).decode().split(",") if p.strip()]
-            body = m.group(3).decode("utf-8", "replace").replace("\\\n", " ")
-            self.fmacros[m.group(1).decode()] = (params, " ".join(body.split()))
+        self.fmacros = src.function_macros
 
     def value(self, node: Node, env: dict[str, int], pos: int, depth: int = 0) -> int:
         if depth > 60:
@@ -288,9 +284,7 @@ class _Evaluator:
             if fn in self.fmacros:
                 params, body = self.fmacros[fn]
                 if len(params) == len(args):
-                    for p, a in zip(params, args):
-                        body = re.sub(r"(?<![\w#])%s(?!\w)" % re.escape(p), "(" + text(a) + ")", body)
-                    sub = _parse_expr(body)
+                    sub = _parse_expr(expand_macro(body, params, [text(a) for a in args]))
                     if sub is not None:
                         return self.value(sub, env, pos, depth + 1)
             raise _Unknown(f"call {fn}")

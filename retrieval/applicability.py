@@ -27,6 +27,7 @@ from mining.carriers import DETECTORS, grid_stride_loops
 from corpora.code.parse import text, walk
 from mining.axes_check import precondition_verdict
 from mining.carriers_meaning import all_view_macros, is_store_target, type_bytes
+from mining.operators.nodes import device_functions, param_nodes
 
 PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
                 "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",
@@ -112,28 +113,14 @@ def _node_site(src: Source, node, reason: str, fn: str = "") -> SiteMatch:
 
 
 def device_funcs(src: Source):
-    """Kernels and __device__ functions (where device-code optimizations apply), found once per
-    source (every finder asks)."""
-    return iter(src.memo("device_funcs", lambda: _find_device_funcs(src)))
+    """Kernels and __device__ functions (where device-code optimizations apply) with each one's
+    head (the text before its body), found once per source (every finder asks)."""
+    return iter(src.memo("device_funcs", lambda: [(f, fn, _head(src, f, fn)) for f, fn in device_functions(src)]))
 
 
-def _find_device_funcs(src: Source) -> list:
-    got = []
-    for f in src.funcs:
-        fn = src.func_node(f)
-        if fn is None:
-            continue
-        head = src.code[f.start_byte: (fn.child_by_field_name("body").start_byte if fn.child_by_field_name("body")
-                                       else f.end_byte)]
-        if f.is_kernel or b"__device__" in head:
-            got.append((f, fn, head))
-    return got
-
-
-def _param_nodes(fn) -> list:
-    decl = next((d for d in walk(fn) if d.type == "function_declarator"), None)
-    plist = decl.child_by_field_name("parameters") if decl is not None else None
-    return [c for c in (plist.named_children if plist else []) if c.type == "parameter_declaration"]
+def _head(src: Source, f, fn) -> bytes:
+    body = fn.child_by_field_name("body")
+    return src.code[f.start_byte:(body.start_byte if body is not None else f.end_byte)]
 
 
 def _pointer_names(src: Source, f, fn) -> tuple[dict[str, bool], dict[str, str]]:
@@ -234,7 +221,7 @@ def finder(*names: str):
 def _restrict_sites(src: Source) -> list[SiteMatch]:
     out = []
     for f, fn, _ in device_funcs(src):
-        plain = [p for p in _param_nodes(fn) if "*" in text(p) and "__restrict" not in text(p)]
+        plain = [p for p in param_nodes(fn) if "*" in text(p) and "__restrict" not in text(p)]
         if plain:
             names = [declarator_name(p) or text(p) for p in plain]
             s = _node_site(src, plain[0], "", f.name)
