@@ -234,8 +234,9 @@ def _static_toolchain() -> str:
     from mining.gate.static import cuobjdump_path, nvcc_version
 
     # static-2: per-kernel loop counts (backward branches) beside the opcode histogram;
-    # static-3: two-lane half arithmetic and the compiled thread bound (cuobjdump -elf)
-    return f"{nvcc_version()}|sass={bool(cuobjdump_path())}|static-3"
+    # static-3: two-lane half arithmetic and the compiled thread bound (cuobjdump -elf);
+    # static-4: the rejoin branch of a divergent warp-synchronous path is not a loop
+    return f"{nvcc_version()}|sass={bool(cuobjdump_path())}|static-4"
 
 
 def _static(source: str, kernel_path: Path, workdir: Path, archs: tuple[str, ...], flags: list[str],

@@ -136,18 +136,31 @@ def parse_sass(text: str) -> dict[str, Counter]:
 
 
 _BRANCH = re.compile(r"^/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:`?\(?)?(0x[0-9a-f]+)", re.I)
+_DIVERGENT = re.compile(r"^/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?BRA\.DIV\s+\w+\s*,\s*(0x[0-9a-f]+)", re.I)
 
 
 def count_loops(text: str) -> dict[str, int]:
     """cuobjdump --dump-sass -> {mangled function: backward branches}: each loop the compiler kept
-    (not fully unrolled) ends in a branch to a lower address. The self-branch that pads a function's
-    end (``BRA 0x110`` at 0x110) is not a loop."""
-    out: dict[str, int] = {}
+    (not fully unrolled) ends in a branch to a lower address. Not loops: the self-branch that pads a
+    function's end (``BRA 0x110`` at 0x110), and the branch that leaves the out-of-line divergent
+    path of a warp-synchronous instruction (entered by ``BRA.DIV``, laid out after the code, ending
+    in a branch back to the rejoin point before it)."""
+    branches: dict[str, list[tuple[int, int]]] = {}
+    divergent: dict[str, list[int]] = {}
     for fn, line in _sass_lines(text):
         if line is None:
-            out[fn] = 0
+            branches[fn], divergent[fn] = [], []
+        elif m := _DIVERGENT.match(line):
+            divergent[fn].append(int(m.group(1), 16))
         elif (m := _BRANCH.match(line)) and int(m.group(2), 16) < int(m.group(1), 16):
-            out[fn] += 1
+            branches[fn].append((int(m.group(1), 16), int(m.group(2), 16)))
+    out: dict[str, int] = {}
+    for fn, found in branches.items():
+        out[fn] = 0
+        for at, to in found:
+            region = max((t for t in divergent[fn] if t <= at), default=None)
+            if region is None or to >= region:  # a branch inside a divergent path may still loop there
+                out[fn] += 1
     return out
 
 

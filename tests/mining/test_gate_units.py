@@ -129,6 +129,23 @@ def test_count_loops_sees_backward_branches_only():
     assert count_loops(dump) == {"_Z4loopPf": 1, "_Z4flatPf": 0}
 
 
+def test_the_rejoin_of_a_divergent_warp_sync_path_is_not_a_loop():
+    """__syncwarp / shuffles compile to a BRA.DIV into an out-of-line path laid out after the code,
+    which branches back to the rejoin point: backward, but not a loop. A loop inside that path is."""
+    dump = """		Function : _Z4syncPf
+        /*0070*/                   BRA.DIV UR4, 0x200 ;   /* 0x0 */
+        /*0080*/                   WARPSYNC.ALL ;   /* 0x0 */
+        /*0090*/                   LDG.E R4, desc[UR4][R2.64] ;   /* 0x0 */
+        /*00a0*/              @!P0 BRA 0x90 ;   /* a real loop */
+        /*00b0*/                   EXIT ;  /* 0x0 */
+        /*0200*/                   WARPSYNC R5 ;   /* 0x0 */
+        /*0210*/              @!P1 BRA 0x200 ;   /* retries inside the divergent path: a loop */
+        /*0220*/                   BRA 0x80 ;   /* the rejoin */
+        /*0230*/                   BRA 0x230;  /* 0x0 */
+"""
+    assert count_loops(dump) == {"_Z4syncPf": 2}
+
+
 def test_two_lane_half_math_and_thread_bounds_from_the_cubin():
     from mining.gate.static import count_half2, max_threads
     dump = """\t\tFunction : _Z3mulP6__half
