@@ -9,7 +9,11 @@ invocation and its body.
 
 Correct only when the launch provides a thread for every element; the operator does not try to
 prove that (the host clamps grids in many kernels): the gate rejects the rewrite when the
-launch does not cover the range. Loops whose body uses `break` / `continue` are not sites.
+launch does not cover the range. Where the loop's variable starts at `blockIdx.x * B + threadIdx.x` and
+its bound is a kernel parameter, a second candidate carries the launch too (`covering_launch_edits`):
+every launch of the kernel gets ceil(bound argument / block) blocks, at the host variable that names
+the grid when there is one (`blocks = (n + 2 * threads - 1) / (2 * threads)` in a multi-pass host
+loop becomes `(n + threads - 1) / threads`, and the host code counting the partial results follows). Loops whose body uses `break` / `continue` are not sites.
 
 A loop whose variable is declared outside it (`int i = ...; for (; i + s < n; i += 2 * s)`, an
 unrolled main loop followed by a remainder loop that continues from its final `i`) becomes one

@@ -47,7 +47,7 @@ class LiteralFactor:
     arrays: list[Node] = field(default_factory=list)  # array extents equal to K
     bounds: list[Node] = field(default_factory=list)  # loop bounds equal to K
     tails: list[Node] = field(default_factory=list)  # the K - 1 of `v + (K - 1)`
-    launch: list[Node] = field(default_factory=list)  # K as an operand of `/` or `*` in launch geometry
+    launch: list[tuple[Node, bool]] = field(default_factory=list)  # K (or log2 K, True) in launch geometry
     step: int = 1  # the largest literal step of a loop bounded by K
 
 
@@ -87,10 +87,12 @@ def _products(src: Source, k: Kernel) -> list[tuple[str, Node, Node, Node, int]]
         if prod.type != "binary_expression":
             continue
         a, op, b = _operands(prod)
-        if op != "*" or a is None or b is None:
+        if op not in ("*", "<<") or a is None or b is None:
             continue
-        for lit, other in ((a, b), (b, a)):
+        for lit, other in ((a, b), (b, a)) if op == "*" else ((b, a),):
             kv = _int(lit)
+            if kv is not None and op == "<<":
+                kv = 1 << kv if 1 <= kv <= 6 else None  # `gidx << 3`: a factor of 8
             if kv is not None and 2 <= kv <= 64 and global_index_axis(text(other)) == "x":
                 out.append((text(name), prod, lit, other, kv))
     return out
@@ -114,22 +116,25 @@ def _launch_calls(src: Source, name: str) -> list[Node]:
     return out
 
 
-def _factor_operands(node: Node, value: int) -> list[Node]:
+def _factor_operands(node: Node, value: int) -> list[tuple[Node, bool]]:
+    """(literal, is a shift count) for `/ K`, `* K`, `>> log2 K`, `<< log2 K` under `node`."""
     out = []
     for n in walk(node):
         if n.type == "binary_expression":
             a, op, b = _operands(n)
             if op == "/" and _int(b) == value:
-                out.append(b)
+                out.append((b, False))
             elif op == "*":
-                out += [x for x in (a, b) if _int(x) == value]
+                out += [(x, False) for x in (a, b) if _int(x) == value]
+            elif op in (">>", "<<") and _int(b) is not None and 1 << _int(b) == value:
+                out.append((b, True))
     return out
 
 
 def _launch_sites(src: Source, k: Kernel, value: int) -> list[Node]:
     """K as a divisor or factor in the grid / block of every launch of the kernel, following a
     grid or block named by a host variable to its declaration."""
-    out: dict[tuple[int, int], Node] = {}
+    out: dict[tuple[int, int], tuple[Node, bool]] = {}
     for call in _launch_calls(src, k.name):
         ks = next(c for c in call.children if c.type == "kernel_call_syntax")
         host = src.function_at(call.start_byte)
@@ -142,9 +147,9 @@ def _launch_sites(src: Source, k: Kernel, value: int) -> list[Node]:
                               [c.child_by_field_name("declarator") for c in d.named_children
                                if c.type == "init_declarator"] if x is not None)]
             for e in exprs:
-                for n in _factor_operands(e, value):
-                    out[(n.start_byte, n.end_byte)] = n
-    return sorted(out.values(), key=lambda n: n.start_byte)
+                for n, shift in _factor_operands(e, value):
+                    out[(n.start_byte, n.end_byte)] = (n, shift)
+    return sorted(out.values(), key=lambda n: n[0].start_byte)
 
 
 def literal_factors(src: Source) -> list[LiteralFactor]:
@@ -187,13 +192,13 @@ def literal_factors(src: Source) -> list[LiteralFactor]:
     return out
 
 
-def shrink_edit(src: Source, f: LiteralFactor, to: int = 1) -> Optional[Edit]:
-    """One edit setting the factor to `to` and carrying every use that follows it."""
-    subs = [Edit(f.index.start_byte, f.index.end_byte, text(f.gidx)) if to == 1 else
-            Edit(f.literal.start_byte, f.literal.end_byte, str(to))]
-    subs += [Edit(n.start_byte, n.end_byte, str(max(to, f.step))) for n in f.arrays]
-    subs += [Edit(n.start_byte, n.end_byte, str(to)) for n in f.bounds + f.launch]
-    subs += [Edit(n.start_byte, n.end_byte, str(to - 1)) for n in f.tails]
+def shrink_edit(src: Source, f: LiteralFactor) -> Optional[Edit]:
+    """One edit setting the factor to 1 and carrying every use that follows it."""
+    subs = [Edit(f.index.start_byte, f.index.end_byte, text(f.gidx))]
+    subs += [Edit(n.start_byte, n.end_byte, str(f.step)) for n in f.arrays]
+    subs += [Edit(n.start_byte, n.end_byte, "1") for n in f.bounds]
+    subs += [Edit(n.start_byte, n.end_byte, "0" if shift else "1") for n, shift in f.launch]
+    subs += [Edit(n.start_byte, n.end_byte, "0") for n in f.tails]
     subs.sort()
     if any(b.start < a.end for a, b in zip(subs, subs[1:])):
         return None

@@ -80,6 +80,17 @@ def test_literal_factor_keeps_the_step_of_a_wide_loop_and_follows_the_host_varia
     assert cpu_gate("vector_add", new, tmp_path).passed
 
 
+def test_literal_factor_as_a_shift(tmp_path):
+    """`gidx << 2` is a factor of 4; the launch's `>> 2` follows it as a shift of 0."""
+    code = ADD4.replace("(threadIdx.x + blockIdx.x * blockDim.x) * 4", "(threadIdx.x + blockIdx.x * blockDim.x) << 2") \
+        .replace("dim3 blk(128);", "dim3 blk(512 >> 2);").replace("(N + 128 * 4 - 1) / (128 * 4)", "(N + 511) / 512")
+    assert cpu_gate("vector_add", code, tmp_path).passed
+    new = SHRINK.apply(code, SHRINK.find_sites(code)[0])
+    assert "const int base = (threadIdx.x + blockIdx.x * blockDim.x);" in new and "dim3 blk(512 >> 0);" in new
+    assert "float ra[1], rb[1];" in new
+    assert cpu_gate("vector_add", new, tmp_path).passed
+
+
 @pytest.mark.parametrize("code", [
     # an interleaved layout: the factor sizes nothing per thread
     "__global__ void k(const float* x, float* y, int n) { int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);\n"
