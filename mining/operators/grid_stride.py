@@ -9,7 +9,11 @@ invocation and its body.
 
 Correct only when the launch provides a thread for every element; the operator does not try to
 prove that (the host clamps grids in many kernels): the gate rejects the rewrite when the
-launch does not cover the range. Loops whose body uses `break` / `continue` are not sites.
+launch does not cover the range. Where the loop's variable starts at `blockIdx.x * B + threadIdx.x` and
+its bound is a kernel parameter, a second candidate carries the launch too (`covering_launch_edits`):
+every launch of the kernel gets ceil(bound argument / block) blocks, at the host variable that names
+the grid when there is one (`blocks = (n + 2 * threads - 1) / (2 * threads)` in a multi-pass host
+loop becomes `(n + threads - 1) / threads`, and the host code counting the partial results follows). Loops whose body uses `break` / `continue` are not sites.
 
 A loop whose variable is declared outside it (`int i = ...; for (; i + s < n; i += 2 * s)`, an
 unrolled main loop followed by a remainder loop that continues from its final `i`) becomes one
@@ -37,7 +41,8 @@ from mining.carriers import grid_stride_loops, grid_stride_whiles, macro_grid_st
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text,
                                    rewrite_range)
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
-from mining.operators.nodes import (IndexDecl, Kernel, bare_jumps, code, global_index_axis, has_loop, indent_at,
+from mining.operators.rewrite_util import splice_range
+from mining.operators.nodes import (IndexDecl, Kernel, bare_jumps, code, global_index_axis, has_loop, indent_at, int_value,
                                     index_decls, kernels, loop_var, raw, reindent, returns_or_syncs, split_top,
                                     statements, strip_parens)
 from corpora.code.parse import text
@@ -53,12 +58,19 @@ class GridStrideToSingle(Operator):
             edit = self._loop_edit(src, loop)
             if edit is not None:
                 yield edit
+                carried = with_covering_launch(src, loop, edit)
+                if carried is not None:
+                    yield carried
         for loop in grid_stride_whiles(src):
             # `while (i < n) { ...; i += stride; }` runs at most once under a covering launch: `if`
             body = loop.child_by_field_name("body")
             if src.raw[loop.start_byte:loop.start_byte + 5] == b"while" and \
                     not re.search(rb"\b(break|continue)\b", src.code[body.start_byte:body.end_byte]):
-                yield Edit(loop.start_byte, loop.start_byte + 5, "if")
+                edit = Edit(loop.start_byte, loop.start_byte + 5, "if")
+                yield edit
+                carried = with_covering_launch(src, loop, edit)
+                if carried is not None:
+                    yield carried
         for m in macro_grid_stride_loops(src):
             # the loop a macro spells (CUDA_1D_KERNEL_LOOP(i, n) { body }): rewrite its expansion in place
             start = m.node.start_byte
@@ -110,6 +122,127 @@ class GridStrideToSingle(Operator):
                          closing + "    ")
             return stripped + inner + update + ";\n" + closing + "}"
         return head.rstrip() + " " + update + "; }"
+
+
+_START = re.compile(r"blockIdx\.x\*(\w+(?:\.x)?)\+threadIdx\.x|threadIdx\.x\+blockIdx\.x\*(\w+(?:\.x)?)|"
+                    r"(\w+(?:\.x)?)\*blockIdx\.x\+threadIdx\.x|threadIdx\.x\+(\w+(?:\.x)?)\*blockIdx\.x")
+
+
+def _loop_start(src: Source, loop: Node, var: str) -> Optional[str]:
+    """The value the loop variable starts from: the loop's own initializer, else the last
+    `var = ...` before the loop in its function (comment-free, whitespace dropped)."""
+    init = loop.child_by_field_name("initializer")
+    if init is not None:
+        m = re.search(r"\b%s\s*=\s*([^;]+)" % re.escape(var), text(init))
+        return re.sub(r"\s+", "", m.group(1)) if m else None
+    f = src.function_at(loop.start_byte)
+    if f is None:
+        return None
+    before = src.code[f.start_byte:loop.start_byte].decode("utf-8", "replace")
+    found = re.findall(r"\b%s\s*=(?!=)\s*([^;]+);" % re.escape(var), before)
+    return re.sub(r"\s+", "", found[-1]) if found else None
+
+
+def _launch_name(call: Node) -> str:
+    fn = call.child_by_field_name("function")
+    name = text(fn) if fn is not None else ""
+    return name.split("<", 1)[0].split("::")[-1].strip()
+
+
+def _paren(s: str) -> str:
+    s = " ".join(s.split())
+    return s if re.fullmatch(r"[\w.]+", s) else f"({s})"
+
+
+def covering_launch_edits(src: Source, loop: Node) -> Optional[list[Edit]]:
+    """The launch half of a single pass: a grid-stride loop `i < n` whose variable starts at
+    `blockIdx.x * B + threadIdx.x` (one element per thread per pass) needs ceil(n / block) blocks.
+    Every launch of the loop's kernel gets that grid, with `n` the launch's argument at the bound
+    parameter's position and `block` the launch's own (scalar) block size; a grid named by a host
+    variable is changed where that variable is defined (once, never assigned again), so the host
+    code reading it (how many partial results a pass leaves) follows. None when the loop is not of
+    that shape or a launch cannot be carried; the gate judges whether B is the block size."""
+    f = src.function_at(loop.start_byte)
+    cond = loop.child_by_field_name("condition")
+    if f is None or not f.is_kernel or cond is None:
+        return None
+    m = re.fullmatch(r"\(?\s*(\w+)\s*<\s*(\w+)\s*\)?", " ".join(text(cond).split()))
+    if not m:
+        return None
+    var, bound = m.group(1), m.group(2)
+    pos = next((i for i, p in enumerate(f.params) if p.name == bound and not p.is_pointer), None)
+    start = _loop_start(src, loop, var)
+    if pos is None or start is None or not _START.fullmatch(re.sub(_CAST_RE, "", start).strip("()")):
+        return None
+    edits: dict[tuple[int, int], Edit] = {}
+    calls = [c for c in src.nodes("call_expression") if any(k.type == "kernel_call_syntax" for k in c.children)
+             and _launch_name(c) == f.name]
+    if not calls:
+        return None
+    for call in calls:
+        ks = next(k for k in call.children if k.type == "kernel_call_syntax")
+        cfg = [c for c in ks.named_children]
+        args = call.child_by_field_name("arguments")
+        argv = [c for c in (args.named_children if args is not None else []) if c.type != "comment"]
+        host = src.function_at(call.start_byte)
+        if len(cfg) < 2 or pos >= len(argv) or host is None:
+            return None
+        grid, block = cfg[0], cfg[1]
+        g, b, a = text(grid).strip(), text(block).strip(), text(argv[pos]).strip()
+        hcode = src.code[host.start_byte:host.end_byte].decode("utf-8", "replace")
+        if re.match(r"dim3\b", g) or re.match(r"dim3\b", b) or any(
+                re.search(r"\bdim3\s+%s\b" % re.escape(x), hcode) for x in (g, b) if re.fullmatch(r"\w+", x)):
+            return None  # a scalar grid and block only
+        new = f"({_paren(a)} + {_paren(b)} - 1) / {_paren(b)}"
+        if _covers(src, g if not re.fullmatch(r"\w+", g) else _definition(src, host, g), a, b):
+            continue
+        if not re.fullmatch(r"\w+", g):
+            edits[(grid.start_byte, grid.end_byte)] = Edit(grid.start_byte, grid.end_byte, new)
+            continue
+        fn = src.func_node(host)
+        decls = [d for d in src.nodes("init_declarator", within=fn) if
+                 (d.child_by_field_name("declarator") is not None and text(d.child_by_field_name("declarator")) == g)]
+        writes = re.findall(r"\b%s\s*(?:\+\+|--|[-+*/%%&|^<>]{0,2}=(?!=))" % re.escape(g), hcode)
+        if len(decls) != 1 or len(writes) != 1 or decls[0].start_byte > call.start_byte:
+            return None  # defined once, never assigned again, before the launch
+        value = decls[0].child_by_field_name("value")
+        between = src.code[decls[0].end_byte:call.start_byte].decode("utf-8", "replace")
+        if value is None or any(re.search(r"\b%s\s*(?:\+\+|--|[-+*/%%&|^]?=(?!=))" % re.escape(x), between)
+                                for x in re.findall(r"[A-Za-z_]\w*", a + " " + b)):
+            return None  # the argument and the block size mean the same at the definition and the launch
+        edits[(value.start_byte, value.end_byte)] = Edit(value.start_byte, value.end_byte, new)
+    return sorted(edits.values())
+
+
+def _definition(src: Source, host, name: str) -> str:
+    m = re.findall(r"\b%s\s*=(?!=)\s*([^;]+);" % re.escape(name), src.func_code(host).decode("utf-8", "replace"))
+    return m[0] if len(m) == 1 else ""
+
+
+def _covers(src: Source, grid: str, a: str, b: str) -> bool:
+    """The grid already is ceil(a / b): `(a + b - 1) / b`, or with the block a literal B,
+    `(a + B-1) / B` (casts and parentheses aside)."""
+    g = re.sub(r"\s+", "", re.sub(_CAST_RE, "", grid))
+    a, b = re.sub(r"\s+", "", a), re.sub(r"\s+", "", b)
+    forms = {f"({x}+{y}-1)/{y}" for x in (a, f"({a})") for y in (b, f"({b})")}
+    bv = int_value(src, b)
+    if bv is not None:
+        forms |= {f"({x}+{bv - 1})/{bv}" for x in (a, f"({a})")}
+    return g in forms or g.strip("()") in forms
+
+
+def with_covering_launch(src: Source, loop: Node, edit: Edit) -> Optional[Edit]:
+    """The loop's edit and its launches' grids as one edit (None when nothing needs carrying)."""
+    launch = covering_launch_edits(src, loop)
+    if not launch or any(e.start < edit.end and edit.start < e.end for e in launch) or \
+            all(e.replacement == raw_text(src, e.start, e.end) for e in launch):
+        return None
+    subs = sorted([edit] + launch)
+    lo, hi = subs[0].start, max(e.end for e in subs)
+    return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+_CAST_RE = r"\((?:unsigned|int|long|size_t|int64_t|uint64_t|\s)+\)"
 
 
 def _indent(src, byte: int) -> str:

@@ -17,6 +17,10 @@ loop, or a factor of the global thread index. Names that stride global data dire
 not sites: a `__shared__` extent, a launch's block size, `__launch_bounds__`, a shuffle's width (the
 block shape does not change the work of one thread, it changes how many threads share it).
 
+A factor written as a literal where it is used (`idx = 8 * gidx`, `half pack[8]`, `i < 8`,
+`256 / 8` at the launch) has no one definition: `literal_work_factor.py` finds it by what it
+does and carries every use in one edit.
+
 Why 1 and not half: 1 is the unvectorized, uncoarsened form every such kernel reduces to; a
 kernel whose index arithmetic only holds for the original width (hard-coded offsets) fails the
 gate at 1 as it would at any other value, and the walk moves on. Correctness is the gate's call.
@@ -31,6 +35,7 @@ from tree_sitter import Node
 
 from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair, Rewrite
+from mining.operators.literal_work_factor import literal_factor_edits
 from corpora.code.parse import text, walk
 
 _DEVICE = re.compile(rb"\b(__global__|__device__)\b")
@@ -280,6 +285,7 @@ class ShrinkWorkConstant(Operator):
     def edits(self, src: Source):
         for w in work_constants(src):
             yield Edit(w.start, w.end, "1")
+        yield from literal_factor_edits(src)  # the same factor written as a literal where it is used
 
 
 # --------------------------------------------------------------------------- forward
