@@ -129,6 +129,7 @@ class KernelGateChecker:
         self.profile_repeats = profile_repeats
         self.results: dict[str, dict[str, Any]] = {}  # source hash -> full gate dict
         self.profiles: dict[str, dict[str, Any]] = {}  # source hash -> profile stage
+        self.coverage: dict[str, dict[str, Any]] = {}  # source hash -> coverage stage
 
     def check_many(self, sources: Sequence[str]) -> list[Verdict]:
         dicts = run_many(self.problem_dir, self.kernel, self.cfg, sources, self.pool)
@@ -146,6 +147,21 @@ class KernelGateChecker:
                                reason=d.get("reason", ""), summary=gate_summary(d),
                                static=d.get("stages", {}).get("static", {}), raw=d, wall_s=d.get("wall_s", 0.0)))
         return out
+
+    def unexercised(self, source: str, start: int, end: int) -> str:
+        """Why the gate cannot vouch for a step that removes source[start:end]: none of its lines
+        ran on any case (mining/gate/coverage.py); '' when some did or nothing can be said (the
+        cuda executor has no line counts)."""
+        from mining.gate.coverage import unexercised_reason
+        from mining.gate.executors import resolve_executor
+
+        if resolve_executor(self.cfg.executor) != "cpu":
+            return ""
+        h = sha256(source)
+        if h not in self.coverage:
+            d = gate_worker((str(self.problem_dir), str(self.kernel), replace(self.cfg, stages=("coverage",)), source))
+            self.coverage[h] = d.get("stages", {}).get("coverage", {})
+        return unexercised_reason(self.coverage[h], source, start, end)
 
     def profile_stage(self, source: str) -> dict[str, Any]:
         """The profile stage's result for `source` (timed once, cached here); {} without a GPU."""

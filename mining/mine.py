@@ -86,7 +86,8 @@ def walk_code_hash() -> str:
     here = Path(__file__).resolve().parent
     files = sorted((here / "operators").glob("*.py")) + [here / n for n in
                                                          ("carriers.py", "carriers_meaning.py", "probe.py", "lift.py",
-                                                          "walk.py", "mine.py")]
+                                                          "walk.py", "mine.py", "checker.py",
+                                                          "gate/coverage.py")]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes())

@@ -139,7 +139,7 @@ class Step(_Record):
     after_hash: str
     diff: str = ""  # unified diff from the step's input (more optimized) to its output (simpler)
     reason: str = ""  # gate reason for a rejection; '' when accepted
-    verdict: str = ""  # pass | fail | unsupported | error
+    verdict: str = ""  # pass | fail | unsupported | error | too_slow | unexercised
     gate: dict[str, Any] = Field(default_factory=dict)  # compact gate summary (stages' status, cases)
     static: dict[str, Any] = Field(default_factory=dict)  # per-arch registers/smem/spills/sass of the output
     effect: list[Effect] = Field(default_factory=list)  # filled when lifted

@@ -35,7 +35,7 @@ walk is meant to end near a naive implementation, not at a pathological one.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 
@@ -99,6 +99,13 @@ class WalkResult:
 
 
 STRATEGIES = ("priority", "smallest_effect", "fastest")
+
+
+def unexercised(checker: Checker, before: str, c: Candidate) -> str:
+    """A passing candidate whose site never ran on the checker's cases proves nothing: the reason,
+    or '' (checkers without line counts say nothing)."""
+    ask = getattr(checker, "unexercised", None)
+    return ask(before, c.site_start, c.site_end) if ask is not None and c.site_end > c.site_start else ""
 
 
 def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], checker: Checker, *,
@@ -174,6 +181,8 @@ def backward_walk(start: str, propose: Callable[[str, int], list[Candidate]], ch
             batch = pool[i:i + max(1, batch_size)]
             verdicts = checker.check_many([c.source for c in batch])
             for c, v in zip(batch, verdicts):
+                if v.passed and (why := unexercised(checker, current, c)):
+                    v = replace(v, passed=False, verdict="unexercised", reason=why)
                 on_event(WalkEvent("evaluated", step, c, v))
                 if v.passed:
                     passing.append((c, v))

@@ -30,15 +30,16 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "cpu_runtime"
 HEADER = RUNTIME_DIR / "ks_cpu.h"
 RUNTIME_SRC = RUNTIME_DIR / "ks_cpu_runtime.cpp"
 INCLUDE_DIR = RUNTIME_DIR / "include"
-MODES = ("check", "asan")
+MODES = ("check", "asan", "cover")
 
-_MODE_DEFINE = {"check": "-DKS_MODE_CHECK=1", "asan": "-DKS_MODE_ASAN=1"}
-_MODE_COMPILE = {
-    "check": ["-fsanitize=thread", "--param=tsan-distinguish-volatile=1",
-              "--param=tsan-instrument-func-entry-exit=0", "-Wno-tsan"],
-    "asan": ["-fsanitize=address", "-fno-omit-frame-pointer"],
-}
-_MODE_LINK = {"check": [], "asan": ["-fsanitize=address"]}
+# cover: the check build with gcov line counters (which lines of the kernel ran: mining/gate/coverage.py)
+_MODE_DEFINE = {"check": "-DKS_MODE_CHECK=1", "asan": "-DKS_MODE_ASAN=1", "cover": "-DKS_MODE_CHECK=1"}
+_CHECK = ["-fsanitize=thread", "--param=tsan-distinguish-volatile=1", "--param=tsan-instrument-func-entry-exit=0",
+          "-Wno-tsan"]
+_MODE_COMPILE = {"check": _CHECK, "asan": ["-fsanitize=address", "-fno-omit-frame-pointer"],
+                 "cover": [*_CHECK, "--coverage", "-fprofile-update=atomic"]}
+_MODE_LINK = {"check": [], "asan": ["-fsanitize=address"], "cover": ["--coverage"]}
+_RUNTIME_MODE = {"cover": "check"}  # the runtime object is the same as the check build's
 _COMMON = ["-std=c++20", "-g", "-fno-pie", "-fdiagnostics-color=never", "-ftrivial-auto-var-init=pattern",
            "-Wno-unknown-pragmas", "-fmax-errors=20", "-fstack-clash-protection"]
 _LIBS = ["-lboost_context", "-lpthread"]
@@ -247,7 +248,7 @@ def compile_cpu_binary(source_path: Path, out_path: Path, mode: str = "check", e
     out_path = Path(out_path)
     extra_flags = list(extra_flags)
     try:
-        runtime = build_runtime_object(default_cache_dir(), mode)
+        runtime = build_runtime_object(default_cache_dir(), _RUNTIME_MODE.get(mode, mode))
     except RuntimeError as e:
         return CompileResult(False, "", str(e), time.perf_counter() - start)
     pch = None if os.environ.get("KS_CPU_NO_PCH") else precompiled_header(default_cache_dir(), mode, extra_flags)

@@ -154,13 +154,14 @@ class CpuExecutor:
         return cpu_toolchain.unsupported_features(kernel_source)
 
     def build(self, harness: Path, kernel: Path, flags: list[str], out: Path, sanitize: bool,
-              timeout_s: float) -> BuildResult:
+              timeout_s: float, coverage: bool = False) -> BuildResult:
         from mining.gate import cpu_toolchain
 
         # nvcc-only flags mean nothing to g++; keep preprocessor definitions and include paths.
         keep = [f for f in flags if re.match(r"^-(D|U|I)\S+", f)]
         extra = [f"-I{HARNESS_HEADER.parent}", f"-I{kernel.parent}", "-DKS_CPU_EXECUTOR=1", *keep]
-        res = cpu_toolchain.compile_cpu_binary(harness, out, mode="asan" if sanitize else "check",
+        mode = "cover" if coverage else "asan" if sanitize else "check"
+        res = cpu_toolchain.compile_cpu_binary(harness, out, mode=mode,
                                                extra_flags=tuple(extra), timeout_s=timeout_s,
                                                readable=[HARNESS_HEADER.parent])
         if not res.ok:

@@ -23,14 +23,17 @@ from mining.gate.binding import EntryBinding, bind_entry
 from mining.gate.cache import GateCache, content_key
 from mining.gate.cases import ADVERSARIAL_VERSION, REDUCE_BUDGET, adversarial_workloads, reduce_workload
 from mining.gate.data import ITEMSIZE, compare, make_inputs
+from mining.gate.coverage import COVERAGE_VERSION, coverage_stage
 from mining.gate.errors import BadInput
 from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
 from mining.gate.reference import ReferenceRun, write_case as write_reference_case
 from mining.gate.sandbox import abort_runs, read_output, require_isolation
-from mining.gate.harness import HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_manifest
+from mining.gate.harness import (HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_cases,
+                                 write_manifest)
 from mining.gate.static import environment_failure, nvcc_path, static_stage
 
 ALL_STAGES = ("static", "correctness", "profile")
+KNOWN_STAGES = (*ALL_STAGES, "coverage")  # coverage: asked for by the walk (mining/gate/coverage.py)
 
 
 def default_store() -> Path:
@@ -100,8 +103,8 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
     candidates that exist only in memory; `kernel` still names the file for messages)."""
     start = time.perf_counter()
     for stage in config.stages:
-        if stage not in ALL_STAGES:
-            raise BadInput(f"--stages: unknown stage {stage!r} (static, correctness, profile)")
+        if stage not in KNOWN_STAGES:
+            raise BadInput(f"--stages: unknown stage {stage!r} ({', '.join(KNOWN_STAGES)})")
     try:
         problem = load_problem(Path(problem_dir))
     except ProblemError as exc:
@@ -126,7 +129,7 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
 
     with tempfile.TemporaryDirectory(prefix="ks-gate-") as tmp, ThreadPoolExecutor(max_workers=2) as pool:
         workdir = Path(tmp)
-        fp = executor.fingerprint() if {"correctness", "profile"} & set(config.stages) else ""
+        fp = executor.fingerprint() if {"correctness", "profile", "coverage"} & set(config.stages) else ""
         # static (nvcc) and correctness (harness build + runs) are independent: run them side by side.
         static_future = correctness_future = None
         if "static" in config.stages:
@@ -142,6 +145,14 @@ def run_gate(problem_dir: Path, kernel: Optional[Path] = None, config: GateConfi
                 _cached, cache, config, key,
                 lambda: _correctness(problem, binding, source, kernel_path, solution.flags, solution.gpu_only,
                                      executor, workdir, cache, config))
+        if "coverage" in config.stages:
+            key = ("coverage", src_hash, problem.content_hash, inputs_hash, fp, config.seeds, config.large_seeds,
+                   config.cpu_reduce_tags, ADVERSARIAL_VERSION if config.adversarial else "", COVERAGE_VERSION)
+            workloads = _workloads_for(problem, executor_name, config)[0]
+            result.stages["coverage"] = _cached(
+                cache, config, key,
+                lambda: coverage_stage(problem, binding, source, kernel_path, solution.flags, executor, workdir,
+                                       workloads, config.seeds, config.large_seeds, config.timeout_s, config.mem_mb))
         if static_future is not None:
             result.stages["static"] = _result(static_future)
         if correctness_future is not None:
@@ -318,27 +329,19 @@ def _correctness(problem: Problem, binding: EntryBinding, source: str, kernel_pa
     data_dir.mkdir(exist_ok=True)
     ref_dir = workdir / "reference"
     ref_dir.mkdir(exist_ok=True)
-    cases: list[dict[str, Any]] = []
-    manifest_cases = []
     references: dict[int, dict[str, Any]] = {}
     ref_cases = []
-    for w in workloads:
-        # large workloads (their numpy reference dominates) and derived cases: fewer seeds
-        few = "large" in w.tags or "adversarial" in w.tags
-        seeds = config.seeds[:config.large_seeds] if few else config.seeds
-        for seed in seeds:
-            cid = len(cases)
-            inputs = make_inputs(problem.definition, w, seed)
-            hit = _cached_reference(cache, problem, w, seed)
-            if hit is None:
-                ref_cases.append(write_reference_case(ref_dir, cid, problem.definition, w, seed, inputs))
-            else:
-                references[cid] = hit
-            manifest_cases.append(write_case_files(data_dir, cid, problem.definition, w, inputs))
-            cases.append({"case": cid, "workload": w.label, "seed": seed})
-            del inputs
-    manifest = data_dir / "manifest.txt"
-    write_manifest(manifest, manifest_cases)
+
+    def reference_for(cid: int, w: Workload, seed: int, inputs: dict[str, Any]) -> None:
+        hit = _cached_reference(cache, problem, w, seed)
+        if hit is None:
+            ref_cases.append(write_reference_case(ref_dir, cid, problem.definition, w, seed, inputs))
+        else:
+            references[cid] = hit
+
+    # large workloads (their numpy reference dominates) and derived cases: fewer seeds
+    cases, manifest = write_cases(problem.definition, workloads, config.seeds, config.large_seeds, data_dir,
+                                  reference_for)
     # the reference runs in its own sandboxed process while the harness builds
     ref_run = ReferenceRun(problem.definition, problem.reference_source, str(problem.root / "definition.json"),
                            ref_dir, ref_cases, config.timeout_s, config.mem_mb) if ref_cases else None

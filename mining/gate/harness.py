@@ -7,13 +7,13 @@ diagnostics keep the kernel's file name and line numbers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
 from corpora.problem import Definition, Workload
 from mining.gate.binding import EntryBinding
-from mining.gate.data import ITEMSIZE, shape_of
+from mining.gate.data import ITEMSIZE, make_inputs, shape_of
 
 HARNESS_HEADER = Path(__file__).parent / "harness" / "ks_harness.h"
 
@@ -76,6 +76,29 @@ def write_case_files(workdir: Path, case_id: int, definition: Definition, worklo
         lines.append(f"out {name} {nbytes} {workdir / f'c{case_id}_{name}.out'}")
     lines.append("end")
     return lines
+
+
+def write_cases(definition: Definition, workloads: Iterable[Workload], seeds: tuple[int, ...], few_seeds: int,
+                data_dir: Path, each: Optional[Callable[[int, Workload, int, dict[str, Any]], None]] = None
+                ) -> tuple[list[dict[str, Any]], Path]:
+    """Every (workload, seed) case's input files and the manifest naming them; workloads tagged
+    `large` or `adversarial` get only the first `few_seeds` seeds. `each(case, workload, seed,
+    inputs)` sees every case's inputs while they exist (the gate's reference runs on them)."""
+    cases: list[dict[str, Any]] = []
+    manifest_cases = []
+    for w in workloads:
+        few = "large" in w.tags or "adversarial" in w.tags
+        for seed in (seeds[:few_seeds] if few else seeds):
+            cid = len(cases)
+            inputs = make_inputs(definition, w, seed)
+            if each is not None:
+                each(cid, w, seed, inputs)
+            manifest_cases.append(write_case_files(data_dir, cid, definition, w, inputs))
+            cases.append({"case": cid, "workload": w.label, "seed": seed})
+            del inputs
+    manifest = data_dir / "manifest.txt"
+    write_manifest(manifest, manifest_cases)
+    return cases, manifest
 
 
 def write_manifest(path: Path, case_lines: Iterable[list[str]], mode: str = "check", warmup: int = 3,
