@@ -149,7 +149,7 @@ class KernelGateChecker:
         return out
 
     def unexercised(self, source: str, start: int, end: int) -> str:
-        """Why the gate cannot vouch for a step that removes source[start:end]: none of its lines
+        """Why the gate cannot vouch for a step that removes source's bytes [start, end): none of its lines
         ran on any case (mining/gate/coverage.py); '' when some did or nothing can be said (the
         cuda executor has no line counts)."""
         from mining.gate.coverage import unexercised_reason

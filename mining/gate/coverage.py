@@ -89,12 +89,14 @@ def kernel_lines(gcov_json: str, kernel_name: str) -> tuple[set[int], set[int]]:
 
 
 def unexercised_reason(coverage: dict[str, Any], source: str, start: int, end: int) -> str:
-    """Why a gate result cannot vouch for removing source[start:end] (none of its executable lines
-    ran on any case), or '' (some ran, or the coverage stage has nothing to say)."""
+    """Why a gate result cannot vouch for removing the bytes [start, end) of `source` (UTF-8 byte
+    offsets, as the parser gives them: none of its executable lines ran on any case), or '' (some
+    ran, or the coverage stage has nothing to say)."""
     if coverage.get("status") != "pass":
         return ""
-    first = source.count("\n", 0, start) + 1
-    last = source.count("\n", 0, max(start, end - 1)) + 1
+    raw = source.encode("utf-8")
+    first = raw.count(b"\n", 0, start) + 1
+    last = raw.count(b"\n", 0, max(start, end - 1)) + 1
     span = [n for n in coverage.get("lines", []) if first <= n <= last]
     if not span or set(span) & set(coverage.get("ran", [])):
         return ""

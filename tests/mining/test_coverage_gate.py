@@ -45,12 +45,16 @@ def test_gcov_json_and_the_reason():
     assert unexercised_reason(cov, src, src.index("c"), src.index("g") + 1) == ""  # line 7 ran
     assert unexercised_reason(cov, src, src.index("e"), src.index("f") + 1) == ""  # no executable line
     assert unexercised_reason({"status": "skip"}, src, 0, 3) == ""
+    # offsets are UTF-8 bytes (the parser's): a multi-byte comment before the site moves them
+    wide = "// 注释\n" + src
+    at = len("// 注释\n".encode()) + src.index("c")
+    assert "lines 4-5" in unexercised_reason({"status": "pass", "lines": [4, 5], "ran": []}, wide, at, at + 3)
 
 
 @pytest.mark.skipif(shutil.which("gcov") is None or shutil.which("g++") is None, reason="needs g++ and gcov")
 def test_a_step_in_code_no_case_runs_is_refused(tmp_path):
     checker = KernelGateChecker(VADD, VADD / "kernel.cu", GateConfig(executor="cpu", store=tmp_path), None)
-    dead, live = DEAD_BRANCH.index(DEAD), DEAD_BRANCH.index(LIVE)
+    dead, live = DEAD_BRANCH.index(DEAD), DEAD_BRANCH.index(LIVE)  # ASCII: characters are bytes
     why = checker.unexercised(DEAD_BRANCH, dead, dead + len(DEAD))
     assert why.startswith("unexercised: no case runs lines 4-5"), why
     assert checker.unexercised(DEAD_BRANCH, live, live + len(LIVE)) == ""
