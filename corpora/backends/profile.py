@@ -8,6 +8,24 @@ from dataclasses import dataclass, field
 PRIMARY_ALIAS = {"PowerPC": "PPC"}
 # TableGen-generated C++ names built from a record name.
 GENERATED_SUFFIXES = ("RegClassID", "RegClass", "RegisterClass", "Operand", "RegBankID", "RegBank")
+# What TableGen makes of a ``CalleeSavedRegs`` record (a calling_convention attribute): ``CSR_X`` gives
+# ``CSR_X_SaveList`` (getCalleeSavedRegs) and ``CSR_X_RegMask`` (getCallPreservedMask).
+CSR_SUFFIXES = ("_SaveList", "_RegMask")
+
+
+def generated_base(kind_of: dict, base: str) -> tuple[str, str]:
+    """(record, suffix) when ``base`` is a TableGen-generated name of a record in ``kind_of``
+    (``GPRRegClass`` -> (``GPR``, ``RegClass``), ``CSR_X_SaveList`` -> (``CSR_X``, ``_SaveList``)),
+    else (``base``, "")."""
+    if base in kind_of:
+        return base, ""
+    for suf in GENERATED_SUFFIXES:
+        if base.endswith(suf) and base[: -len(suf)] in kind_of:
+            return base[: -len(suf)], suf
+    for suf in CSR_SUFFIXES:
+        if base.endswith(suf) and kind_of.get(base[: -len(suf)]) == "calling_convention":
+            return base[: -len(suf)], suf
+    return base, ""
 
 
 @dataclass
@@ -26,12 +44,13 @@ class TargetProfile:
 
     def knows(self, name: str) -> bool:
         base = name.split("::")[-1]
-        if base in self.kind_of or base in self.declared:
-            return True
-        for suf in GENERATED_SUFFIXES:
-            if base.endswith(suf) and base[: -len(suf)] in self.kind_of:
-                return True
-        return False
+        return base in self.declared or generated_base(self.kind_of, base)[0] in self.kind_of
+
+    def generated_names(self) -> set[str]:
+        """The C++ names TableGen generates from T's records: register classes' ``RegClass``..,
+        callee-saved sets' ``_SaveList``/``_RegMask``."""
+        out = {n + suf for n in self.by_kind.get("register_class", []) for suf in GENERATED_SUFFIXES}
+        return out | {n + suf for n in self.by_kind.get("calling_convention", []) for suf in CSR_SUFFIXES}
 
 
 def load_profile(store, target: str) -> TargetProfile:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from corpora.backends.profile import GENERATED_SUFFIXES, TargetProfile
+from corpora.backends.profile import TargetProfile, generated_base
 from corpora.backends.tree import alias_pattern_cached, prepare_cpp, subtokens_of_name
 from corpora.code.nodes import function_declarator
 from corpora.code.parse import cpp_parser, walk
@@ -38,6 +38,7 @@ from corpora.code.parse import cpp_parser, walk
 MATCH_KINDS = ("fixup", "relocation", "register", "register_class", "subtarget_feature", "instruction",
                "calling_convention", "processor", "instruction_format")
 MATCH_THRESHOLD = 0.34
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
 
 
@@ -192,12 +193,7 @@ class IdentifierMapper:
         self.src, self.dst = src, dst
 
     def _split_generated(self, base: str) -> tuple[str, str]:
-        if base in self.src.kind_of:
-            return base, ""
-        for suf in GENERATED_SUFFIXES:
-            if base.endswith(suf) and base[: -len(suf)] in self.src.kind_of:
-                return base[: -len(suf)], suf
-        return base, ""
+        return generated_base(self.src.kind_of, base)
 
     def kind(self, ident: str) -> Optional[str]:
         """The source attribute kind ``ident`` names, or None (not an attribute, or one spelled
@@ -287,6 +283,10 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
     """
     mapper = IdentifierMapper(src, dst)
     idents = list(dict.fromkeys(identifiers))
+    # names TableGen generates from the source's records (Lanai's CSR_SaveList from its CSR) are
+    # its identifiers too, though the ingest's list holds only names spelled with the target's name
+    known = set(idents) | {i.split("::")[-1] for i in idents}  # a qualified one is mapped whole
+    idents += [w for w in dict.fromkeys(_WORD.findall(text)) if w not in known and generated_base(src.kind_of, w)[1]]
     maps: dict[str, Mapping] = {}
     used: set[str] = set()
     pending = []
