@@ -37,6 +37,7 @@ class TargetProfile:
     kind_of: dict = field(default_factory=dict)  # name -> kind
     declared: set = field(default_factory=set)  # names declared in headers
     namespaces: set = field(default_factory=set)  # TableGen namespaces (register classes' first argument)
+    classes: dict = field(default_factory=dict)  # C++ class T defines -> its base classes, T's name stripped
 
     @property
     def relocations(self) -> list[str]:
@@ -54,14 +55,20 @@ class TargetProfile:
 
 
 def load_profile(store, target: str) -> TargetProfile:
-    rows = store.query("SELECT kind, name, value FROM target_attributes WHERE target = ? ORDER BY kind, name", [target])
+    from corpora.backends.tree import strip_target
+
+    rows = store.query("SELECT kind, name, value, parents FROM target_attributes WHERE target = ? ORDER BY kind, name",
+                       [target])
     if not rows:
         raise KeyError(target)
     aliases = sorted([r["name"] for r in rows if r["kind"] == "alias"], key=lambda a: (-len(a), a)) or [target]
     prof = TargetProfile(target, aliases, PRIMARY_ALIAS.get(target, target))
     for r in rows:
         k, n = r["kind"], r["name"]
-        if k in ("alias", "class"):  # class: base classes, for roles only
+        if k == "class":  # a base class spelled with T's name (ARCGenInstrInfo) compares as GenInstrInfo
+            prof.classes[n] = tuple(strip_target(b.split("::")[-1], aliases) for b in (r["parents"] or []))
+            continue
+        if k == "alias":
             continue
         if k == "declaration":
             prof.declared.add(n)

@@ -227,6 +227,27 @@ class IdentifierMapper:
             return Mapping(ident, renamed, "rename")
         return None
 
+    def map_class(self, ident: str, used: set) -> Optional[Mapping]:
+        """A class of the source that T has under another name: the one class of T deriving from
+        the same LLVM base as this one, the source's only class of that base (Mips's
+        ``MipsFunctionInfo`` and ARC's ``ARCFunctionInfo`` against RISCV's
+        ``RISCVMachineFunctionInfo``, all ``MachineFunctionInfo``s). None when either target has
+        no or several such classes (passes: ``MachineFunctionPass``), or T has the renamed name."""
+        if "::" in ident or ident not in self.src.classes:
+            return None
+        # a pass base (MachineFunctionPass, FunctionPass..) says what a class is, not which one
+        bases = {b for b in self.src.classes[ident]
+                 if b and not b.endswith("Pass") and b == rename_target(b, self.src, self.dst)}
+        if not bases:
+            return None
+        cands = [c for c, cb in self.dst.classes.items() if bases & set(cb)]
+        peers = [c for c, cb in self.src.classes.items() if bases & set(cb)]
+        # one to one: the base names a part both targets have once (not MachineFunctionPass)
+        if len(cands) != 1 or len(peers) != 1 or cands[0] in used \
+                or rename_target(ident, self.src, self.dst) in self.dst.classes:
+            return None
+        return Mapping(ident, cands[0], "match", "class", 1.0)
+
     def match_candidates(self, ident: str) -> list[tuple[float, str, str, str]]:
         """(score, destination attribute, kind, generated suffix) above the threshold, best first
         (memoized on the destination profile per source target)."""
@@ -309,6 +330,18 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
         parts = rename_target(ident, src, dst).split("::")
         maps[ident] = Mapping(ident, "::".join(parts[:-1] + [cand + suffix]), "match", kind, round(score, 3))
         used.add(cand + suffix)
+    # classes by their base: also the class of a qualified name (the ingest lists Foo::create, not
+    # the Foo of a template argument), so every mention of it follows
+    for head in dict.fromkeys(i.partition("::")[0] for i in pending):
+        if head not in maps and (m := mapper.map_class(head, used)) is not None:
+            maps[head] = m
+            used.add(m.target)
+            if head not in idents:
+                idents.append(head)
+    for ident in pending:  # Foo::create of a class mapped above: its members follow it
+        head, _, rest = ident.partition("::")
+        if ident not in maps and rest and head in maps and maps[head].kind == "class":
+            maps[ident] = Mapping(ident, maps[head].target + "::" + rename_target(rest, src, dst), "match", "class", 1.0)
     for ident in pending:
         if ident not in maps:
             maps[ident] = Mapping(ident, rename_target(ident, src, dst), "unmapped", mapper.kind(ident))

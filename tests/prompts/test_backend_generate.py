@@ -146,6 +146,34 @@ def test_callee_saved_sets_map_with_their_generated_names():
     assert {"CSR_Wren_SaveList", "CSR_Wren_RegMask"} <= NamePool.for_target(wren).plain
 
 
+def test_a_class_maps_onto_the_targets_class_of_the_same_base():
+    from corpora.backends.profile import TargetProfile
+    from retrieval.backend.adapt import adapt
+
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark",
+                         classes={"LarkMachineFunctionInfo": ("MachineFunctionInfo",), "LarkPeephole": ("MachineFunctionPass",),
+                                  "LarkInstrInfo": ("GenInstrInfo",)})
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren",
+                         classes={"WrenFunctionInfo": ("MachineFunctionInfo",), "WrenBranchFinalize": ("MachineFunctionPass",),
+                                  "WrenExpand": ("MachineFunctionPass",), "WrenInstrInfo": ("GenInstrInfo",)})
+    text = """MachineFunctionInfo *LarkTargetMachine::createMachineFunctionInfo(BumpPtrAllocator &Allocator, const Function &F,
+    const TargetSubtargetInfo *STI) const {
+  return LarkMachineFunctionInfo::create<LarkMachineFunctionInfo>(Allocator, F, STI);
+}"""
+    # the ingest lists the qualified call only: the template argument follows its class
+    a = adapt(text, ["LarkTargetMachine", "LarkMachineFunctionInfo::create"], lark, wren)
+    by = {m.source: m for m in a.mappings}
+    # the one class of T deriving from the same LLVM base, though its name differs
+    assert by["LarkMachineFunctionInfo"].how == "match" and by["LarkMachineFunctionInfo"].target == "WrenFunctionInfo"
+    assert "return WrenFunctionInfo::create<WrenFunctionInfo>(Allocator, F, STI);" in a.text
+    # several classes of T share the base: ambiguous, left renamed and unmapped
+    b = adapt("void f() { initializeLarkPeepholePass(); LarkPeephole P; }", ["LarkPeephole"], lark, wren)
+    assert b.mappings[0].how == "unmapped" and "WrenPeephole P;" in b.text
+    # a class T has under the renamed name keeps that name, never matched elsewhere
+    c = adapt("const LarkInstrInfo *TII;", ["LarkInstrInfo"], lark, wren)
+    assert c.mappings[0].how != "match" and c.mappings[0].target == "WrenInstrInfo"
+
+
 def test_fit_definition_moves_between_class_and_out_of_line():
     from retrieval.backend.adapt import fit_definition
 
