@@ -515,8 +515,8 @@ def backend_generate(
     prompt_only: bool = typer.Option(False, "--prompt-only", help="Print the few-shot prompt, generate nothing."),
     repair: int = typer.Option(0, "--repair", min=0, help="With an LLM: feed compile errors back up to N times."),
     no_gate: bool = typer.Option(False, "--no-gate", help="Skip the compile gate (clang of the corpus's LLVM version)."),
-    fuse_donors: int = typer.Option(6, "--fuse-donors", min=1, help="fork-adapt: add the statements at least half of "
-                                    "the top K donors agree on (1 = one donor)."),
+    fuse_donors: int = typer.Option(6, "--fuse-donors", min=1, help="fork-adapt: add the statements at least two "
+                                    "of the other top K donors (40%) agree on (1 = one donor)."),
     one_donor: bool = typer.Option(False, "--one-donor", help="fork-adapt from the best donor alone (no fusion)."),
     gate_repair: bool = typer.Option(True, "--gate-repair/--no-gate-repair", help="Without an LLM: when the gate fails "
                                      "only on undeclared identifiers, rename them to the target's closest names."),

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from corpora.backends.tree import BackendInputError
-from corpora.backends.profile import GENERATED_SUFFIXES, TargetProfile, load_profile
+from corpora.backends.profile import TargetProfile, load_profile
 from retrieval.backend.adapt import (
     adapt, definition_parameters, fit_definition, fit_parameters, fork_flow, rename_target,
 )
@@ -261,12 +261,12 @@ class AdaptCache:
         return self.texts[func_id]
 
     def target_names(self, target: str) -> frozenset:
-        """T's names besides a fork's own: its attributes (with the generated ``RegClass``..
-        names of its register classes) and what its headers declare."""
+        """T's names besides a fork's own: its attributes (with the names TableGen generates from
+        them: ``RegClass``.., ``CSR_X_SaveList``..) and what its headers declare."""
         if target not in self.names:
             prof = self.profile(target)
             names = set(prof.kind_of) | {d.split("::")[-1] for d in prof.declared}
-            names |= {n + suf for n in prof.by_kind.get("register_class", []) for suf in GENERATED_SUFFIXES}
+            names |= prof.generated_names()
             self.names[target] = frozenset(names)
         return self.names[target]
 

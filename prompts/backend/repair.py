@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from corpora.backends.profile import GENERATED_SUFFIXES, TargetProfile
+from corpora.backends.profile import CSR_SUFFIXES, GENERATED_SUFFIXES, TargetProfile
 
 DEFAULT_ROUNDS = 3
 CUTOFF = 0.6  # difflib ratio a replacement must reach: below it the name is left (and the repair stops)
@@ -68,6 +68,8 @@ class NamePool:
                         if kind == "register_class":
                             for suf in GENERATED_SUFFIXES:
                                 pool.add(ns, n + suf)
+                elif kind == "calling_convention":  # TableGen's CSR_X_SaveList / CSR_X_RegMask
+                    pool.plain.update(n + suf for suf in CSR_SUFFIXES)
         for d in prof.declared:
             parts = d.split("::")
             pool.plain.add(parts[-1])

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from corpora.backends.profile import GENERATED_SUFFIXES, TargetProfile
+from corpora.backends.profile import TargetProfile, generated_base
 from corpora.backends.tree import alias_pattern_cached, prepare_cpp, subtokens_of_name
 from corpora.code.nodes import function_declarator
 from corpora.code.parse import cpp_parser, walk
@@ -38,6 +38,7 @@ from corpora.code.parse import cpp_parser, walk
 MATCH_KINDS = ("fixup", "relocation", "register", "register_class", "subtarget_feature", "instruction",
                "calling_convention", "processor", "instruction_format")
 MATCH_THRESHOLD = 0.34
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*")
 
 
@@ -192,12 +193,7 @@ class IdentifierMapper:
         self.src, self.dst = src, dst
 
     def _split_generated(self, base: str) -> tuple[str, str]:
-        if base in self.src.kind_of:
-            return base, ""
-        for suf in GENERATED_SUFFIXES:
-            if base.endswith(suf) and base[: -len(suf)] in self.src.kind_of:
-                return base[: -len(suf)], suf
-        return base, ""
+        return generated_base(self.src.kind_of, base)
 
     def kind(self, ident: str) -> Optional[str]:
         """The source attribute kind ``ident`` names, or None (not an attribute, or one spelled
@@ -230,6 +226,27 @@ class IdentifierMapper:
         if self.dst.knows(renamed):
             return Mapping(ident, renamed, "rename")
         return None
+
+    def map_class(self, ident: str, used: set) -> Optional[Mapping]:
+        """A class of the source that T has under another name: the one class of T deriving from
+        the same LLVM base as this one, the source's only class of that base (Mips's
+        ``MipsFunctionInfo`` and ARC's ``ARCFunctionInfo`` against RISCV's
+        ``RISCVMachineFunctionInfo``, all ``MachineFunctionInfo``s). None when either target has
+        no or several such classes (passes: ``MachineFunctionPass``), or T has the renamed name."""
+        if "::" in ident or ident not in self.src.classes:
+            return None
+        # a pass base (MachineFunctionPass, FunctionPass..) says what a class is, not which one
+        bases = {b for b in self.src.classes[ident]
+                 if b and not b.endswith("Pass") and b == rename_target(b, self.src, self.dst)}
+        if not bases:
+            return None
+        cands = [c for c, cb in self.dst.classes.items() if bases & set(cb)]
+        peers = [c for c, cb in self.src.classes.items() if bases & set(cb)]
+        # one to one: the base names a part both targets have once (not MachineFunctionPass)
+        if len(cands) != 1 or len(peers) != 1 or cands[0] in used \
+                or rename_target(ident, self.src, self.dst) in self.dst.classes:
+            return None
+        return Mapping(ident, cands[0], "match", "class", 1.0)
 
     def match_candidates(self, ident: str) -> list[tuple[float, str, str, str]]:
         """(score, destination attribute, kind, generated suffix) above the threshold, best first
@@ -287,6 +304,10 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
     """
     mapper = IdentifierMapper(src, dst)
     idents = list(dict.fromkeys(identifiers))
+    # names TableGen generates from the source's records (Lanai's CSR_SaveList from its CSR) are
+    # its identifiers too, though the ingest's list holds only names spelled with the target's name
+    known = set(idents) | {i.split("::")[-1] for i in idents}  # a qualified one is mapped whole
+    idents += [w for w in dict.fromkeys(_WORD.findall(text)) if w not in known and generated_base(src.kind_of, w)[1]]
     maps: dict[str, Mapping] = {}
     used: set[str] = set()
     pending = []
@@ -309,6 +330,18 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
         parts = rename_target(ident, src, dst).split("::")
         maps[ident] = Mapping(ident, "::".join(parts[:-1] + [cand + suffix]), "match", kind, round(score, 3))
         used.add(cand + suffix)
+    # classes by their base: also the class of a qualified name (the ingest lists Foo::create, not
+    # the Foo of a template argument), so every mention of it follows
+    for head in dict.fromkeys(i.partition("::")[0] for i in pending):
+        if head not in maps and (m := mapper.map_class(head, used)) is not None:
+            maps[head] = m
+            used.add(m.target)
+            if head not in idents:
+                idents.append(head)
+    for ident in pending:  # Foo::create of a class mapped above: its members follow it
+        head, _, rest = ident.partition("::")
+        if ident not in maps and rest and head in maps and maps[head].kind == "class":
+            maps[ident] = Mapping(ident, maps[head].target + "::" + rename_target(rest, src, dst), "match", "class", 1.0)
     for ident in pending:
         if ident not in maps:
             maps[ident] = Mapping(ident, rename_target(ident, src, dst), "unmapped", mapper.kind(ident))

@@ -114,6 +114,66 @@ def test_names_outside_the_source_namespaces_are_not_its_attributes():
     assert by["Lark::ADD"].how == "unmapped" and by["Lark::ADD"].kind == "instruction"
 
 
+def test_callee_saved_sets_map_with_their_generated_names():
+    from corpora.backends.profile import TargetProfile
+    from prompts.backend.repair import NamePool
+    from retrieval.backend.adapt import adapt
+
+    cc = "calling_convention"
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark", by_kind={cc: ["CC_Lark", "RetCC_Lark", "CSR_Lark"]},
+                         kind_of={"CC_Lark": cc, "RetCC_Lark": cc, "CSR_Lark": cc})
+    kite = TargetProfile("Kite", ["KITE", "Kite"], "Kite", by_kind={cc: ["CC_Kite", "RetCC_Kite", "CSR_Std"]},
+                         kind_of={"CC_Kite": cc, "RetCC_Kite": cc, "CSR_Std": cc})
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren", by_kind={cc: ["CC_Wren", "RetCC_Wren", "CSR_Wren"]},
+                         kind_of={"CC_Wren": cc, "RetCC_Wren": cc, "CSR_Wren": cc})
+    text = """const MCPhysReg *LarkRegisterInfo::getCalleeSavedRegs(const MachineFunction *MF) const {
+  return CSR_Lark_SaveList;
+}"""
+    a = adapt(text, ["LarkRegisterInfo", "MCPhysReg", "MachineFunction", "CSR_Lark_SaveList"], lark, wren)
+    by = {m.source: m for m in a.mappings}
+    # TableGen's CSR_X_SaveList of a CalleeSavedRegs record: renamed onto T's record of that kind
+    assert by["CSR_Lark_SaveList"].how == "rename" and by["CSR_Lark_SaveList"].kind == cc
+    assert "return CSR_Wren_SaveList;" in a.text
+    # a record T lacks under the renamed name is matched by its tokens, the suffix kept
+    mask = adapt("const uint32_t *f() { return CSR_Std_RegMask; }", ["CSR_Std_RegMask"], kite, wren)
+    assert mask.mappings[0].how == "match" and "return CSR_Wren_RegMask;" in mask.text
+    # a suffix on a name that is no record of the source is no generated name
+    other = adapt("int f() { return Foo_RegMask; }", ["Foo_RegMask"], kite, wren)
+    assert other.mappings[0].how == "unmapped" and other.mappings[0].kind is None
+    assert wren.knows("CSR_Wren_RegMask") and wren.knows("CSR_Wren_SaveList") and not wren.knows("CSR_Lark_RegMask")
+    assert {"CSR_Wren_SaveList", "CSR_Wren_RegMask"} <= wren.generated_names()
+    # the gate repair's names: T's generated CSR names are there without reading any source
+    assert {"CSR_Wren_SaveList", "CSR_Wren_RegMask"} <= NamePool.for_target(wren).plain
+
+
+def test_a_class_maps_onto_the_targets_class_of_the_same_base():
+    from corpora.backends.profile import TargetProfile
+    from retrieval.backend.adapt import adapt
+
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark",
+                         classes={"LarkMachineFunctionInfo": ("MachineFunctionInfo",), "LarkPeephole": ("MachineFunctionPass",),
+                                  "LarkInstrInfo": ("GenInstrInfo",)})
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren",
+                         classes={"WrenFunctionInfo": ("MachineFunctionInfo",), "WrenBranchFinalize": ("MachineFunctionPass",),
+                                  "WrenExpand": ("MachineFunctionPass",), "WrenInstrInfo": ("GenInstrInfo",)})
+    text = """MachineFunctionInfo *LarkTargetMachine::createMachineFunctionInfo(BumpPtrAllocator &Allocator, const Function &F,
+    const TargetSubtargetInfo *STI) const {
+  return LarkMachineFunctionInfo::create<LarkMachineFunctionInfo>(Allocator, F, STI);
+}"""
+    # the ingest lists the qualified call only: the template argument follows its class
+    a = adapt(text, ["LarkTargetMachine", "LarkMachineFunctionInfo::create"], lark, wren)
+    by = {m.source: m for m in a.mappings}
+    # the one class of T deriving from the same LLVM base, though its name differs
+    assert by["LarkMachineFunctionInfo"].how == "match" and by["LarkMachineFunctionInfo"].target == "WrenFunctionInfo"
+    assert "return WrenFunctionInfo::create<WrenFunctionInfo>(Allocator, F, STI);" in a.text
+    # several classes of T share the base: ambiguous, left renamed and unmapped
+    b = adapt("void f() { initializeLarkPeepholePass(); LarkPeephole P; }", ["LarkPeephole"], lark, wren)
+    assert b.mappings[0].how == "unmapped" and "WrenPeephole P;" in b.text
+    # a class T has under the renamed name keeps that name, never matched elsewhere
+    c = adapt("const LarkInstrInfo *TII;", ["LarkInstrInfo"], lark, wren)
+    assert c.mappings[0].how != "match" and c.mappings[0].target == "WrenInstrInfo"
+
+
 def test_fit_definition_moves_between_class_and_out_of_line():
     from retrieval.backend.adapt import fit_definition
 

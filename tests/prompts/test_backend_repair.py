@@ -130,7 +130,7 @@ def test_bench_repairs_a_host_files_functions_together(tmp_path):
     assert entries[0]["fork_flow"]["gate_verdict"] == "pass" and "repair" not in entries[0]["fork_flow"]
 
 
-def test_fuse_top_counts_half_of_the_top_k_donors():
+def test_fuse_top_counts_two_of_the_top_k_donors():
     from retrieval.backend.fuse import fuse_top
 
     fork = "unsigned T::f(unsigned K) const {\n  unsigned V = K + 1;\n  return V;\n}"
@@ -138,10 +138,11 @@ def test_fuse_top_counts_half_of_the_top_k_donors():
     def donor(extra: str) -> str:
         return f"unsigned T::f(unsigned K) const {{\n  unsigned V = K + 1;\n  {extra}\n  return V;\n}}"
 
-    others = [donor("(void)K;"), donor("(void)K;"), donor("V += 1;"), donor("V += 1;"), donor("V += 1;")]
-    # k = 6: five others, a statement needs 3 of them (with the fork, half of six)
+    others = [donor("(void)K;"), donor("(void)K;"), donor("V += 1;"), donor("V += 1;"), donor("V *= 2;")]
+    # k = 6: five others, a statement needs 2 of them (MIN_SHARE 0.4); one vote is not enough
     six = fuse_top(fork, others, 6)
-    assert [a["statement"] for a in six.added] == ["V += 1 ;"] and six.added[0]["of"] == 5
+    assert sorted(a["statement"] for a in six.added) == ["( void ) K ;", "V += 1 ;"]
+    assert all(a["of"] == 5 and a["votes"] == 2 for a in six.added)
     # k = 3: the next two only, both must have it
     three = fuse_top(fork, others, 3)
     assert [a["statement"] for a in three.added] == ["( void ) K ;"]
