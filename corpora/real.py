@@ -39,10 +39,10 @@ OP_TYPES = ("gemm", "reduction", "softmax", "norm", "elementwise", "transpose", 
 _NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _CARRIER = re.compile(r"^[a-z][a-z0-9_]*$")
 # The judge's vocabulary (CORPUS_SPEC.md, "The independent judge").
-_COUNT = (r"sass:[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*|bits:[A-Z]+:(8|16|32|64|128)|smem|registers|loops|half2|"
-          r"launch_bounds")
+_COUNT = (r"sass:[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*|bits:[A-Z]+:(8|16|32|64|128)|smem|registers|loops(:[A-Z][A-Z0-9_]*)?|"
+          r"half2|launch_bounds")
 OBSERVATION = re.compile(rf"^({_COUNT}|fewer:({_COUNT})|ffma_per_load|coalesced:[A-Za-z_]\w*|none:\S.*)$")
-VOCABULARY = ("sass:OPCODE, bits:OP:N, smem, registers, loops, half2, launch_bounds, fewer:<one of those>, ffma_per_load, "
+VOCABULARY = ("sass:OPCODE, bits:OP:N, smem, registers, loops, loops:OP, half2, launch_bounds, fewer:<one of those>, ffma_per_load, "
               "coalesced:ARRAY, none:REASON")
 
 

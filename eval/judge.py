@@ -15,6 +15,8 @@ operators and carrier detectors never produce say it is gone. Two kinds of obser
 * ``loops`` (backward branches in the SASS: loops the compiler kept) and ``bits:OP:N`` (OP
   instructions, e.g. ``LDG``, that move exactly N bits per thread: ``bits:LDG:32`` counts the
   32-bit loads of half2 pairs, which ``sass:LDG.E`` cannot separate from 16-bit loads);
+* ``loops:OP`` (loops whose body holds an OP instruction: ``loops:LDG`` counts the loops that read
+  global memory, as a grid-stride loop does and a shared-memory tree loop does not);
 * ``half2`` (two-lane half arithmetic: HADD2/HMUL2/HFMA2 on both halves of a register; scalar
   half math compiles to the same opcodes on one lane, ``R2.H0_H0``, so ``sass:HADD2`` cannot tell
   packed math from scalar) and ``launch_bounds`` (kernels compiled with a thread bound: the cubin's
@@ -85,6 +87,7 @@ class Facts:
     smem_static: int = 0
     smem_dynamic: int = 0
     loops: Optional[int] = None  # None: a static result recorded before loops were counted
+    loop_ops: Optional[dict[str, int]] = None  # opcode family -> loops holding one (static-5)
     half2: Optional[int] = None  # None: recorded before two-lane half math was counted (static-3)
     launch_bounds: Optional[int] = None  # kernels compiled with a thread bound (static-3)
     sass_available: bool = False
@@ -152,6 +155,8 @@ def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] =
     kernels = list(r.get("kernels", {}).values())
     if facts.sass_available and kernels and all("loops" in k for k in kernels if "sass" in k):
         facts.loops = sum(int(k.get("loops", 0)) for k in kernels)
+    if facts.sass_available and kernels and all("loop_ops" in k for k in kernels if "sass" in k):
+        facts.loop_ops = dict(sum((Counter(k.get("loop_ops", {})) for k in kernels), Counter()))
     if facts.sass_available and kernels and all("half2" in k for k in kernels if "sass" in k):
         facts.half2 = sum(int(k.get("half2", 0)) for k in kernels)
         facts.launch_bounds = sum(1 for k in kernels if int(k.get("max_threads", 0)) > 0)
@@ -483,6 +488,8 @@ def _numeric(obs: str, f: Facts) -> Optional[float]:
     if obs.startswith("bits:"):
         _, family, bits = obs.split(":")
         return f.bits_count(family, int(bits)) if f.sass_available else None
+    if obs.startswith("loops:"):
+        return None if f.loop_ops is None else f.loop_ops.get(obs[6:], 0)
     # smem, registers, loops, half2, launch_bounds (None: no SASS, or recorded before it was counted)
     return getattr(f, obs)
 

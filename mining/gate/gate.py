@@ -246,8 +246,9 @@ def _static_toolchain() -> str:
 
     # static-2: per-kernel loop counts (backward branches) beside the opcode histogram;
     # static-3: two-lane half arithmetic and the compiled thread bound (cuobjdump -elf);
-    # static-4: the rejoin branch of a divergent warp-synchronous path is not a loop
-    return f"{nvcc_version()}|sass={bool(cuobjdump_path())}|static-4"
+    # static-4: the rejoin branch of a divergent warp-synchronous path is not a loop;
+    # static-5: per kernel, the loops whose body holds each opcode family (loop_ops)
+    return f"{nvcc_version()}|sass={bool(cuobjdump_path())}|static-5"
 
 
 def _static(source: str, kernel_path: Path, workdir: Path, archs: tuple[str, ...], flags: list[str],

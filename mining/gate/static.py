@@ -139,28 +139,54 @@ _BRANCH = re.compile(r"^/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:
 _DIVERGENT = re.compile(r"^/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?BRA\.DIV\s+\w+\s*,\s*(0x[0-9a-f]+)", re.I)
 
 
-def count_loops(text: str) -> dict[str, int]:
-    """cuobjdump --dump-sass -> {mangled function: backward branches}: each loop the compiler kept
-    (not fully unrolled) ends in a branch to a lower address. Not loops: the self-branch that pads a
-    function's end (``BRA 0x110`` at 0x110), and the branch that leaves the out-of-line divergent
-    path of a warp-synchronous instruction (entered by ``BRA.DIV``, laid out after the code, ending
-    in a branch back to the rejoin point before it)."""
+_INSTRUCTION = re.compile(r"^/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def _loops(text: str) -> dict[str, tuple[list[tuple[int, int]], list[tuple[int, str]]]]:
+    """{mangled function: (loops as (first, last) addresses, instructions as (address, opcode
+    family))}. A loop the compiler kept (not fully unrolled) ends in a branch to a lower address.
+    Not loops: the self-branch that pads a function's end (``BRA 0x110`` at 0x110), and the branch
+    that leaves the out-of-line divergent path of a warp-synchronous instruction (entered by
+    ``BRA.DIV``, laid out after the code, ending in a branch back to the rejoin point before it)."""
     branches: dict[str, list[tuple[int, int]]] = {}
     divergent: dict[str, list[int]] = {}
+    ops: dict[str, list[tuple[int, str]]] = {}
     for fn, line in _sass_lines(text):
         if line is None:
-            branches[fn], divergent[fn] = [], []
-        elif m := _DIVERGENT.match(line):
+            branches[fn], divergent[fn], ops[fn] = [], [], []
+            continue
+        if m := _INSTRUCTION.match(line):
+            ops[fn].append((int(m.group(1), 16), m.group(2)))
+        if m := _DIVERGENT.match(line):
             divergent[fn].append(int(m.group(1), 16))
         elif (m := _BRANCH.match(line)) and int(m.group(2), 16) < int(m.group(1), 16):
             branches[fn].append((int(m.group(1), 16), int(m.group(2), 16)))
-    out: dict[str, int] = {}
+    out = {}
     for fn, found in branches.items():
-        out[fn] = 0
+        loops = []
         for at, to in found:
             region = max((t for t in divergent[fn] if t <= at), default=None)
             if region is None or to >= region:  # a branch inside a divergent path may still loop there
-                out[fn] += 1
+                loops.append((to, at))
+        out[fn] = (loops, ops[fn])
+    return out
+
+
+def count_loops(text: str) -> dict[str, int]:
+    """cuobjdump --dump-sass -> {mangled function: loops the compiler kept} (see `_loops`)."""
+    return {fn: len(loops) for fn, (loops, _) in _loops(text).items()}
+
+
+def loop_contents(text: str) -> dict[str, dict[str, int]]:
+    """cuobjdump --dump-sass -> {mangled function: {opcode family: loops whose body holds one}}:
+    `LDG` counts the loops that read global memory (a grid-stride loop does; a shared-memory tree
+    loop does not)."""
+    out: dict[str, dict[str, int]] = {}
+    for fn, (loops, ops) in _loops(text).items():
+        held: Counter = Counter()
+        for first, last in loops:
+            held.update({family for addr, family in ops if first <= addr <= last})
+        out[fn] = dict(sorted(held.items()))
     return out
 
 
@@ -265,6 +291,7 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
     sass: dict[str, Counter] = {}
     loops: dict[str, int] = {}
     half2: dict[str, int] = {}
+    held: dict[str, dict[str, int]] = {}
     bounds: dict[str, int] = {}
     tool = cuobjdump_path()
     if tool:
@@ -274,6 +301,7 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
                            readable=[Path(tool).parent], writable=[workdir])
         if dump.ok:
             sass, loops, half2 = parse_sass(dump.stdout), count_loops(dump.stdout), count_half2(dump.stdout)
+            held = loop_contents(dump.stdout)
             elf = run_limited([tool, "-elf", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env,
                               readable=[Path(tool).parent], writable=[workdir])
             bounds = max_threads(elf.stdout) if elf.ok else {}
@@ -286,6 +314,7 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
             entry["sass"] = dict(sorted(sass[mangled].items()))
             entry["sass_total"] = sum(sass[mangled].values())
             entry["loops"] = loops.get(mangled, 0)
+            entry["loop_ops"] = held.get(mangled, {})
             entry["half2"] = half2.get(mangled, 0)
             entry["max_threads"] = bounds.get(mangled, 0)
         result_kernels[names.get(mangled, mangled)] = entry

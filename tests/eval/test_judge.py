@@ -78,10 +78,10 @@ def test_verdicts_from_facts():
 
 def test_new_vocabulary_checks():
     for ok in ("loops", "bits:LDG:32", "fewer:sass:I2F.U32.RP", "fewer:smem", "fewer:loops", "fewer:bits:STG:16",
-               "half2", "launch_bounds", "fewer:half2"):
+               "half2", "launch_bounds", "fewer:half2", "loops:LDG", "fewer:loops:STS"):
         check_observation(ok)
     for bad in ("bits:LDG:33", "bits:ldg:32", "fewer:none:x", "fewer:coalesced:A", "fewer:ffma_per_load", "loop",
-                "half", "launch_bounds:256"):
+                "half", "launch_bounds:256", "loops:ldg", "loops:"):
         with pytest.raises(JudgeError, match="not in the judge's vocabulary"):
             check_observation(bad)
     assert [access_bits(op) for op in ("LDG.E", "LDG.E.U16", "LDG.E.S8", "LDG.E.64.CONSTANT", "STS.128")] == \
@@ -123,6 +123,18 @@ def test_loops_need_a_static_result_that_counted_them():
     assert v.verdict == "unobservable" and "no loops figure" in v.reason
 
 
+def test_loops_that_read_global_memory():
+    """A grid-stride loop reads global memory; the shared-memory tree loop a walk restores does not."""
+    before = _facts(loops=0, loop_ops={})
+    after = _facts(loops=2, loop_ops={"LDG": 2, "BRA": 2})
+    end = _facts(loops=1, loop_ops={"LDS": 1, "STS": 1, "BAR": 1, "BRA": 1})  # only the tree loop is left
+    assert judge_step("grid_stride", "v6", "", ["loops"], before, after, end).verdict == "kept"
+    assert judge_step("grid_stride", "v6", "", ["loops:LDG"], before, after, end).verdict == "undone"
+    assert judge_step("grid_stride", "v6", "", ["loops:LDG"], before, after, after).verdict == "kept"
+    v = judge_step("grid_stride", "v6", "", ["loops:LDG"], before, after, _facts(loops=1))  # before static-5
+    assert v.verdict == "unobservable" and "no loops:LDG figure" in v.reason
+
+
 def test_a_step_is_judged_against_the_version_before_it():
     """A padding column (128 bytes over a shared tile) is the step of version 2; the end point that
     keeps the tile but drops the padding undid it, though its smem is far above the naive's 0."""
@@ -155,6 +167,7 @@ def test_static_stage_sees_vector_loads(tmp_path):
     v = judge_step("vector_load", "vec4", "", ["sass:LDG.E.128"], naive, expert, expert)
     assert v.verdict == "kept"
     assert naive.loops == 0 and expert.loops is not None  # the static stage counts loops (static-2)
+    assert naive.loop_ops == {} and expert.loop_ops is not None  # and what their bodies hold (static-5)
 
 
 def test_carrier_accounting_never_counts_undetected_as_removed():

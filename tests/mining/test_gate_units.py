@@ -11,7 +11,7 @@ from mining.gate.binding import bind_entry
 from mining.gate.data import bf16_round, bf16_to_f32, compare, make_inputs
 from mining.gate.errors import BadInput
 from mining.gate.sandbox import run_limited
-from mining.gate.static import count_loops, parse_ptxas, parse_sass
+from mining.gate.static import count_loops, loop_contents, parse_ptxas, parse_sass
 from tests.conftest import KERNELS
 
 
@@ -144,6 +144,8 @@ def test_the_rejoin_of_a_divergent_warp_sync_path_is_not_a_loop():
         /*0230*/                   BRA 0x230;  /* 0x0 */
 """
     assert count_loops(dump) == {"_Z4syncPf": 2}
+    # what each loop's body holds: the real loop reads global memory, the retry loop does not
+    assert loop_contents(dump) == {"_Z4syncPf": {"BRA": 2, "LDG": 1, "WARPSYNC": 1}}
 
 
 def test_two_lane_half_math_and_thread_bounds_from_the_cubin():
