@@ -41,8 +41,9 @@ _CARRIER = re.compile(r"^[a-z][a-z0-9_]*$")
 # The judge's vocabulary (CORPUS_SPEC.md, "The independent judge").
 _COUNT = (r"sass:[A-Z][A-Z0-9_]*(\.[A-Z0-9_]+)*|bits:[A-Z]+:(8|16|32|64|128)|smem|registers|loops(:[A-Z][A-Z0-9_]*)?|"
           r"half2|launch_bounds")
-OBSERVATION = re.compile(rf"^({_COUNT}|fewer:({_COUNT})|ffma_per_load|coalesced:[A-Za-z_]\w*|none:\S.*)$")
-VOCABULARY = ("sass:OPCODE, bits:OP:N, smem, registers, loops, loops:OP, half2, launch_bounds, fewer:<one of those>, ffma_per_load, "
+# a count may be scoped to the kernels whose name holds KERNEL: `loops:LDG@histogram256Kernel`
+OBSERVATION = re.compile(rf"^(({_COUNT}|fewer:({_COUNT}))(@[A-Za-z_]\w*)?|ffma_per_load|coalesced:[A-Za-z_]\w*|none:\S.*)$")
+VOCABULARY = ("sass:OPCODE, bits:OP:N, smem, registers, loops, loops:OP, half2, launch_bounds, fewer:<one of those>, any count @KERNEL, ffma_per_load, "
               "coalesced:ARRAY, none:REASON")
 
 

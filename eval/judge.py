@@ -21,6 +21,9 @@ operators and carrier detectors never produce say it is gone. Two kinds of obser
   half math compiles to the same opcodes on one lane, ``R2.H0_H0``, so ``sass:HADD2`` cannot tell
   packed math from scalar) and ``launch_bounds`` (kernels compiled with a thread bound: the cubin's
   EIATTR_MAX_THREADS, which ``__launch_bounds__`` sets even where ptxas figures stay the same);
+* ``X@KERNEL`` for any count X above (``fewer:`` included): the same figure over the kernels whose
+  name holds KERNEL only, for a step that lives in one kernel of a file with several (a version
+  without such a kernel counts 0; launch sizes stay per file);
 * ``fewer:X`` for any numeric X above: the step *removes* something (an integer division, the
   naive's global atomics), so it is present when the count goes down and undone when it comes back;
 * ``none:REASON``: no independent observation (the step counts as unobservable, never undone).
@@ -94,6 +97,7 @@ class Facts:
     static_ok: bool = False
     reason: str = ""
     source: str = ""
+    static: dict[str, Any] = field(default_factory=dict, repr=False)  # the stage result, for scoped figures
 
     @property
     def smem(self) -> int:
@@ -135,10 +139,12 @@ def access_bits(opcode: str) -> int:
     return 32
 
 
-def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] = None) -> Facts:
+def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] = None,
+                      kernel: Optional[str] = None) -> Facts:
     """Aggregate the static stage's per-kernel figures of one file (sum of SASS counts, max of
-    registers and static shared memory) and add the dynamic shared memory its launches pass."""
-    facts = Facts(source=source, smem_dynamic=dynamic_smem(source))
+    registers and static shared memory) and add the dynamic shared memory its launches pass;
+    with `kernel`, over the kernels whose (demangled) name holds that identifier only."""
+    facts = Facts(source=source, smem_dynamic=dynamic_smem(source), static=static or {})
     archs = static.get("archs", {}) if static else {}
     if not archs:
         facts.reason = (static or {}).get("reason", "no static stage result")
@@ -152,12 +158,13 @@ def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] =
     facts.static_ok = True
     facts.sass_available = bool(r.get("sass_available"))
     total: Counter = Counter()
-    kernels = list(r.get("kernels", {}).values())
-    if facts.sass_available and kernels and all("loops" in k for k in kernels if "sass" in k):
+    kernels = [k for name, k in r.get("kernels", {}).items()
+               if kernel is None or re.search(r"\b%s\b" % re.escape(kernel), name)]
+    if facts.sass_available and (kernels or kernel is not None) and all("loops" in k for k in kernels if "sass" in k):
         facts.loops = sum(int(k.get("loops", 0)) for k in kernels)
-    if facts.sass_available and kernels and all("loop_ops" in k for k in kernels if "sass" in k):
+    if facts.sass_available and (kernels or kernel is not None) and all("loop_ops" in k for k in kernels if "sass" in k):
         facts.loop_ops = dict(sum((Counter(k.get("loop_ops", {})) for k in kernels), Counter()))
-    if facts.sass_available and kernels and all("half2" in k for k in kernels if "sass" in k):
+    if facts.sass_available and (kernels or kernel is not None) and all("half2" in k for k in kernels if "sass" in k):
         facts.half2 = sum(int(k.get("half2", 0)) for k in kernels)
         facts.launch_bounds = sum(1 for k in kernels if int(k.get("max_threads", 0)) > 0)
     for k in kernels:
@@ -483,6 +490,9 @@ class StepPair:
 
 
 def _numeric(obs: str, f: Facts) -> Optional[float]:
+    if "@" in obs:  # scoped to some kernels of the file
+        obs, kernel = obs.split("@", 1)
+        f = facts_from_static(f.static, f.source, f.arch or None, kernel)
     if obs.startswith("sass:"):
         return f.sass_count(obs[5:]) if f.sass_available else None
     if obs.startswith("bits:"):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.judge import (Facts, JudgeError, StepPair, access_bits, check_observation, coalesced, dynamic_smem,
+from eval.judge import (Facts, JudgeError, StepPair, access_bits, check_observation, coalesced, dynamic_smem, facts_from_static,
                         judge_step, opcode_matches, static_facts)
 from mining.gate.static import nvcc_path
 from mining.mine import carrier_accounting
@@ -209,3 +209,25 @@ def test_static_stage_tells_packed_half_math_and_thread_bounds(tmp_path):
     v = judge_step("packed_half2_math", "pack", "", ["half2"], scalar, packed, scalar)
     assert v.verdict == "undone"
     assert judge_step("launch_bounds", "pack", "", ["launch_bounds"], scalar, packed, packed).verdict == "kept"
+
+
+def test_a_count_scoped_to_one_kernel():
+    """histogram256: the grid-stride loop lives in the counting kernel; the merge kernel's loop over
+    the partial histograms (another step's) also reads global memory."""
+    def facts(**kernels) -> Facts:
+        static = {"archs": {"sm_90": {"ok": True, "sass_available": True, "kernels": {
+            f"void {name}(unsigned int*)": {"sass": {"LDG.E": 1}, "loops": n, "loop_ops": {"LDG": n} if n else {},
+                                             "half2": 0, "max_threads": 0} for name, n in kernels.items()}}}}
+        return facts_from_static(static, "", "sm_90")
+    naive = facts(histogram_naive=0)
+    privatized = facts(histogram256Kernel=1, mergeHistogram256Kernel=1)
+    end = facts(histogram256Kernel=0, mergeHistogram256Kernel=1)
+    assert judge_step("grid_stride", "privatized", "", ["loops:LDG"], naive, privatized, end).verdict == "kept"
+    v = judge_step("grid_stride", "privatized", "", ["loops:LDG@histogram256Kernel"], naive, privatized, end)
+    assert v.verdict == "undone", v.reason  # the naive has no such kernel: 0
+    assert judge_step("grid_stride", "privatized", "", ["loops:LDG@histogram256Kernel"], naive, privatized,
+                      privatized).verdict == "kept"
+    assert judge_step("grid_stride", "privatized", "", ["loops@Kernel"], naive, privatized, end).verdict == "unobservable"
+    check_observation("fewer:sass:I2F.U32.RP@reduce6")
+    with pytest.raises(JudgeError):
+        check_observation("coalesced:A@k")
