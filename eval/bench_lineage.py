@@ -116,9 +116,9 @@ def walk_steps(lineage) -> list[dict[str, Any]]:
 
 def extra_steps(walk: list[dict[str, Any]], human_carriers: set[str]) -> list[dict[str, Any]]:
     """Walk steps whose carrier names no human step: what the walk simplified that the human
-    lineage does not list as an optimization step."""
-    return [{**w, "what": f"{w['operator']} ({w['carrier']}) at line {w['line']}: {w['excerpt']}"}
-            for w in walk if w["carrier"] not in human_carriers]
+    lineage does not list as an optimization step (the walk entry of the same index has its excerpt)."""
+    return [{k: w[k] for k in ("index", "operator", "carrier", "line")} for w in walk
+            if w["carrier"] not in human_carriers]
 
 
 def judge_expert(expert, problem_dir: Path, end_source: str, store: Path, arch: str) -> tuple[list[dict], dict]:

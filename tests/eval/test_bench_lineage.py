@@ -70,7 +70,7 @@ def test_extra_steps_and_aggregation():
     walk = [{"index": 1, "operator": "drop_unroll_pragma", "carrier": "unroll_pragma", "line": 3, "excerpt": "#pragma unroll"},
             {"index": 2, "operator": "vector_load_to_scalar", "carrier": "vector_load", "line": 9, "excerpt": "x"}]
     extra = bench_lineage.extra_steps(walk, {"vector_load"})
-    assert [e["index"] for e in extra] == [1] and "drop_unroll_pragma (unroll_pragma) at line 3" in extra[0]["what"]
+    assert extra == [{"index": 1, "operator": "drop_unroll_pragma", "carrier": "unroll_pragma", "line": 3}]
     rows = [{"source": "s", "problem": "a", "status": "judged", "human_steps": 4, "undone": 1, "kept": 2,
              "unobservable": 1, "extra_steps": 1, "end_point_ok": True, "skills_new": 1, "skills_merged": 2, "wall_s": 1},
             {"source": "s", "problem": "b", "status": "skipped", "human_steps": 3, "wall_s": 0}]
