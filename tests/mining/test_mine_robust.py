@@ -59,6 +59,12 @@ def _procs_named(name: str) -> list[int]:
     return out
 
 
+def _default_sigint() -> None:
+    """Ctrl-C as a terminal's foreground job gets it: a suite started in the background of a
+    non-interactive shell runs with SIGINT ignored, and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(pred, timeout: float) -> bool:
     end = time.time() + timeout
     while time.time() < end:
@@ -76,7 +82,7 @@ def test_interrupted_or_killed_mine_leaves_no_process(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-c", CLI, "mine", str(d), "--executor", "cpu", "--jobs", "2",
                              "--seeds", "0", "--no-probe", "--no-index", "--store", str(tmp_path / "store")],
                             cwd=ROOT, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     try:
         assert _wait_for(lambda: len(_procs_named(name)) >= 2, 300), "the spinning harness never started"
         if sig == signal.SIGINT:
