@@ -160,11 +160,14 @@ def facts_from_static(static: dict[str, Any], source: str, arch: Optional[str] =
     total: Counter = Counter()
     kernels = [k for name, k in r.get("kernels", {}).items()
                if kernel is None or re.search(r"\b%s\b" % re.escape(kernel), name)]
-    if facts.sass_available and (kernels or kernel is not None) and all("loops" in k for k in kernels if "sass" in k):
+    def counted(key: str) -> bool:  # a result recorded before the static stage counted `key` has none
+        return facts.sass_available and bool(kernels or kernel) and all(key in k for k in kernels if "sass" in k)
+
+    if counted("loops"):
         facts.loops = sum(int(k.get("loops", 0)) for k in kernels)
-    if facts.sass_available and (kernels or kernel is not None) and all("loop_ops" in k for k in kernels if "sass" in k):
+    if counted("loop_ops"):
         facts.loop_ops = dict(sum((Counter(k.get("loop_ops", {})) for k in kernels), Counter()))
-    if facts.sass_available and (kernels or kernel is not None) and all("half2" in k for k in kernels if "sass" in k):
+    if counted("half2"):
         facts.half2 = sum(int(k.get("half2", 0)) for k in kernels)
         facts.launch_bounds = sum(1 for k in kernels if int(k.get("max_threads", 0)) > 0)
     for k in kernels:

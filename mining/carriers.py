@@ -196,6 +196,11 @@ def _vector_store(src: Source) -> list[Site]:
 _STRIDE_WORDS = re.compile(r"\b(gridDim|blockDim)\s*\.\s*[xyz]\b")
 
 
+def _is_stride(expr: str, strides: set[str]) -> bool:
+    """Does `expr` use a grid or block size, directly or through one of the variables `strides`?"""
+    return bool(_STRIDE_WORDS.search(expr)) or any(re.search(r"\b%s\b" % re.escape(v), expr) for v in strides)
+
+
 def stride_variables(src: Source, f: FunctionSig) -> set[str]:
     """Local variables holding a grid/block size (`int stride = gridDim.x * blockDim.x`), also
     through other such variables (`groups = gridDim.x * blockDim.y; step = groups * rows;`)."""
@@ -203,8 +208,7 @@ def stride_variables(src: Source, f: FunctionSig) -> set[str]:
                for m in re.finditer(rb"\b(\w+)\s*=\s*([^;=]+);", src.func_code(f))]
     out: set[str] = set()
     while True:
-        more = {name for name, value in assigns if name not in out and (_STRIDE_WORDS.search(value) or any(
-            re.search(r"\b%s\b" % re.escape(v), value) for v in out))}
+        more = {name for name, value in assigns if name not in out and _is_stride(value, out)}
         if not more:
             return out
         out |= more
@@ -225,7 +229,7 @@ def grid_stride_loops(src: Source) -> list[Node]:
             m = re.match(r"^(\w+)\s*\+=\s*(.+)$", u)
             if not m:
                 continue
-            if _STRIDE_WORDS.search(m.group(2)) or any(re.search(r"\b%s\b" % s, m.group(2)) for s in strides):
+            if _is_stride(m.group(2), strides):
                 loops.append(loop)
     return loops
 
@@ -251,8 +255,7 @@ def grid_stride_whiles(src: Source) -> list[Node]:
             if not upd or upd.group(1) != m.group(1):
                 continue
             writes = re.findall(r"\b%s\s*(?:\+\+|--|[-+*/%%&|^]?=(?!=))" % re.escape(m.group(1)), text(body))
-            if len(writes) == 1 and (_STRIDE_WORDS.search(upd.group(2)) or any(
-                    re.search(r"\b%s\b" % re.escape(v), upd.group(2)) for v in strides)):
+            if len(writes) == 1 and _is_stride(upd.group(2), strides):
                 out.append(loop)
     return out
 

@@ -137,8 +137,6 @@ def parse_sass(text: str) -> dict[str, Counter]:
 
 _BRANCH = re.compile(r"^/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:`?\(?)?(0x[0-9a-f]+)", re.I)
 _DIVERGENT = re.compile(r"^/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?BRA\.DIV\s+\w+\s*,\s*(0x[0-9a-f]+)", re.I)
-
-
 _INSTRUCTION = re.compile(r"^/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 
 
@@ -181,13 +179,14 @@ def loop_contents(text: str) -> dict[str, dict[str, int]]:
     """cuobjdump --dump-sass -> {mangled function: {opcode family: loops whose body holds one}}:
     `LDG` counts the loops that read global memory (a grid-stride loop does; a shared-memory tree
     loop does not)."""
-    out: dict[str, dict[str, int]] = {}
-    for fn, (loops, ops) in _loops(text).items():
-        held: Counter = Counter()
-        for first, last in loops:
-            held.update({family for addr, family in ops if first <= addr <= last})
-        out[fn] = dict(sorted(held.items()))
-    return out
+    return {fn: _held(loops, ops) for fn, (loops, ops) in _loops(text).items()}
+
+
+def _held(loops: list[tuple[int, int]], ops: list[tuple[int, str]]) -> dict[str, int]:
+    held: Counter = Counter()
+    for first, last in loops:
+        held.update({family for addr, family in ops if first <= addr <= last})
+    return dict(sorted(held.items()))
 
 
 _HALF_OPS = ("HADD2", "HMUL2", "HFMA2")
@@ -300,8 +299,9 @@ def _compile_arch(src: Path, workdir: Path, arch: str, flags: list[str], timeout
         dump = run_limited([tool, "--dump-sass", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env,
                            readable=[Path(tool).parent], writable=[workdir])
         if dump.ok:
-            sass, loops, half2 = parse_sass(dump.stdout), count_loops(dump.stdout), count_half2(dump.stdout)
-            held = loop_contents(dump.stdout)
+            sass, half2, found = parse_sass(dump.stdout), count_half2(dump.stdout), _loops(dump.stdout)
+            loops = {fn: len(fn_loops) for fn, (fn_loops, _) in found.items()}
+            held = {fn: _held(fn_loops, ops) for fn, (fn_loops, ops) in found.items()}
             elf = run_limited([tool, "-elf", str(cubin)], cwd=workdir, timeout_s=timeout_s, mem_mb=4096, env=env,
                               readable=[Path(tool).parent], writable=[workdir])
             bounds = max_threads(elf.stdout) if elf.ok else {}

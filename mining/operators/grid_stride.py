@@ -43,7 +43,7 @@ from mining.operators.base import (Context, Edit, Materialization, Operator, Pai
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
 from mining.operators.rewrite_util import splice_range
 from mining.operators.nodes import (IndexDecl, Kernel, bare_jumps, code, global_index_axis, has_loop, indent_at, int_value,
-                                    index_decls, kernels, loop_var, raw, reindent, returns_or_syncs, split_top,
+                                    index_decls, kernel_launches, kernels, loop_var, raw, reindent, returns_or_syncs, split_top,
                                     statements, strip_parens)
 from corpora.code.parse import text
 
@@ -57,20 +57,13 @@ class GridStrideToSingle(Operator):
         for loop in grid_stride_loops(src):
             edit = self._loop_edit(src, loop)
             if edit is not None:
-                yield edit
-                carried = with_covering_launch(src, loop, edit)
-                if carried is not None:
-                    yield carried
+                yield from _alone_and_with_launch(src, loop, edit)
         for loop in grid_stride_whiles(src):
             # `while (i < n) { ...; i += stride; }` runs at most once under a covering launch: `if`
             body = loop.child_by_field_name("body")
             if src.raw[loop.start_byte:loop.start_byte + 5] == b"while" and \
                     not re.search(rb"\b(break|continue)\b", src.code[body.start_byte:body.end_byte]):
-                edit = Edit(loop.start_byte, loop.start_byte + 5, "if")
-                yield edit
-                carried = with_covering_launch(src, loop, edit)
-                if carried is not None:
-                    yield carried
+                yield from _alone_and_with_launch(src, loop, Edit(loop.start_byte, loop.start_byte + 5, "if"))
         for m in macro_grid_stride_loops(src):
             # the loop a macro spells (CUDA_1D_KERNEL_LOOP(i, n) { body }): rewrite its expansion in place
             start = m.node.start_byte
@@ -143,12 +136,6 @@ def _loop_start(src: Source, loop: Node, var: str) -> Optional[str]:
     return re.sub(r"\s+", "", found[-1]) if found else None
 
 
-def _launch_name(call: Node) -> str:
-    fn = call.child_by_field_name("function")
-    name = text(fn) if fn is not None else ""
-    return name.split("<", 1)[0].split("::")[-1].strip()
-
-
 def _paren(s: str) -> str:
     s = " ".join(s.split())
     return s if re.fullmatch(r"[\w.]+", s) else f"({s})"
@@ -175,19 +162,15 @@ def covering_launch_edits(src: Source, loop: Node) -> Optional[list[Edit]]:
     if pos is None or start is None or not _START.fullmatch(re.sub(_CAST_RE, "", start).strip("()")):
         return None
     edits: dict[tuple[int, int], Edit] = {}
-    calls = [c for c in src.nodes("call_expression") if any(k.type == "kernel_call_syntax" for k in c.children)
-             and _launch_name(c) == f.name]
+    calls = kernel_launches(src, f.name)
     if not calls:
         return None
-    for call in calls:
-        ks = next(k for k in call.children if k.type == "kernel_call_syntax")
-        cfg = [c for c in ks.named_children]
+    for launch in calls:
+        call, grid, block, host = launch.call, launch.grid, launch.block, launch.host
         args = call.child_by_field_name("arguments")
         argv = [c for c in (args.named_children if args is not None else []) if c.type != "comment"]
-        host = src.function_at(call.start_byte)
-        if len(cfg) < 2 or pos >= len(argv) or host is None:
+        if pos >= len(argv) or host is None:
             return None
-        grid, block = cfg[0], cfg[1]
         g, b, a = text(grid).strip(), text(block).strip(), text(argv[pos]).strip()
         hcode = src.code[host.start_byte:host.end_byte].decode("utf-8", "replace")
         if re.match(r"dim3\b", g) or re.match(r"dim3\b", b) or any(
@@ -229,6 +212,14 @@ def _covers(src: Source, grid: str, a: str, b: str) -> bool:
     if bv is not None:
         forms |= {f"({x}+{bv - 1})/{bv}" for x in (a, f"({a})")}
     return g in forms or g.strip("()") in forms
+
+
+def _alone_and_with_launch(src: Source, loop: Node, edit: Edit):
+    """The loop's edit, then (when a launch must follow) the same edit with the launch carried."""
+    yield edit
+    carried = with_covering_launch(src, loop, edit)
+    if carried is not None:
+        yield carried
 
 
 def with_covering_launch(src: Source, loop: Node, edit: Edit) -> Optional[Edit]:

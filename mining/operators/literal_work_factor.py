@@ -32,7 +32,7 @@ from tree_sitter import Node
 from corpora.code.edit import Edit
 from corpora.code.parse import text, walk
 from corpora.code.source import Source
-from mining.operators.nodes import Kernel, global_index_axis, kernels
+from mining.operators.nodes import Kernel, global_index_axis, kernel_launches, kernels
 from mining.operators.rewrite_util import splice_range
 
 
@@ -105,17 +105,6 @@ def _shared(src: Source, node: Node) -> bool:
     return d is None or d.type == "parameter_declaration" or b"__shared__" in src.code[d.start_byte:d.end_byte]
 
 
-def _launch_calls(src: Source, name: str) -> list[Node]:
-    out = []
-    for c in src.nodes("call_expression"):
-        if not any(k.type == "kernel_call_syntax" for k in c.children):
-            continue
-        fn = c.child_by_field_name("function")
-        if fn is not None and text(fn).split("<", 1)[0].split("::")[-1].strip() == name:
-            out.append(c)
-    return out
-
-
 def _factor_operands(node: Node, value: int) -> list[tuple[Node, bool]]:
     """(literal, is a shift count) for `/ K`, `* K`, `>> log2 K`, `<< log2 K` under `node`."""
     out = []
@@ -131,15 +120,15 @@ def _factor_operands(node: Node, value: int) -> list[tuple[Node, bool]]:
     return out
 
 
-def _launch_sites(src: Source, k: Kernel, value: int) -> list[Node]:
-    """K as a divisor or factor in the grid / block of every launch of the kernel, following a
-    grid or block named by a host variable to its declaration."""
+def _launch_sites(src: Source, k: Kernel, value: int) -> list[tuple[Node, bool]]:
+    """K as a divisor or factor in the grid / block of every launch of the kernel (templated
+    launches `k<8><<<...>>>` included), following a grid or block named by a host variable to its
+    declaration."""
     out: dict[tuple[int, int], tuple[Node, bool]] = {}
-    for call in _launch_calls(src, k.name):
-        ks = next(c for c in call.children if c.type == "kernel_call_syntax")
-        host = src.function_at(call.start_byte)
-        fn = src.func_node(host) if host is not None else None
-        for cfg in ks.named_children[:2]:
+    for launch in kernel_launches(src, k.name):
+        call = launch.call
+        fn = src.func_node(launch.host) if launch.host is not None else None
+        for cfg in (launch.grid, launch.block):
             exprs = [cfg]
             if cfg.type == "identifier" and fn is not None:
                 exprs += [d for d in src.nodes("declaration", within=fn) if d.end_byte <= call.start_byte and

@@ -195,6 +195,12 @@ def launches(src: Source, kernel: Optional[str] = None) -> list[Launch]:
     return out
 
 
+def kernel_launches(src: Source, kernel: str) -> list[Launch]:
+    """The launches of `kernel`, templated (`k<8><<<...>>>`) and qualified (`ns::k<<<...>>>`) ones
+    included."""
+    return [la for la in launches(src) if la.kernel.split("<", 1)[0].split("::")[-1].strip() == kernel]
+
+
 def block_dims(src: Source, launch: Launch) -> Optional[tuple[int, int, int]]:
     """Literal block dimensions of a launch: `256`, `THREADS`, or a `dim3 block(16, 16)` variable."""
     b = code(src, launch.block)
