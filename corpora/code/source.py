@@ -222,9 +222,10 @@ class Source:
 
     @cached_property
     def function_macros(self) -> dict[str, tuple[list[str], str]]:
-        """Function-like macros: NAME -> (parameters, body on one line, continuations joined)."""
+        """Function-like macros: NAME -> (parameters, body on one line, continuations joined; a
+        backslash escape inside the body, such as a string's `\\n`, is part of it)."""
         out = {}
-        for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^()]*)\)[ \t]*((?:[^\n\\]|\\\n)*)$", self.code):
+        for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^()]*)\)[ \t]*((?:[^\n\\]|\\\n|\\.)*)$", self.code):
             body = " ".join(m.group(3).decode("utf-8", "replace").replace("\\\n", " ").split())
             out[m.group(1).decode()] = ([p.strip() for p in m.group(2).decode().split(",") if p.strip()], body)
         return out

@@ -2,8 +2,11 @@
 plain stores), its `__pipeline_commit()` and `__pipeline_wait_prior(n)` statements wait for
 nothing and are deleted, one statement per site. The shared-memory ring itself stays: its reuse
 is still ordered by the block barriers around it (a stage is refilled only after the barrier that
-follows its last read), so the kernel stays correct with synchronous copies. Not a site while any
-`__pipeline_memcpy_async` / `memcpy_async` / `cp.async` is left in the file. When no pipeline
+follows its last read), so the kernel stays correct with synchronous copies. The inline-PTX group
+calls (`cp.async.commit_group` / `wait_group N` / `wait_all`, in an `asm` statement, a macro or a
+device function: mining/operators/ptx_async.py) are deleted the same way. Not a site while any
+function still issues an asynchronous copy (`__pipeline_memcpy_async`, `memcpy_async`, a PTX
+`cp.async` copy in any of its spellings). When no pipeline
 call is left at all, the `#include <cuda_pipeline.h>` line is the last site.
 
 Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
@@ -16,6 +19,7 @@ import re
 from corpora.code.nodes import call_name
 from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair
+from mining.operators.ptx_async import group_statements, issues_copies
 from mining.operators.rewrite_util import structural
 from corpora.code.parse import walk
 
@@ -26,9 +30,15 @@ class DropPipelineSync(Operator):
     description = "delete pipeline commit / wait calls that no longer have copies to wait for"
 
     def edits(self, src: Source):
-        if re.search(rb"\b(__pipeline_memcpy_async|memcpy_async)\b|cp\.async", src.code):
-            return
         st = structural(src)
+        if issues_copies(st):
+            return
+        for stmt in group_statements(st):
+            if stmt.parent is not None and stmt.parent.type != "compound_statement":
+                yield Edit(stmt.start_byte, stmt.end_byte, ";")
+            else:
+                s, e = st.line_span(stmt.start_byte, stmt.end_byte)
+                yield Edit(s, e, "")
         if not re.search(rb"\b__pipeline_\w+\s*\(", src.code):
             for m in re.finditer(rb"(?m)^[ \t]*#[ \t]*include[ \t]*[<\"]cuda_pipeline(_primitives)?\.h[>\"][^\n]*\n?",
                                  src.code):
