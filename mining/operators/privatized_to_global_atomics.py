@@ -1,6 +1,6 @@
-"""privatized_to_global_atomics: a per-block shared histogram (cleared, incremented with shared
-atomics, then added to the global histogram bin by bin) is replaced by atomics on the global
-histogram itself.
+"""privatized_to_global_atomics: a private copy of a count table in shared memory (cleared,
+incremented with shared atomics, then merged into a global table bin by bin) is replaced by
+atomics on the global table itself.
 
     extern __shared__ int hist[];
     for (int b = threadIdx.x; b < bins; b += blockDim.x) hist[b] = 0;      // deleted
@@ -10,14 +10,31 @@ histogram itself.
         if (v) atomicAdd(counts + b, v);
     }
 
-Why it is sound: the private copy starts at zero and only ever receives `atomicAdd`s, and the merge
-adds private bin b to global bin b for every bin the clear covered (same loop bounds); so each
-global bin ends with the same sum of increments whether they go through the private copy or
-straight to it (integer addition is associative and commutative). Sites need exactly that shape:
-one clear loop and one merge loop over the same range, and every other use of the private array
-is the target of an `atomicAdd` - directly (`hist + e`, `&hist[e]`) or through a parameter of a
-device function of this file that is only used as an `atomicAdd` target. Removes the
-privatized_atomics carrier and the per-block merge (atomic_per_block) with it.
+Found by meaning, whatever the spelling (issue 19):
+* the copy is static or `extern` shared memory, reached directly (`H + e`, `&H[e]`), through a
+  local pointer bound once to it (`T *mine = H + warp * B;`, `&H[warp * B]`), or through device
+  functions that only pass the pointer on to an `atomicAdd` (helpers of helpers, to a fixpoint);
+* several copies (one per warp) are read by the merge as `s += H[b + i * B]` over the copies i
+  (a mask with all 32 bits set, `& 0xFFFFFFFFU` through a macro, changes nothing), each alias
+  then pointing at a whole copy (`W * B`); one copy is read as `H[b]`;
+* the merge publishes `atomicAdd(&G[X], v)` / `atomicAdd(G + X, v)` (optionally `if (v)`) or
+  stores `G[X] = v`, where X is b or `E + b` (E free of b: the block's row of a table of
+  per-block partial histograms, `blockIdx.x * B + b`).
+The rewrite points the copy (or its alias) at `G + E`; a storing merge turns the clear into a
+clear of the global entries the merge wrote (`for (<merge header>) G[X] = 0;`); the merge and the
+shared declaration go, and launches stop passing the dynamic shared bytes of an `extern` copy.
+
+Why it is sound: the private copies start at zero and only ever receive `atomicAdd`s, and the
+merge adds (or stores) the sum over the copies of bin b into G[E + b]; an update of bin e of any
+copy lands in G[E + e] directly, so each global entry ends with the same sum of increments
+(integer addition is associative and commutative; an all-ones mask keeps every bit of a 32-bit
+count). A storing merge overwrote G[E + b]: the global entry is cleared by the thread that stored
+it, a barrier before the first update (required between the clear and the updates), and E must
+hold the block index (each block its own row; blocks storing over each other are no sum). Sites
+need: one clear loop (`H[...] = 0`), one merge loop, every other use of the copy or an alias an
+atomic target, the updates between the two, the alias pointers never rebound, G a pointer that is
+not rebound, and several copies told apart only through aliases. An update outside the merged
+bins was an out-of-bounds access of the original (or of another warp's copy); the gate judges it.
 
 Forward, `privatize_atomics`: global atomics into a bounded table (`if (b < bins)
 atomicAdd(&counts[b], v)`) -> a per-block copy of the table in shared memory, cleared at block
