@@ -25,8 +25,14 @@ combining with `+` only (the partials are sums), A read after the tree only as `
 size B, a power of two, with S and the tree's first stride times two both equal to B (`blockDim.x`
 counts as B).
 
-Forward: none here; skills of the block_reduce_shared carrier are served by `warp_per_row`
-(block_reduce_to_warp_atomics' inverse), which spreads a row over a warp and reduces it there.
+Forward, `tree_sum_per_block`: the reverse. A sum over [0, N) that every thread of a kernel
+computes (`for (i = 0; i < N; i++) acc += E(i);` at the top level of the body) and that only
+`if (tid == 0)` statements read afterwards becomes strided partials (`i = threadIdx.x; i +=
+blockDim.x`) parked in a shared array of B slots and folded by a tree (barrier last), thread 0
+reading slot 0. Preconditions: every launch of the kernel in the file has the same constant,
+power-of-two, one-dimensional block B (the array's size and the tree's first stride), no `return`
+in the kernel (every thread reaches the barriers), and `acc` written nowhere after the loop; the
+argument above read the other way (the same sum, another order).
 """
 from __future__ import annotations
 
@@ -38,10 +44,10 @@ from tree_sitter import Node
 from corpora.code.nodes import contains, enclosing, same
 from corpora.code.parse import text, walk
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import FunctionIndex, statements, strip_parens
-from mining.operators.reduction_tree import (SYNC_RE, is_thread, kernel_launches, pow2, stmts, thread_names,
-                                             value_of)
+from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, candidate
+from mining.operators.nodes import FunctionIndex, indent_at, kernels, statements, strip_parens
+from mining.operators.reduction_tree import (SYNC_RE, fresh, is_thread, kernel_launches, pow2, stmts, thread_names,
+                                             thread_zero_reads_only, value_of)
 from mining.operators.rewrite_util import ctext, splice_range, structural
 
 _TYPE = r"(?:const\s+)?(?:(?:unsigned|signed|long|short)\s+)*\w+"
@@ -208,4 +214,75 @@ class BlockTreeToThreadSum(Operator):
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
 
 
-PAIR = Pair(BlockTreeToThreadSum)
+def _serial_sum(src: Source, loop: Node) -> Optional[tuple[str, Node, Node, str]]:
+    """(acc, init value node, update node, loop variable) of `for (i = 0; i < N; i++) acc += E(i);`."""
+    init, upd, body = (loop.child_by_field_name(f) for f in ("initializer", "update", "body"))
+    if init is None or upd is None or body is None or len(stmts(body)) != 1:
+        return None
+    mi = re.fullmatch(r"(?:%s\s+)?(\w+)\s*=\s*0[uU]?\s*;?" % _TYPE, ctext(src, init))
+    ma = re.fullmatch(r"(\w+)\s*\+=\s*[^;]+;", ctext(src, stmts(body)[0]))
+    if mi is None or ma is None or ma.group(1) == mi.group(1):
+        return None
+    i = re.escape(mi.group(1))
+    if not re.fullmatch(r"%s\s*\+\+|\+\+\s*%s|%s\s*\+=\s*1|%s\s*=\s*%s\s*\+\s*1" % (i, i, i, i, i), ctext(src, upd)):
+        return None
+    value = None
+    if init.type == "declaration":
+        d = next((c for c in init.named_children if c.type == "init_declarator"), None)
+        value = d.child_by_field_name("value") if d is not None else None
+    elif init.type == "assignment_expression":
+        value = init.child_by_field_name("right")
+    return (ma.group(1), value, upd, mi.group(1)) if value is not None else None
+
+
+def tree_sum_per_block(source: str, ctx: Context) -> list[Materialization]:
+    """Every thread's sum over [0, N), read by thread 0 only -> strided partials folded by a
+    shared-memory tree over the block (see the module docstring)."""
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        names = thread_names(src, k.node)
+        launches = kernel_launches(src, k.node)
+        if not names or not launches or len({la.block for la in launches}) != 1 or not pow2(launches[0].block) \
+                or launches[0].block < 2 or re.search(r"\breturn\b", ctext(src, k.body)):
+            continue
+        block = launches[0].block
+        idx = FunctionIndex(src, k.node)
+        for loop in statements(k.body):
+            if loop.type != "for_statement" or (r := _serial_sum(src, loop)) is None:
+                continue
+            acc, start, update, i = r
+            v = idx.visible(acc, loop.start_byte)
+            if v is None or v.shape != "scalar" or v.kind != "local" or \
+                    any(w.start_byte >= loop.end_byte for w in v.assigned):
+                continue
+            tnode = v.decl.child_by_field_name("type")
+            ctype = ctext(src, tnode) if tnode is not None else ""
+            if not ctype or ctype == "auto":
+                continue
+            guards = thread_zero_reads_only(src, loop, k.node, acc, set())
+            reads = [n for n in walk(k.body) if n.type == "identifier" and text(n) == acc and
+                     n.start_byte >= loop.end_byte]
+            if not guards or not reads:
+                continue
+            tree, s = fresh(src, k.node, "ks_tree"), fresh(src, k.node, "ks_s")
+            ind = indent_at(src, loop.start_byte)
+            park = (f"\n{ind}__shared__ {ctype} {tree}[{block}];\n"
+                    f"{ind}{tree}[threadIdx.x] = {acc};\n"
+                    f"{ind}__syncthreads();\n"
+                    f"{ind}for (unsigned int {s} = {block} / 2; {s} > 0; {s} >>= 1) {{\n"
+                    f"{ind}    if (threadIdx.x < {s}) {tree}[threadIdx.x] += {tree}[threadIdx.x + {s}];\n"
+                    f"{ind}    __syncthreads();\n"
+                    f"{ind}}}")
+            edits = [Edit(start.start_byte, start.end_byte, "threadIdx.x"),
+                     Edit(update.start_byte, update.end_byte, f"{i} += blockDim.x"),
+                     Edit(loop.end_byte, loop.end_byte, park)]
+            edits += [Edit(n.start_byte, n.end_byte, f"{tree}[0]") for n in reads]
+            out.append(candidate(src, edits, "tree_sum_per_block",
+                                 f"{k.name}: the sum of {acc} split over the block's {block} threads and folded "
+                                 f"by a shared-memory tree",
+                                 guards=[f"every launch of {k.name} has {block} threads"], excerpt=ctext(src, loop)))
+    return out
+
+
+PAIR = Pair(BlockTreeToThreadSum, (Rewrite("tree_sum_per_block", "block_reduce_shared", tree_sum_per_block, prior=2.0),))

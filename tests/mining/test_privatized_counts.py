@@ -2,13 +2,14 @@
 read by one thread (issue 19): privatized_to_global_atomics on per-warp copies behind an alias,
 per-block rows stored to global memory, masks and helpers; block_tree_to_thread_sum on the merge
 of such rows and on a one-block sum. Variants the operators were not written for, sites they must
-refuse, and CPU gate runs of the rewritten variants."""
+refuse, CPU gate runs of the rewritten variants, and the forward half (tree_sum_per_block)."""
 from __future__ import annotations
 
 import pytest
 
 from _operator_support import cpu_gate, edited, to_fixpoint
 from mining.operators import get_operator
+from mining.operators.forward import run_rewrite
 
 PRIV = get_operator("privatized_to_global_atomics")
 TREE = get_operator("block_tree_to_thread_sum")
@@ -87,7 +88,7 @@ ROWS = """
 #define MT 128
 __device__ __forceinline__ void bump(int* table, int v) { atomicAdd(table + v, 1); }
 __device__ void take(int* table, int v, int bins) { if ((unsigned)v < (unsigned)bins) bump(table, v); }
-__global__ void blockrows_variant(const int* x, int* rows, int n, int bins) {
+__global__ void block_rows(const int* x, int* rows, int n, int bins) {
     __shared__ int local[MAXB];
     for (int b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
     __syncthreads();
@@ -95,7 +96,7 @@ __global__ void blockrows_variant(const int* x, int* rows, int n, int bins) {
     __syncthreads();
     for (int b = threadIdx.x; b < bins; b += blockDim.x) rows[ROW + b] = local[b];
 }
-__global__ void mergerows_variant(const int* rows, int* counts, int nrows, int bins) {
+__global__ void merge_rows(const int* rows, int* counts, int nrows, int bins) {
     const unsigned t = threadIdx.x;
     int acc = 0;
     for (int r = t; r < nrows; r = r + MT) acc += rows[r * bins + blockIdx.x];
@@ -215,3 +216,39 @@ def test_tree_refuses_a_block_that_is_not_the_tree(launch):
     src = ONE_BLOCK.replace("one_block_sum<<<1, THREADS>>>", launch).replace(
         "int N) {", "int N) { int n_threads = N > 4096 ? 256 : 128;")
     assert TREE.find_sites(src) == []
+
+
+# --------------------------------------------------------------------------- forward: tree_sum_per_block
+def test_forward_splits_a_serial_sum_over_the_block(tmp_path):
+    back, n = to_fixpoint(TREE, ONE_BLOCK)
+    assert n == 1
+    mats = run_rewrite("tree_sum_per_block", back)
+    assert len(mats) == 1 and mats[0].carrier == "block_reduce_shared"
+    new = mats[0].source
+    assert "for (int k = threadIdx.x; k < n; k += blockDim.x) s += x[k];" in new
+    assert "__shared__ double ks_tree[256];" in new and "if (tid == 0) y[0] = (float)ks_tree[0];" in new
+    assert len(TREE.find_sites(new)) == 1  # the backward half reads it again
+    assert cpu_gate("reduce_sum", new, tmp_path).passed
+
+
+def test_forward_on_the_merge_kernel_of_per_block_rows(tmp_path):
+    back, _ = to_fixpoint(PRIV, rows_variant())
+    back, _ = to_fixpoint(TREE, back)
+    mats = run_rewrite("tree_sum_per_block", back)
+    assert [m.description.split(":")[0] for m in mats] == ["merge_rows"]
+    assert "__shared__ int ks_tree[128];" in mats[0].source
+    assert cpu_gate("histogram", mats[0].source, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # a run-time block size: the shared array and the tree cannot be sized
+    ("one_block_sum<<<1, THREADS>>>", "one_block_sum<<<1, N > 4096 ? 256 : 128>>>"),
+    # a thread leaves early: the others would wait at the tree's barriers for it
+    ("double s = 0.0;", "if (tid >= (unsigned)n) return;\n    double s = 0.0;"),
+    # every thread reads the sum: slot 0 is thread 0's alone
+    ("if (tid == 0) y[0] = (float)s;", "y[0] = (float)s;"),
+])
+def test_forward_refuses(change):
+    back, _ = to_fixpoint(TREE, ONE_BLOCK)
+    assert change[0] in back
+    assert run_rewrite("tree_sum_per_block", back.replace(*change)) == []
