@@ -16,7 +16,9 @@ Found by meaning, whatever the spelling (issue 19):
   functions that only pass the pointer on to an `atomicAdd` (helpers of helpers, to a fixpoint);
 * several copies (one per warp) are read by the merge as `s += H[b + i * B]` over the copies i
   (a mask with all 32 bits set, `& 0xFFFFFFFFU` through a macro, changes nothing), each alias
-  then pointing at a whole copy (`W * B`); one copy is read as `H[b]`;
+  then pointing at a whole copy (`W * B`); or the copies are the rows of a 2-D array, read as
+  `s += H[i][b]` and updated through a row (`&H[w][e]`, `f(H[w])`, `T *p = H[w];`); one copy is
+  read as `H[b]`; the clear may be nested loops (`for (w ..) for (b ..) H[w][b] = 0;`);
 * the merge publishes `atomicAdd(&G[X], v)` / `atomicAdd(G + X, v)` (optionally `if (v)`) or
   stores `G[X] = v`, where X is b or `E + b` (E free of b: the block's row of a table of
   per-block partial histograms, `blockIdx.x * B + b`).
@@ -184,7 +186,7 @@ def _base_of(index: str, b: str) -> Optional[str]:
     return " + ".join(rest)
 
 
-def _merge(src: Source, loop: Node, name: str, elem32: bool) -> Optional[_Merge]:
+def _merge(src: Source, loop: Node, name: str, elem32: bool, rows2d: bool = False) -> Optional[_Merge]:
     """Read a merge loop over the bins of private array `name` (see _Merge), else None."""
     init, body = loop.child_by_field_name("initializer"), loop.child_by_field_name("body")
     if init is None or body is None:
@@ -216,6 +218,15 @@ def _merge(src: Source, loop: Node, name: str, elem32: bool) -> Optional[_Merge]
             if not elem32 or not re.fullmatch(_ALL_ONES, mask):
                 return None
             read = strip_parens(mm.group(1))
+        if rows2d:  # copies as the rows of a 2-D array: H[i][b]
+            if not re.fullmatch(r"%s\s*\[\s*%s\s*\]\s*\[\s*%s\s*\]" % (h, i, b), read):
+                return None
+            pub = _publish(m.group("pub"), re.escape(m.group("s")))
+            if pub is None:
+                return None
+            g, x, store = pub
+            base = _base_of(x, mb.group(1))
+            return _Merge(mb.group(1), g, x, base, store, "[row]") if base is not None else None
         mr = re.fullmatch(r"%s\s*\[\s*(.+?)\s*\]" % h, read)
         if mr is None:
             return None
@@ -258,6 +269,9 @@ def _alias(src: Source, idx: FunctionIndex, ident: Node):
     t = strip_parens(code(src, n))
     if re.fullmatch(h, t):
         return v, n, ""
+    m2 = re.fullmatch(r"%s\s*\[\s*([^\[\]]+)\s*\]|&\s*%s\s*\[\s*([^\[\]]+)\s*\]\s*\[\s*0\s*\]" % (h, h), t)
+    if m2 is not None:  # a row of a 2-D array: one whole copy
+        return v, n, "[row]"
     m = re.fullmatch(r"%s\s*\+\s*(.+)|(.+?)\s*\+\s*%s|&\s*%s\s*\[\s*(.+)\s*\]" % (h, h, h), t)
     if m is None:
         return None
@@ -329,13 +343,13 @@ class PrivatizedToGlobalAtomics(Operator):
         for decl, name, dims in st.shared_decls:
             f = st.function_at(decl.start_byte)
             fn = st.func_node(f) if f is not None else None
-            if fn is None or len(dims) > 1:
+            if fn is None or len(dims) > 2:
                 continue
-            e = self.rewrite(st, fn, decl, name, atomic_params)
+            e = self.rewrite(st, fn, decl, name, atomic_params, len(dims) == 2)
             if e is not None:
                 yield e
 
-    def rewrite(self, src: Source, fn: Node, decl: Node, name: str, atomic_params) -> Optional[Edit]:
+    def rewrite(self, src: Source, fn: Node, decl: Node, name: str, atomic_params, rows2d: bool = False) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
         var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
         body = fn.child_by_field_name("body")
@@ -359,8 +373,10 @@ class PrivatizedToGlobalAtomics(Operator):
             if t is None:
                 return None
             if t.type == "for_statement":
-                # the clear: for (...) H[e] = 0;
+                # the clear: for (...) H[e] = 0; (or for (...) for (...) H[w][e] = 0;)
                 stmt = _single_statement(t.child_by_field_name("body"))
+                while stmt is not None and stmt.type == "for_statement":
+                    stmt = _single_statement(stmt.child_by_field_name("body"))
                 if stmt is not None and re.fullmatch(r"%s\s*\[[^;]+\]\s*=\s*0[uUlL]*\s*;" % re.escape(name),
                                                      code(src, stmt)):
                     if clear is not None and not same(clear, t):
@@ -369,24 +385,29 @@ class PrivatizedToGlobalAtomics(Operator):
                     continue
                 if merge is not None and same(merge, t):
                     continue
-                m = _merge(src, t, name, elem32) if merge is None else None
+                m = _merge(src, t, name, elem32, rows2d) if merge is None else None
                 if m is not None:
                     merge, info = t, m
                     continue
             a = _alias(src, idx, u)
-            if a is not None:
+            if a is not None and (a[2] == "[row]") == rows2d:
                 aliases.append(a)
                 continue
             # an atomic target, directly or through a device function's atomic-only parameter
-            if _enclosing_atomic(u) is not None or _atomic_arg(u, atomic_params):
-                direct.append(u)
+            # (a 2-D copy through its row, `&H[w][e]` / `f(H[w])`)
+            ref = u.parent if rows2d else u
+            if rows2d and (ref is None or ref.type != "subscript_expression" or not same(ref.named_children[0], u)):
+                return None
+            if _enclosing_atomic(u) is not None and (not rows2d or ref.parent.type == "subscript_expression") or \
+                    _atomic_arg(ref, atomic_params):
+                direct.append(ref)
                 continue
             return None
         if clear is None or merge is None or info is None:
             return None
         updates = list(direct)
         for v, _, off in aliases:
-            if _rebound(v) or (info.copy_stride and not _copy_offset(off, info.copy_stride)) or \
+            if _rebound(v) or (info.copy_stride and not rows2d and not _copy_offset(off, info.copy_stride)) or \
                     (not info.copy_stride and off):
                 return None
             a_uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == v.name and
@@ -395,7 +416,7 @@ class PrivatizedToGlobalAtomics(Operator):
                 return None
             updates += a_uses
         # several copies are told apart only through their aliases' whole-copy offsets
-        if not updates or (info.copy_stride and direct):
+        if not updates or (info.copy_stride and direct and not rows2d):
             return None
         if not all(clear.end_byte <= u.start_byte and u.end_byte <= merge.start_byte for u in updates):
             return None

@@ -79,6 +79,68 @@ def test_refuses_a_copy_read_for_anything_but_the_merge():
     assert PRIV.find_sites(capped) == []
 
 
+# --------------------------------------------------------------------------- 2-D per-warp copies
+# one copy per warp as the rows of a static 2-D array, cleared by nested loops, updated through the
+# row directly or through a helper
+ROWS_2D = """
+#include <cuda_runtime.h>
+#define WARPS 8
+#define MAXB 1024
+__device__ void bump(int* row, int v) { atomicAdd(row + v, 1); }
+__global__ void hist_global(const int* x, int* counts, int n, int bins) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        if (x[i] >= 0 && x[i] < bins) atomicAdd(counts + x[i], 1);
+}
+__global__ void hist_2d(const int* x, int* counts, int n, int bins) {
+    __shared__ int sub[WARPS][MAXB];
+    const int warp = threadIdx.x >> 5;
+    for (int w = 0; w < WARPS; ++w)
+        for (int b = threadIdx.x; b < bins; b += blockDim.x) sub[w][b] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const int v = x[i];
+        if (v >= 0 && v < bins) UPDATE;
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+        int c = 0;
+        for (int w = 0; w < WARPS; w++) c += sub[w][b];
+        atomicAdd(counts + b, c);
+    }
+}
+__global__ void zero(int* c, int bins) {
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < bins; b += gridDim.x * blockDim.x) c[b] = 0;
+}
+void histogram(const int* x, int* counts, int N, int BINS) {
+    zero<<<(BINS + 255) / 256, 256>>>(counts, BINS);
+    if (BINS <= MAXB)
+        hist_2d<<<32, WARPS * 32>>>(x, counts, N, BINS);
+    else
+        hist_global<<<64, 256>>>(x, counts, N, BINS);
+}
+"""
+
+
+@pytest.mark.parametrize("update,expected", [
+    ("atomicAdd(&sub[warp][v], 1)", "atomicAdd(&counts[v], 1)"),
+    ("bump(sub[warp], v)", "bump(counts, v)"),
+])
+def test_per_warp_rows_of_a_2d_array(update, expected, tmp_path):
+    src = ROWS_2D.replace("UPDATE", update)
+    sites = PRIV.find_sites(src)
+    assert len(sites) == 1
+    new = PRIV.apply(src, sites[0])
+    assert expected in new and "sub" not in new, edited(src, new, sites[0])
+    if update.startswith("bump"):
+        assert cpu_gate("histogram", new, tmp_path).passed
+
+
+def test_2d_rows_refuse_a_row_read_outside_the_merge():
+    src = ROWS_2D.replace("UPDATE", "atomicAdd(&sub[warp][v], 1)").replace(
+        "        atomicAdd(counts + b, c);\n", "        atomicAdd(counts + b, c + sub[0][0] * 0);\n")
+    assert PRIV.find_sites(src) == []
+
+
 # --------------------------------------------------------------------------- per-block rows
 # one copy per block in static shared memory, updated through a device function, stored to the
 # block's row of a global table; a second kernel merges the rows with a shared-memory tree per bin
