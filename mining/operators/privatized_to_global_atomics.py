@@ -1,6 +1,6 @@
-"""privatized_to_global_atomics: a per-block shared histogram (cleared, incremented with shared
-atomics, then added to the global histogram bin by bin) is replaced by atomics on the global
-histogram itself.
+"""privatized_to_global_atomics: a private copy of a count table in shared memory (cleared,
+incremented with shared atomics, then merged into a global table bin by bin) is replaced by
+atomics on the global table itself.
 
     extern __shared__ int hist[];
     for (int b = threadIdx.x; b < bins; b += blockDim.x) hist[b] = 0;      // deleted
@@ -10,14 +10,33 @@ histogram itself.
         if (v) atomicAdd(counts + b, v);
     }
 
-Why it is sound: the private copy starts at zero and only ever receives `atomicAdd`s, and the merge
-adds private bin b to global bin b for every bin the clear covered (same loop bounds); so each
-global bin ends with the same sum of increments whether they go through the private copy or
-straight to it (integer addition is associative and commutative). Sites need exactly that shape:
-one clear loop and one merge loop over the same range, and every other use of the private array
-is the target of an `atomicAdd` - directly (`hist + e`, `&hist[e]`) or through a parameter of a
-device function of this file that is only used as an `atomicAdd` target. Removes the
-privatized_atomics carrier and the per-block merge (atomic_per_block) with it.
+Found by meaning, whatever the spelling (issue 19):
+* the copy is static or `extern` shared memory, reached directly (`H + e`, `&H[e]`), through a
+  local pointer bound once to it (`T *mine = H + warp * B;`, `&H[warp * B]`), or through device
+  functions that only pass the pointer on to an `atomicAdd` (helpers of helpers, to a fixpoint);
+* several copies (one per warp) are read by the merge as `s += H[b + i * B]` over the copies i
+  (a mask with all 32 bits set, `& 0xFFFFFFFFU` through a macro, changes nothing), each alias
+  then pointing at a whole copy (`W * B`); or the copies are the rows of a 2-D array, read as
+  `s += H[i][b]` and updated through a row (`&H[w][e]`, `f(H[w])`, `T *p = H[w];`); one copy is
+  read as `H[b]`; the clear may be nested loops (`for (w ..) for (b ..) H[w][b] = 0;`);
+* the merge publishes `atomicAdd(&G[X], v)` / `atomicAdd(G + X, v)` (optionally `if (v)`) or
+  stores `G[X] = v`, where X is b or `E + b` (E free of b: the block's row of a table of
+  per-block partial histograms, `blockIdx.x * B + b`).
+The rewrite points the copy (or its alias) at `G + E`; a storing merge turns the clear into a
+clear of the global entries the merge wrote (`for (<merge header>) G[X] = 0;`); the merge and the
+shared declaration go, and launches stop passing the dynamic shared bytes of an `extern` copy.
+
+Why it is sound: the private copies start at zero and only ever receive `atomicAdd`s, and the
+merge adds (or stores) the sum over the copies of bin b into G[E + b]; an update of bin e of any
+copy lands in G[E + e] directly, so each global entry ends with the same sum of increments
+(integer addition is associative and commutative; an all-ones mask keeps every bit of a 32-bit
+count). A storing merge overwrote G[E + b]: the global entry is cleared by the thread that stored
+it, a barrier before the first update (required between the clear and the updates), and E must
+hold the block index (each block its own row; blocks storing over each other are no sum). Sites
+need: one clear loop (`H[...] = 0`), one merge loop, every other use of the copy or an alias an
+atomic target, the updates between the two, the alias pointers never rebound, G a pointer that is
+not rebound, and several copies told apart only through aliases. An update outside the merged
+bins was an out-of-bounds access of the original (or of another warp's copy); the gate judges it.
 
 Forward, `privatize_atomics`: global atomics into a bounded table (`if (b < bins)
 atomicAdd(&counts[b], v)`) -> a per-block copy of the table in shared memory, cleared at block
@@ -30,6 +49,7 @@ grid in the same step (privatizing a 256-element block gains nothing).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from tree_sitter import Node
@@ -39,9 +59,10 @@ from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate
 from mining.operators.grid_clamp import clamp_edits
 from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
-from mining.operators.nodes import (FunctionIndex, code, has, idents, indent_at, kernels, line_start, raw, split_top,
-                                    statements, strip_parens, sub_base, sub_index)
-from mining.operators.rewrite_util import params_of, pragma_before, splice_range, structural
+from mining.operators.nodes import (FunctionIndex, code, has, idents, indent_at, kernel_launches, kernels, line_start,
+                                    raw, split_top, statements, strip_parens, sub_base, sub_index)
+from mining.operators.reduction_tree import SYNC_RE
+from mining.operators.rewrite_util import params_of, splice_range, structural
 from corpora.code.parse import text, walk
 
 
@@ -52,9 +73,29 @@ def _atomic_target(arg: Node) -> Optional[str]:
     return m.group(1) if m else None
 
 
+def _param_name(p: Node) -> Optional[str]:
+    d = p.child_by_field_name("declarator")
+    while d is not None:
+        if d.type == "identifier":
+            return text(d)
+        d = d.child_by_field_name("declarator")
+    return None
+
+
+def _atomic_arg(ident: Node, atomic_params: dict[str, set[int]]) -> bool:
+    """`ident` is passed, as is, at an atomic-only position of a device function of the file."""
+    args = ident.parent
+    if args is None or args.type != "argument_list" or args.parent is None or args.parent.type != "call_expression":
+        return False
+    pos = [i for i, a in enumerate(args.named_children) if same(a, ident)]
+    return bool(pos) and pos[0] in atomic_params.get(call_name(args.parent), set())
+
+
 def _atomic_only_params(src: Source) -> dict[str, set[int]]:
-    """Device function name -> positions of pointer parameters used only as atomicAdd targets."""
-    out: dict[str, set[int]] = {}
+    """Device function name -> positions of pointer parameters used only as atomicAdd targets,
+    directly or by passing them on to such a parameter of another device function (to a fixpoint:
+    `addWord(h, w)` that calls `addByte(h, b)` that does `atomicAdd(h + b, 1)`)."""
+    cands = []
     for f in src.funcs:
         if f.is_kernel:
             continue
@@ -62,25 +103,22 @@ def _atomic_only_params(src: Source) -> dict[str, set[int]]:
         if fn is None:
             continue
         for i, p in enumerate(params_of(fn)):
-            d = p.child_by_field_name("declarator")
-            name = None
-            while d is not None:
-                if d.type == "identifier":
-                    name = text(d)
-                    break
-                d = d.child_by_field_name("declarator")
+            name = _param_name(p)
             if not name or not f.params or i >= len(f.params) or not f.params[i].is_pointer:
                 continue
-            uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and
-                    not contains(p, n)]
-            ok = bool(uses)
-            for u in uses:
-                call = _enclosing_atomic(u)
-                if call is None:
-                    ok = False
-                    break
-            if ok:
-                out.setdefault(f.name, set()).add(i)
+            uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and not contains(p, n)]
+            if uses:
+                cands.append((f.name, i, uses))
+    out: dict[str, set[int]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for fname, i, uses in cands:
+            if i in out.get(fname, set()):
+                continue
+            if all(_enclosing_atomic(u) is not None or _atomic_arg(u, out) for u in uses):
+                out.setdefault(fname, set()).add(i)
+                changed = True
     return out
 
 
@@ -101,29 +139,197 @@ def _enclosing_atomic(ident: Node) -> Optional[Node]:
     return call
 
 
-def _merge_target(body: str, name: str) -> Optional[str]:
-    """G for a merge body `{ const int v = H[b]; if (v) atomicAdd(G + b, v); }` or
-    `atomicAdd(&G[b], H[b]);`, else None."""
-    n = re.escape(name)
-    tgt = r"(?:(?P<g1>\w+)\s*\+\s*(?P=b)|&\s*(?P<g2>\w+)\s*\[\s*(?P=b)\s*\])"
-    m = re.fullmatch(r"\{?\s*(?:const\s+)?\w+\s+(?P<v>\w+)\s*=\s*%s\s*\[\s*(?P<b>\w+)\s*\]\s*;\s*"
-                     r"(?:if\s*\(\s*(?P=v)\s*(?:!=\s*0\s*)?\)\s*)?atomicAdd\s*\(\s*%s\s*,\s*(?P=v)\s*\)\s*;\s*\}?"
-                     % (n, tgt), body)
-    if m is None:
-        m = re.fullmatch(r"\{?\s*atomicAdd\s*\(\s*(?:(?P<g1>\w+)\s*\+\s*(?P<b>\w+)|&\s*(?P<g2>\w+)\s*\[\s*(?P<b2>\w+)\s*\])"
-                         r"\s*,\s*%s\s*\[\s*(?P<i>\w+)\s*\]\s*\)\s*;\s*\}?" % n, body)
-        if m is None or m.group("i") not in (m.group("b"), m.group("b2")):
-            return None
-    return m.group("g1") or m.group("g2")
-
-
 def _single_statement(body: Node) -> Optional[Node]:
     if body is None:
         return None
     if body.type == "compound_statement":
-        kids = body.named_children
+        kids = [k for k in body.named_children if k.type != "comment"]
         return kids[0] if len(kids) == 1 else None
     return body
+
+
+@dataclass
+class _Merge:
+    """The merge loop `for (b ...) PUBLISH(G[X], sum of the private copies at bin b)`."""
+    bin: str
+    target: str  # G
+    index: str  # X, the global index of bin b
+    base: str  # X with b taken out ("" when X is b): private bin e goes to G[base + e]
+    store: bool  # G[X] = sum (the global entry is overwritten) rather than atomicAdd(&G[X], sum)
+    copy_stride: str  # "" for one private copy, else S in H[b + i * S] (copies i = 0, 1, ...)
+
+
+_TYPE = r"(?:const\s+)?(?:(?:unsigned|signed|long|short)\s+)*\w+"
+_ALL_ONES = r"\(?\s*(?:0[xX][fF]{8}|4294967295|~\s*0)[uUlL]*\s*\)?"
+
+
+def _publish(body: str, value: str) -> Optional[tuple[str, str, bool]]:
+    """(G, X, store) for `atomicAdd(&G[X], v);` / `atomicAdd(G + X, v);` / `G[X] = v;` (an optional
+    `if (v)` / `if (v != 0)` in front), v matching the regex `value`."""
+    guard = r"(?:if\s*\(\s*(?:%s)\s*(?:!=\s*0\s*)?\)\s*)?" % value
+    for pat, store in ((r"atomicAdd\s*\(\s*&\s*(?P<g>\w+)\s*\[\s*(?P<x>.+?)\s*\]\s*,\s*(?:%s)\s*\)\s*;", False),
+                       (r"atomicAdd\s*\(\s*(?P<g>\w+)\s*\+\s*(?P<x>.+?)\s*,\s*(?:%s)\s*\)\s*;", False),
+                       (r"(?P<g>\w+)\s*\[\s*(?P<x>.+?)\s*\]\s*=\s*(?:%s)\s*;", True)):
+        m = re.fullmatch(guard + pat % value, body)
+        if m is not None:
+            return m.group("g"), strip_parens(m.group("x")), store
+    return None
+
+
+def _base_of(index: str, b: str) -> Optional[str]:
+    """X = b, `E + b` or `b + E` (E free of b) -> E ("" for b), else None."""
+    terms = [strip_parens(t) for t in split_top(strip_parens(index), "+")]
+    hits = [t for t in terms if t == b]
+    rest = [t for t in terms if t != b]
+    if len(hits) != 1 or any(re.search(r"\b%s\b" % re.escape(b), t) or t.lstrip().startswith("-") for t in rest):
+        return None
+    return " + ".join(rest)
+
+
+def _merge(src: Source, loop: Node, name: str, elem32: bool, rows2d: bool = False) -> Optional[_Merge]:
+    """Read a merge loop over the bins of private array `name` (see _Merge), else None."""
+    init, body = loop.child_by_field_name("initializer"), loop.child_by_field_name("body")
+    if init is None or body is None:
+        return None
+    mb = re.fullmatch(r"(?:%s\s+)?(\w+)\s*=.+?;?" % _TYPE, code(src, init))
+    if mb is None:
+        return None
+    b, h = re.escape(mb.group(1)), re.escape(name)
+    t = code(src, body)
+    t = t[1:-1].strip() if t.startswith("{") and t.endswith("}") else t
+    one = r"%s\s*\[\s*%s\s*\]" % (h, b)
+    pub, stride = None, ""
+    m = re.fullmatch(r"%s\s+(\w+)\s*=\s*%s\s*;\s*(.+)" % (_TYPE, one), t)
+    if m is not None:  # const int v = H[b]; [if (v)] PUBLISH(v);
+        pub = _publish(m.group(2), re.escape(m.group(1)))
+    else:  # PUBLISH(H[b]);
+        pub = _publish(t, one)
+    if pub is None:  # T s = 0; for (i = 0; i < C; i++) s += H[b + i * S] [& ALL_ONES]; PUBLISH(s);
+        m = re.fullmatch(r"%s\s+(?P<s>\w+)\s*=\s*0[uUlL]*\s*;\s*for\s*\(\s*(?:%s\s+)?(?P<i>\w+)\s*=\s*0\s*;\s*(?P=i)\s*<\s*"
+                         r"[^;]+;\s*(?:(?P=i)\s*\+\+|\+\+\s*(?P=i)|(?P=i)\s*\+=\s*1)\s*\)\s*\{?\s*(?P=s)\s*\+=\s*"
+                         r"(?P<read>[^;]+);\s*\}?\s*(?P<pub>.+)" % (_TYPE, _TYPE), t)
+        if m is None:
+            return None
+        i = re.escape(m.group("i"))
+        read = strip_parens(m.group("read"))
+        mm = re.fullmatch(r"(.+?)\s*&\s*(\w+)", read)
+        if mm is not None:  # a mask that keeps every bit of a 32-bit count changes nothing
+            mask = strip_parens(src.expand(mm.group(2)))
+            if not elem32 or not re.fullmatch(_ALL_ONES, mask):
+                return None
+            read = strip_parens(mm.group(1))
+        if rows2d:  # copies as the rows of a 2-D array: H[i][b]
+            if not re.fullmatch(r"%s\s*\[\s*%s\s*\]\s*\[\s*%s\s*\]" % (h, i, b), read):
+                return None
+            pub = _publish(m.group("pub"), re.escape(m.group("s")))
+            if pub is None:
+                return None
+            g, x, store = pub
+            base = _base_of(x, mb.group(1))
+            return _Merge(mb.group(1), g, x, base, store, "[row]") if base is not None else None
+        mr = re.fullmatch(r"%s\s*\[\s*(.+?)\s*\]" % h, read)
+        if mr is None:
+            return None
+        terms = [strip_parens(x) for x in split_top(strip_parens(mr.group(1)), "+")]
+        if len(terms) != 2 or mb.group(1) not in terms:
+            return None
+        other = terms[1 - terms.index(mb.group(1))]
+        ms = re.fullmatch(r"%s\s*\*\s*(.+)|(.+?)\s*\*\s*%s" % (i, i), other)
+        if ms is None:
+            return None
+        stride = strip_parens(ms.group(1) or ms.group(2))
+        if re.search(r"\b%s\b" % i, stride):
+            return None
+        pub = _publish(m.group("pub"), re.escape(m.group("s")))
+    if pub is None:
+        return None
+    g, x, store = pub
+    base = _base_of(x, mb.group(1))
+    if base is None:
+        return None
+    return _Merge(mb.group(1), g, x, base, store, stride)
+
+
+def _alias(src: Source, idx: FunctionIndex, ident: Node):
+    """(Var, value node, offset text) when `ident` is the whole initializer of a local pointer:
+    `T *P = H;`, `T *P = H + off;` (either order) or `T *P = &H[off];`, else None."""
+    n = ident
+    while n.parent is not None and n.parent.type in ("binary_expression", "subscript_expression",
+                                                     "pointer_expression", "parenthesized_expression"):
+        n = n.parent
+    d = n.parent
+    if d is None or d.type != "init_declarator" or not same(d.child_by_field_name("value"), n):
+        return None
+    if d.child_by_field_name("declarator") is None or d.child_by_field_name("declarator").type != "pointer_declarator":
+        return None
+    v = next((v for v in idx.vars if same(v.declarator, d)), None)
+    if v is None:
+        return None
+    h = re.escape(text(ident))
+    t = strip_parens(code(src, n))
+    if re.fullmatch(h, t):
+        return v, n, ""
+    m2 = re.fullmatch(r"%s\s*\[\s*([^\[\]]+)\s*\]|&\s*%s\s*\[\s*([^\[\]]+)\s*\]\s*\[\s*0\s*\]" % (h, h), t)
+    if m2 is not None:  # a row of a 2-D array: one whole copy
+        return v, n, "[row]"
+    m = re.fullmatch(r"%s\s*\+\s*(.+)|(.+?)\s*\+\s*%s|&\s*%s\s*\[\s*(.+)\s*\]" % (h, h, h), t)
+    if m is None:
+        return None
+    return v, n, strip_parens(m.group(1) or m.group(2) or m.group(3))
+
+
+def _rebound(v) -> bool:
+    """The pointer variable itself is assigned or stepped (element writes through it are not)."""
+    for a in v.assigned:
+        t = a.child_by_field_name("left") if a.type == "assignment_expression" else a.child_by_field_name("argument")
+        while t is not None and t.type == "parenthesized_expression":
+            t = t.named_children[0]
+        if t is not None and t.type == "identifier":
+            return True
+    return False
+
+
+def _copy_offset(offset: str, stride: str) -> bool:
+    """`W * S` / `S * W` (a whole copy of S bins), or no offset at all."""
+    if not offset:
+        return True
+    terms = [strip_parens(x) for x in re.split(r"\s*\*\s*", offset)]
+    return len(terms) == 2 and " ".join(stride.split()) in (" ".join(terms[0].split()), " ".join(terms[1].split()))
+
+
+def _span_with_pragma(src: Source, node: Node) -> tuple[int, int]:
+    """The node's whole lines and a `#pragma unroll` above it (blank lines between allowed)."""
+    s, e = src.line_span(node.start_byte, node.end_byte)
+    a = s
+    while a > 0:
+        b = src.code.rfind(b"\n", 0, a - 1) + 1
+        line = src.code[b:a]
+        if not line.strip():
+            a = b
+            continue
+        if re.match(rb"[ \t]*#[ \t]*pragma[ \t]+unroll\b", line):
+            return b, e
+        break
+    return s, e
+
+
+def _dynamic_smem_edits(src: Source, fn: Node, decl: Node) -> list[Edit]:
+    """With the kernel's only `extern __shared__` array gone, its launches stop asking for dynamic
+    shared memory (the size argument dropped, or 0 where a stream follows)."""
+    if "extern" not in code(src, decl):
+        return []
+    f = src.function_at(fn.start_byte)
+    if f is None or sum(1 for d, _, _ in src.shared_decls if contains(fn, d) and "extern" in code(src, d)) != 1:
+        return []
+    out = []
+    for la in kernel_launches(src, f.name):
+        ks = next((c for c in la.call.children if c.type == "kernel_call_syntax"), None)
+        args = ks.named_children if ks is not None else []
+        if len(args) == 3:
+            out.append(Edit(args[1].end_byte, args[2].end_byte, ""))
+        elif len(args) == 4:
+            out.append(Edit(args[2].start_byte, args[2].end_byte, "0"))
+    return out
 
 
 class PrivatizedToGlobalAtomics(Operator):
@@ -137,81 +343,110 @@ class PrivatizedToGlobalAtomics(Operator):
         for decl, name, dims in st.shared_decls:
             f = st.function_at(decl.start_byte)
             fn = st.func_node(f) if f is not None else None
-            if fn is None or len(dims) > 1:
+            if fn is None or len(dims) > 2:
                 continue
-            e = self.rewrite(st, fn, decl, name, atomic_params)
+            e = self.rewrite(st, fn, decl, name, atomic_params, len(dims) == 2)
             if e is not None:
                 yield e
 
-    def rewrite(self, src: Source, fn: Node, decl: Node, name: str, atomic_params) -> Optional[Edit]:
+    def rewrite(self, src: Source, fn: Node, decl: Node, name: str, atomic_params, rows2d: bool = False) -> Optional[Edit]:
         idx = FunctionIndex(src, fn)
         var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
-        if var is None:
+        body = fn.child_by_field_name("body")
+        if var is None or body is None:
             return None
+        elem32 = not re.search(r"\b(long|double|size_t|u?int64_t|float)\b", code(src, decl))
+        top = statements(body)
+
+        def top_of(n: Node) -> Optional[Node]:
+            while n is not None and n.parent is not None and not same(n.parent, body):
+                n = n.parent
+            return n if n is not None and n.parent is not None else None
+
         uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == name and not contains(decl, n)
                 and idx.visible(name, n.start_byte) is var]
         clear = merge = None
-        target = None
-        redirect = []
+        info: Optional[_Merge] = None
+        direct, aliases = [], []
         for u in uses:
-            loop = u.parent
-            while loop is not None and loop.type != "for_statement":
-                loop = loop.parent
-            stmt = _single_statement(loop.child_by_field_name("body")) if loop is not None else None
-            # the clear: for (...) H[b] = 0;
-            if stmt is not None and re.fullmatch(r"\s*%s\s*\[\s*(\w+)\s*\]\s*=\s*0\s*;\s*" % re.escape(name),
-                                                 text(stmt)):
-                if clear is not None and not same(clear, loop):
-                    return None
-                clear = loop
-                continue
-            # the merge: for (...) { const int v = H[b]; if (v) atomicAdd(G + b, v); } / atomicAdd(G + b, H[b])
-            if loop is not None:
-                body = " ".join(src.code[loop.child_by_field_name("body").start_byte:
-                                         loop.child_by_field_name("body").end_byte].decode().split())
-                g = _merge_target(body, name)
-                if g is not None:
-                    if merge is not None and not same(merge, loop):
+            t = top_of(u)
+            if t is None:
+                return None
+            if t.type == "for_statement":
+                # the clear: for (...) H[e] = 0; (or for (...) for (...) H[w][e] = 0;)
+                stmt = _single_statement(t.child_by_field_name("body"))
+                while stmt is not None and stmt.type == "for_statement":
+                    stmt = _single_statement(stmt.child_by_field_name("body"))
+                if stmt is not None and re.fullmatch(r"%s\s*\[[^;]+\]\s*=\s*0[uUlL]*\s*;" % re.escape(name),
+                                                     code(src, stmt)):
+                    if clear is not None and not same(clear, t):
                         return None
-                    merge, target = loop, g
+                    clear = t
                     continue
-            # an atomic target, directly or through a device function's atomic-only parameter
-            if _enclosing_atomic(u) is not None:
-                redirect.append(u)
+                if merge is not None and same(merge, t):
+                    continue
+                m = _merge(src, t, name, elem32, rows2d) if merge is None else None
+                if m is not None:
+                    merge, info = t, m
+                    continue
+            a = _alias(src, idx, u)
+            if a is not None and (a[2] == "[row]") == rows2d:
+                aliases.append(a)
                 continue
-            args = u.parent
-            if args is not None and args.type == "argument_list" and args.parent is not None and \
-                    args.parent.type == "call_expression":
-                pos = [i for i, a in enumerate(args.named_children) if same(a, u)]
-                if pos and pos[0] in atomic_params.get(call_name(args.parent), set()):
-                    redirect.append(u)
-                    continue
+            # an atomic target, directly or through a device function's atomic-only parameter
+            # (a 2-D copy through its row, `&H[w][e]` / `f(H[w])`)
+            ref = u.parent if rows2d else u
+            if rows2d and (ref is None or ref.type != "subscript_expression" or not same(ref.named_children[0], u)):
+                return None
+            if _enclosing_atomic(u) is not None and (not rows2d or ref.parent.type == "subscript_expression") or \
+                    _atomic_arg(ref, atomic_params):
+                direct.append(ref)
+                continue
             return None
-        if clear is None or merge is None or not redirect or not target:
+        if clear is None or merge is None or info is None:
             return None
-        # same bounds, clear first, merge last
-        def header(loop):
-            init = loop.child_by_field_name("initializer")
-            var_ = re.search(r"(\w+)\s*=", text(init))
-            h = " ".join(text(init).split()) + " " + " ".join(text(loop.child_by_field_name("condition")).split()) + \
-                " " + " ".join(text(loop.child_by_field_name("update")).split())
-            return re.sub(r"\b%s\b" % var_.group(1), "ks_b", h) if var_ else None
-        if header(clear) is None or header(clear) != header(merge):
+        updates = list(direct)
+        for v, _, off in aliases:
+            if _rebound(v) or (info.copy_stride and not rows2d and not _copy_offset(off, info.copy_stride)) or \
+                    (not info.copy_stride and off):
+                return None
+            a_uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == v.name and
+                      not contains(v.declarator, n) and idx.visible(v.name, n.start_byte) is v]
+            if not all(_enclosing_atomic(n) is not None or _atomic_arg(n, atomic_params) for n in a_uses):
+                return None
+            updates += a_uses
+        # several copies are told apart only through their aliases' whole-copy offsets
+        if not updates or (info.copy_stride and direct and not rows2d):
             return None
-        if not all(clear.end_byte <= u.start_byte and u.end_byte <= merge.start_byte for u in redirect):
+        if not all(clear.end_byte <= u.start_byte and u.end_byte <= merge.start_byte for u in updates):
             return None
-        gv = idx.visible(target, merge.start_byte)
-        if gv is None or gv.shape != "pointer" or gv.assigned or any(idx.visible(target, u.start_byte) is not gv
-                                                                     for u in redirect):
+        g = info.target
+        gv = idx.visible(g, merge.start_byte)
+        if gv is None or gv.shape != "pointer" or _rebound(gv) or \
+                any(idx.visible(g, n.start_byte) is not gv for n in updates + [a[1] for a in aliases]):
             return None
-        subs = [Edit(u.start_byte, u.end_byte, target) for u in redirect]
-        for loop in (clear, merge):
-            s, e = loop.start_byte, loop.end_byte
-            pr = pragma_before(src, s)
-            s = pr if pr is not None else s
-            subs.append(Edit(*src.line_span(s, e), ""))
-        ds, de = src.line_span(decl.start_byte, decl.end_byte)
-        subs.append(Edit(ds, de, ""))
+        if info.store:
+            # the global entries are overwritten by the merge: they are cleared where the private
+            # copy was, a barrier before the first update, one block per row (blockIdx in X)
+            first = min(updates, key=lambda n: n.start_byte)
+            ci, ui = next(i for i, s in enumerate(top) if same(s, clear)), \
+                next(i for i, s in enumerate(top) if top_of(first) is not None and same(s, top_of(first)))
+            if not any(re.fullmatch(SYNC_RE, code(src, s)) for s in top[ci + 1:ui]):
+                return None
+            if not re.search(r"\bblockIdx\b", info.base):
+                return None
+        at = f"{g} + ({info.base})" if info.base else g
+        subs = [Edit(u.start_byte, u.end_byte, f"({at})" if info.base else g) for u in direct]
+        subs += [Edit(n.start_byte, n.end_byte, at) for _, n, _ in aliases]
+        if info.store:
+            loop_body = merge.child_by_field_name("body")
+            header = " ".join(src.code[merge.start_byte:loop_body.start_byte].decode().split())
+            subs.append(Edit(clear.start_byte, clear.end_byte, f"{header} {g}[{info.index}] = 0;"))
+        else:
+            subs.append(Edit(*_span_with_pragma(src, clear), ""))
+        subs.append(Edit(*_span_with_pragma(src, merge), ""))
+        subs.append(Edit(*src.line_span(decl.start_byte, decl.end_byte), ""))
+        subs += _dynamic_smem_edits(src, fn, decl)
         subs.sort()
         for (s1, e1, _), (s2, e2, _) in zip(subs, subs[1:]):
             if s2 < e1:

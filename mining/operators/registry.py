@@ -19,6 +19,7 @@ docs/architecture.md, "Operators".
 """
 from __future__ import annotations
 
+from mining.operators import block_tree_to_thread_sum
 from mining.operators import (async_copy_to_sync, devectorize, block_swizzle_to_natural, half2_to_scalar, block_per_row_to_thread, cache_hints, drop_specialized_dispatch,
                               shrink_work_constant, swap_thread_axes, block_reduce_to_serial, block_reduce_to_warp_atomics,
                               block_scan_to_thread_totals, block_stride_to_chunks, chan_stats_to_two_pass,
@@ -55,6 +56,8 @@ PAIRS: tuple[Pair, ...] = (
     # tree written out per stride becomes a loop, the unrolled last warp folds into it, sequential
     # addressing becomes interleaved, the strided index becomes the modulo test
     unrolled_tree_to_loop.PAIR, warp_tail_to_loop.PAIR, sequential_to_interleaved.PAIR, strided_to_modulo.PAIR,
+    # a tree sum that only thread 0 reads, once no rung of the ladder is left to walk down (issue 19)
+    block_tree_to_thread_sum.PAIR,
     # generic simplifications found by meaning (issue 19): a run-time dispatch to a specialized
     # instance goes once the fine-grained steps above have narrowed what they can of it; then a
     # compile-time constant that sizes one thread's work becomes 1; then the thread axes of a 2-D

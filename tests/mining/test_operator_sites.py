@@ -52,7 +52,9 @@ def _outside_idioms() -> list[str]:
     # the shared-memory reduction ladder (mining/operators/reduction_tree.py) in two spellings
     ladder = [(FIXTURES / name).read_text() for name in ("ladder_tree_sum.cu", "ladder_tree_sum_volatile.cu",
                                                                "ladder_tree_sum_shuffle.cu")]
-    return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T, *ladder]
+    # private count tables merged into global memory, block tree sums read by thread 0
+    from test_privatized_counts import ONE_BLOCK, PER_WARP, rows_variant
+    return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T, *ladder, PER_WARP % "", rows_variant(), ONE_BLOCK]
 
 
 @functools.lru_cache(maxsize=None)
