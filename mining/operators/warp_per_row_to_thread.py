@@ -19,8 +19,12 @@ Detection by meaning. The group width W is read from the lane: a local defined a
 template parameter of the kernel given at the launch. Then, in the kernel:
 - every use of the thread index goes through the lane (or the group index `threadIdx.x / W`);
 - the lane and what is computed from it reach neither a shared-memory index nor a shuffle's
-  arguments (no exchange of data through lanes), and a global store that depends on the lane sits
-  in a loop over the row's columns (lanes do not write outputs of their own);
+  lane or offset arguments (no exchange of data through lanes), nor a sum with the block index (a
+  lane that is a coordinate of a 2-D tile of the grid is not a place in a row), and a global store
+  that depends on the lane sits in a loop over the row's columns (lanes do not write outputs of
+  their own);
+- the lanes sweep the row: a loop whose index is `i * W + lane`, a loop started at the lane and
+  striding by W, or a group reduction;
 - every exchange between lanes is a group reduction: a shuffle down / xor of a value combined
   with that same value (`v += shfl_xor(v, o)`, `v = max(v, shfl_down(v, o))`), inline or in a
   one-value helper (whose shuffles, or the shared-memory exchange `shuffle_to_shared` leaves in
@@ -69,7 +73,7 @@ from corpora.code.nodes import call_name
 from corpora.code.parse import text, walk
 from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair, Rewrite
-from mining.operators.nodes import Kernel, Launch, int_value, kernel_launches, kernels, strip_parens
+from mining.operators.nodes import Kernel, Launch, idents, int_value, kernel_launches, kernels, strip_parens
 from mining.operators.rewrite_util import splice_range, structural
 
 WARP = 32
@@ -338,7 +342,10 @@ class _Rewrite:
 
     def _edit(self) -> Optional[Edit]:
         src, body = self.src, self.body
-        code = text(body)
+        self.dead: list[tuple[int, int]] = []
+        self.xchg: set[str] = set()
+        self._exchange_arrays()
+        code = " ".join(text(n) for n in self._nodes(body, top=True))
         if not _TID.search(code) or re.search(r"\b(threadIdx|blockDim)\s*\.\s*z\b", code):
             return None
         launches = kernel_launches(src, self.k.name)
@@ -384,6 +391,79 @@ class _Rewrite:
             return None
         lo, hi = min(s.start for s in subs), max(s.end for s in subs)
         return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+    # ------------------------------------------------------------------ exchange arrays
+    def _nodes(self, root: Node, top: bool = False):
+        """The nodes of `root` outside the code this rewrite deletes (with `top`: the top-level
+        statements only, for their text)."""
+        if top:
+            for c in root.named_children:
+                if not any(a <= c.start_byte and c.end_byte <= b for a, b in self.dead):
+                    yield c
+            return
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if any(a <= n.start_byte and n.end_byte <= b for a, b in self.dead):
+                continue
+            yield n
+            stack.extend(reversed(n.children))
+
+    def _exchange_arrays(self) -> None:
+        """Shared arrays of the kernel used only to reduce a value across the group (what
+        `shuffle_to_shared` leaves of inline shuffles: `X[slot] = v; __syncwarp(); v += X[slot ^ o];`),
+        with the locals that only index them: their steps, declarations and slot locals go."""
+        body = self.body
+        for name in _local_shared(body):
+            uses = [n for n in walk(body) if n.type == "identifier" and text(n) == name]
+            steps, slots, ok = [], set(), True
+            for u in uses:
+                sub = u.parent
+                if sub is not None and sub.type in ("array_declarator", "init_declarator"):
+                    continue
+                if sub is None or sub.type != "subscript_expression":
+                    ok = False
+                    break
+                idx = sub.child_by_field_name("indices") or sub.child_by_field_name("index")
+                slots |= {text(i) for i in walk(idx) if i.type == "identifier"}
+                parent = sub.parent
+                if parent is not None and parent.type == "assignment_expression" and \
+                        parent.child_by_field_name("left") == sub:
+                    if text(parent.children[1]) != "=" or parent.child_by_field_name("right").type != "identifier":
+                        ok = False
+                    continue
+                a = _reduction_step(self.src, sub, body, {name})
+                if a is None:
+                    ok = False
+                    break
+                steps.append(a)
+            if not ok or not steps:
+                continue
+            slot_decls = []
+            for d in walk(body):
+                if d.type == "declaration" and any(
+                        c.type == "init_declarator" and text(c.child_by_field_name("declarator")) in slots
+                        for c in d.named_children):
+                    names = {text(c.child_by_field_name("declarator")) for c in d.named_children
+                             if c.type == "init_declarator"}
+                    used = [n for n in walk(body) if n.type == "identifier" and text(n) in names and
+                            not (d.start_byte <= n.start_byte < d.end_byte)]
+                    if all(any(x.type == "subscript_expression" and
+                               text(x.child_by_field_name("argument")) == name for x in _ancestors(n, body))
+                           for n in used):
+                        slot_decls.append(d)
+            self.xchg.add(name)
+            for a in steps:
+                e = self._delete(a.parent)
+                self.subs.append(e)
+                self.dead.append((e.start, e.end))
+            for d in [n for n in walk(body) if n.type == "declaration" and
+                      re.search(r"\b__shared__\b", text(n)) and name in {text(i) for i in walk(n)
+                                                                        if i.type == "identifier"}] + slot_decls:
+                e = self._delete(d)
+                self.subs.append(e)
+                self.dead.append((e.start, e.end))
+            self.evidence = True
 
     # ------------------------------------------------------------------ the lane and W
     def _lane(self, launches: list[Launch]) -> Optional[Lane]:
@@ -568,7 +648,7 @@ class _Rewrite:
         """Locals computed from the lane (the column index and what follows from it)."""
         out = set(self.lane.names) | (set(self.aliases) if self.lane.direct else set())
         for _ in range(4):
-            for n in walk(self.body):
+            for n in self._nodes(self.body):
                 if n.type == "init_declarator" and n.child_by_field_name("value") is not None:
                     tgt, val = n.child_by_field_name("declarator"), n.child_by_field_name("value")
                 elif n.type == "assignment_expression":
@@ -578,17 +658,35 @@ class _Rewrite:
                 if tgt is None or tgt.type != "identifier" or text(tgt) in out:
                     continue
                 if self._lane_in(val, out, values=True):
-                    if re.search(r"\bblockIdx\s*\.\s*x\b", text(val)):
-                        raise _Refuse()  # the lane is a column of the grid's x extent, not a place in a row
+                    if re.search(r"\bblockIdx\b", text(val)) or idents(text(val)) & self._block_derived():
+                        raise _Refuse()  # the lane is a coordinate of the grid (a tile), not a place in a row
                     out.add(text(tgt))
         return out
+
+    def _block_derived(self) -> set[str]:
+        """Locals computed from the block index (`bx = blockIdx.x`, `blockIdx_y = ...`)."""
+        if getattr(self, "_blocks", None) is None:
+            out: set[str] = set()
+            for _ in range(3):
+                for n in self._nodes(self.body):
+                    if n.type == "init_declarator" and n.child_by_field_name("value") is not None:
+                        tgt, val = n.child_by_field_name("declarator"), n.child_by_field_name("value")
+                    elif n.type == "assignment_expression":
+                        tgt, val = n.child_by_field_name("left"), n.child_by_field_name("right")
+                    else:
+                        continue
+                    if tgt is not None and tgt.type == "identifier" and \
+                            (re.search(r"\bblockIdx\b", text(val)) or idents(text(val)) & out):
+                        out.add(text(tgt))
+            self._blocks = out
+        return self._blocks
 
     def _lane_in(self, node: Node, tainted: set[str], values: bool = False) -> bool:
         """The lane (or a local computed from it) is in `node`; with `values`, only where it is
         computed with, not where it picks an element to load (`A[col]` is data, not the lane)."""
         for n in walk(node):
-            if values and any(a.type == "subscript_expression" or a.type == "argument_list"
-                              for a in _ancestors(n, node)):
+            if values and any(a.type in ("subscript_expression", "argument_list")
+                              for a in _ancestors(n, node) + [node] if a != n):
                 continue
             if n.type == "identifier" and text(n) in tainted:
                 return True
@@ -601,7 +699,7 @@ class _Rewrite:
         memory index and no exchange."""
         lane_decls = {(d.start_byte, d.end_byte) for d in self.lane.decls}
         shared = _local_shared(self.body) | set(self.src.shared_names)
-        for n in walk(self.body):
+        for n in self._nodes(self.body):
             is_tid = n.type == "field_expression" and _TID.fullmatch(text(n))
             is_alias = n.type == "identifier" and text(n) in self.aliases and not self._declares(n)
             if (is_tid or is_alias) and not self.lane.direct:
@@ -634,7 +732,7 @@ class _Rewrite:
     def _stores(self, tainted: set[str]) -> None:
         """A global store that depends on the lane is part of a sweep over the row's columns."""
         locals_ = _thread_locals(self.body)
-        for n in walk(self.body):
+        for n in self._nodes(self.body):
             if n.type != "assignment_expression":
                 continue
             lhs = n.child_by_field_name("left")
@@ -674,7 +772,7 @@ class _Rewrite:
 
     def _exchanges(self) -> None:
         """Group reductions become identities; any other exchange refuses the kernel."""
-        for n in walk(self.body):
+        for n in self._nodes(self.body):
             if n.type != "call_expression":
                 continue
             name = _callee(n)
@@ -724,6 +822,9 @@ class _Rewrite:
         return Edit(stmt.start_byte, stmt.end_byte, "")
 
     def _is_step(self, stmt: Node) -> bool:
+        if stmt.type == "expression_statement" and self.xchg and \
+                any(n.type == "identifier" and text(n) in self.xchg for n in walk(stmt)):
+            return True  # a write to or a reduction step through an exchange array
         if stmt.type == "expression_statement":
             calls = [c for c in walk(stmt) if c.type == "call_expression"]
             return bool(calls) and all(_REDUCE_SHFL.match(_callee(c)) or re.match(r"__syncwarp$", _callee(c))
@@ -782,15 +883,24 @@ class _Rewrite:
                                           f"({text(a)}) * ({text(targs[w.tparam])})"))
 
     def _column_loop(self, loop: Node, var: str, tainted: set[str]) -> bool:
-        """The loop's variable and the lane meet in one index: `i * W + lane`."""
+        """The loop's variable times W and the lane meet in one index: `i * W + lane`."""
+        w = self.lane.width
+        ws = set(w.names) | {"blockDim.x"}
+        if w.local is not None:
+            ws.add(text(w.local.parent.child_by_field_name("declarator")))
+        if w.value is not None:
+            ws.add(str(w.value))
+        alt = "|".join(re.escape(x) for x in sorted(ws))
+        times = re.compile(r"\b%s\s*\*\s*(%s)\b|\b(%s)\s*\*\s*%s\b" % (re.escape(var), alt, alt, re.escape(var)))
         for n in walk(loop.child_by_field_name("body") or loop):
             if n.type in ("init_declarator", "assignment_expression"):
                 val = n.child_by_field_name("value") or n.child_by_field_name("right")
                 if val is None:
                     continue
                 ids = {text(i) for i in walk(val) if i.type == "identifier"}
-                if var in ids and (ids & set(self.lane.names) or
-                                   (self.lane.direct and (_TID.search(text(val)) or ids & set(self.aliases)))):
+                if times.search(" ".join(text(val).split())) and \
+                        (ids & set(self.lane.names) or
+                         (self.lane.direct and (_TID.search(text(val)) or ids & set(self.aliases)))):
                     return True
         return False
 

@@ -171,6 +171,21 @@ def test_lane_mod_32_inline_shuffles(tmp_path):
     assert cpu_gate("softmax", new, tmp_path).passed
 
 
+def test_after_shuffle_to_shared_the_exchange_array_goes_too(tmp_path):
+    """The walk meets inline shuffles as `shuffle_to_shared` left them (a shared exchange array and
+    its slot): the reduction steps, the array and the slot are deleted."""
+    from _operator_support import to_fixpoint
+    staged, n = to_fixpoint(get_operator("shuffle_to_shared"), MOD_INLINE)
+    assert n == 2 and "ks_xchg_float" in staged
+    new = _one(staged)
+    assert "ks_xchg" not in new and "ks_tid" not in new and "threadIdx.z" not in new
+    assert new.count("j < N; j += 1)") == 3 and "dim3 block(1, 4);" in new
+    assert cpu_gate("softmax", new, tmp_path).passed
+    # an exchange array that broadcasts (every lane reads slot 0 of its row) is not a reduction
+    bcast = staged.replace("m = fmaxf(m, ks_xchg_float[ks_tid ^ o]);", "m = ks_xchg_float[ks_tid & ~31];")
+    assert bcast != staged and ROW.find_sites(bcast) == []
+
+
 def test_lane_and_31_helpers_and_a_one_dimensional_block(tmp_path):
     site = ROW.find_sites(AND_HELPER)[0]
     new = ROW.apply(AND_HELPER, site)
@@ -242,6 +257,12 @@ def test_refusals(change):
     "#define T 32\n__global__ void tr(float* o, const float* in, int w, int h) {\n"
     "    int x = blockIdx.x * T + threadIdx.x, y = blockIdx.y * T + threadIdx.y;\n"
     "    for (int i = 0; i < T; i += 8) o[(x) * h + y + i] = in[(y + i) * w + x];\n}\n"
+    "void transpose(float* o, const float* in, int w, int h) { tr<<<dim3(w / T, h / T), dim3(T, 8)>>>(o, in, w, h); }",
+    # the same through locals of the block index (a diagonal block order) and a lane-strided tile loop
+    "#define T 32\n__global__ void tr(float* o, const float* in, int w, int h) {\n"
+    "    int bx = (blockIdx.x + blockIdx.y) % gridDim.x, by = blockIdx.x;\n"
+    "    int x = bx * T + threadIdx.x, y = by * T + threadIdx.y;\n"
+    "    for (int i = 0; i < T; i += 8) o[x * h + y + i * T] = in[(y + i) * w + x];\n}\n"
     "void transpose(float* o, const float* in, int w, int h) { tr<<<dim3(w / T, h / T), dim3(T, 8)>>>(o, in, w, h); }",
     # a helper reduction that scans: it reads a lower lane
     AND_HELPER.replace("v += __shfl_down_sync(0xffffffffu, v, off);", "v += __shfl_up_sync(0xffffffffu, v, off);"),
