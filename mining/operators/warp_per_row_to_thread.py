@@ -14,8 +14,8 @@ writes the result - runs with one thread per row (issue 19: warp-per-row -> thre
 
 Detection by meaning. The group width W is read from the lane: a local defined as the thread index
 `% W`, `& (W - 1)`, or the thread index itself where every launch's block has W <= 32 threads in x
-(a 2-D block: rows from `threadIdx.y`); a 1-D block of several groups takes its row from
-`threadIdx.x / W`. W is a literal, a macro or constant, a constant of the kernel, or a non-type
+(a 2-D block: rows from `threadIdx.y`; or a 1-D block of one group, its row from `blockIdx`); a
+1-D block of several groups takes its row from `threadIdx.x / W` (or `>> log2 W`). W is a literal, a macro or constant, a constant of the kernel, or a non-type
 template parameter of the kernel given at the launch. Then, in the kernel:
 - every use of the thread index goes through the lane (or the group index `threadIdx.x / W`);
 - the lane and what is computed from it reach neither a shared-memory index nor a shuffle's
@@ -286,7 +286,7 @@ class Lane:
     decls: list[Node]  # init_declarators of lane locals
     names: set[str]
     width: Width
-    direct: bool  # the thread index itself is the lane (a 2-D block of W threads in x)
+    direct: bool  # the thread index itself is the lane (a block of W threads in x)
 
 
 def _aliases(body: Node) -> dict[str, Node]:
@@ -502,9 +502,8 @@ class _Rewrite:
             decls.append(d)
         if width is not None:
             return Lane(decls, {text(d.child_by_field_name("declarator")) for d in decls}, width, direct=False)
-        # the thread index itself is the lane: a 2-D block whose x extent is the group, W <= 32
-        if not self.two_d:
-            return None
+        # the thread index itself is the lane: a block whose x extent is the group, W <= 32 (a 2-D
+        # block of rows, or a 1-D block of one warp whose row is its block)
         w = None
         for la in launches:
             x = self._block_x(la)
@@ -629,8 +628,13 @@ class _Rewrite:
                 raise _Refuse()  # the block's x extent is not one group
             self.subs.append(Edit(x.start_byte, x.end_byte, "1"))
             return
-        if self.two_d or self.lane.direct:
+        if self.two_d:
             raise _Refuse()
+        if self.lane.direct:
+            if not same or any(int_value(self.src, text(a)) != 1 for a in args[1:]):
+                raise _Refuse()
+            self.subs.append(Edit(x.start_byte, x.end_byte, "1"))  # a block of one group: one thread
+            return
         # a 1-D block of B threads holds B / W groups (rows from threadIdx.x / W)
         if xv is None or wv is None or xv % wv or xv == wv or \
                 not re.search(r"\bthreadIdx\s*\.\s*x\s*(/|>>)|\b(%s)\s*(/|>>)" % "|".join(map(re.escape, self.aliases) or ["$^"]),

@@ -152,6 +152,40 @@ void row_softmax(const float* x, float* y, int R, int C) {
 """
 
 
+# a 1-D block of exactly one warp per row (the row is the block), the thread index itself the lane,
+# the max reduced inline (the shuffle as the first operand), the sum in an unrolled `__shfl_down_sync`
+# helper of a templated type, `threadIdx.x == 0` publishing it through shared memory
+WARP_BLOCK = """
+#include <cuda_runtime.h>
+#include <math.h>
+template <typename T>
+__device__ T reduce_down(T v) {
+    v += __shfl_down_sync(0xffffffffu, v, 16);
+    v += __shfl_down_sync(0xffffffffu, v, 8);
+    v += __shfl_down_sync(0xffffffffu, v, 4);
+    v += __shfl_down_sync(0xffffffffu, v, 2);
+    v += __shfl_down_sync(0xffffffffu, v, 1);
+    return v;
+}
+__global__ void softmax_warp_block(const float* x, float* y, int N) {
+    __shared__ float total;
+    const float* xr = x + (size_t)blockIdx.x * N;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < N; j += 32) m = fmaxf(m, xr[j]);
+    for (int o = 16; o; o >>= 1) m = fmaxf(__shfl_xor_sync(0xffffffffu, m, o), m);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < N; j += 32) s += expf(xr[j] - m);
+    s = reduce_down<float>(s);
+    if (threadIdx.x == 0) total = s;
+    __syncwarp();
+    for (int j = threadIdx.x; j < N; j += 32) y[(size_t)blockIdx.x * N + j] = expf(xr[j] - m) / total;
+}
+void softmax(const float* x, float* y, int M, int N) {
+    softmax_warp_block<<<M, 32>>>(x, y, N);
+}
+"""
+
+
 def _one(code: str) -> str:
     sites = ROW.find_sites(code)
     assert len(sites) == 1 and sites[0].carrier == "warp_per_row"
@@ -201,6 +235,15 @@ def test_thread_index_as_the_lane_of_a_half_warp(tmp_path):
     assert "dim3(1, 8)" in new and "m = (m);" in new and "s = (s);" in new
     assert "for (int j = 0; j < N; j += blockDim.x)" in new and "for (int j = 0; j < N; j += 1)" in new
     assert "#define GROUP 16" in new  # the macro stays; the kernel's uses of it become 1
+    assert cpu_gate("softmax", new, tmp_path).passed
+
+
+def test_a_block_of_one_warp(tmp_path):
+    """No lane variable, no threadIdx.y: the block of 32 threads is the row's group."""
+    new = _one(WARP_BLOCK)
+    assert "softmax_warp_block<<<M, 1>>>" in new and "s = (s);" in new and "if (0 == 0) total = s;" in new
+    assert new.count("for (int j = 0; j < N; j += 1)") == 3 and "__syncwarp" not in new
+    assert "__shfl" not in new.split("__global__")[1]  # the inline max steps went with their loop
     assert cpu_gate("softmax", new, tmp_path).passed
 
 
