@@ -15,8 +15,9 @@ writes the result - runs with one thread per row (issue 19: warp-per-row -> thre
 Detection by meaning. The group width W is read from the lane: a local defined as the thread index
 `% W`, `& (W - 1)`, or the thread index itself where every launch's block has W <= 32 threads in x
 (a 2-D block: rows from `threadIdx.y`; or a 1-D block of one group, its row from `blockIdx`); a
-1-D block of several groups takes its row from `threadIdx.x / W` (or `>> log2 W`). W is a literal, a macro or constant, a constant of the kernel, or a non-type
-template parameter of the kernel given at the launch. Then, in the kernel:
+1-D block of several groups takes its row from `threadIdx.x / W` (or `>> log2 W`). W is a
+literal, a macro or constant, a constant of the kernel, or a non-type template parameter of the
+kernel given at the launch. Then, in the kernel:
 - every use of the thread index goes through the lane (or the group index `threadIdx.x / W`);
 - the lane and what is computed from it reach neither a shared-memory index nor a shuffle's
   lane or offset arguments (no exchange of data through lanes), nor a sum with the block index (a
@@ -40,7 +41,8 @@ The rewrite: W becomes 1 (the kernel's constant, its uses of a macro or global c
 in index arithmetic, or the template argument at the launch, with the per-lane work constants
 multiplied by the old W), the lane becomes 0, each group reduction of one lane returns its input
 (a helper call becomes its argument, an inline shuffle step and the loop or `if` around it are
-deleted, a `__syncwarp` goes), and the launch block's x extent W becomes 1 ((32, R) -> (1, R); a
+deleted, as are the steps, the array and the slot of a shared exchange array `shuffle_to_shared`
+made of them; a `__syncwarp` goes), and the launch block's x extent W becomes 1 ((32, R) -> (1, R); a
 1-D block of B threads -> B / W): every block keeps its rows, the grid is unchanged.
 
 Why it is sound: with one lane per group, the lane is 0 and the group width is 1, so the column
