@@ -30,7 +30,7 @@ from mining.operators import (async_copy_to_sync, devectorize, block_swizzle_to_
                               register_cache_to_reload, register_tile_to_dot, restrict, scan_shuffle_to_shared,
                               shared_padding, shared_tile_to_global, shrink_register_tile, shuffle_to_shared,
                               sliding_window_to_reload, untranspose_tile, unroll, vector_load, vector_store,
-                              warp_atomic_to_thread_atomics)
+                              warp_atomic_to_thread_atomics, warp_per_row_to_thread)
 from mining.operators.base import Operator, Pair, Rewrite
 
 PAIRS: tuple[Pair, ...] = (
@@ -45,9 +45,9 @@ PAIRS: tuple[Pair, ...] = (
     shuffle_to_shared.PAIR, scan_shuffle_to_shared.PAIR, block_reduce_to_warp_atomics.PAIR,
     warp_atomic_to_thread_atomics.PAIR, privatized_to_global_atomics.PAIR, shrink_register_tile.PAIR,
     shared_tile_to_global.PAIR, grid_clamp.PAIR, grid_stride.PAIR,
-    # single-level, recomputed and two-pass forms; a block that cooperates on one row becomes one
-    # thread per row before its sweeps are split into chunks or its reductions flattened (issue 19)
-    block_per_row_to_thread.PAIR,
+    # single-level, recomputed and two-pass forms; a warp or a block that cooperates on one row becomes
+    # one thread per row before its sweeps are split into chunks or its reductions flattened (issue 19)
+    warp_per_row_to_thread.PAIR, block_per_row_to_thread.PAIR,
     block_reduce_to_serial.PAIR, register_array_to_recompute.PAIR, block_stride_to_chunks.PAIR,
     online_softmax_to_two_pass.PAIR, chan_stats_to_two_pass.PAIR,
     # outer-product register tiles, transposed operand tiles, decoupled look-back, block scan

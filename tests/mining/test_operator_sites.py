@@ -48,13 +48,15 @@ __global__ void k(const __half2* a, const __half2* b, __half2* c) {
 
 def _outside_idioms() -> list[str]:
     from test_generic_simplifications import ROW_SOFTMAX, SWIZZLED, TILED_T
+    from test_warp_per_row import AND_HELPER, HALF_WARP, MOD_INLINE, TEMPLATE_WIDTH, WARP_BLOCK
 
     # the shared-memory reduction ladder (mining/operators/reduction_tree.py) in two spellings
     ladder = [(FIXTURES / name).read_text() for name in ("ladder_tree_sum.cu", "ladder_tree_sum_volatile.cu",
                                                                "ladder_tree_sum_shuffle.cu")]
     # private count tables merged into global memory, block tree sums read by thread 0
     from test_privatized_counts import ONE_BLOCK, PER_WARP, rows_variant
-    return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T, *ladder, PER_WARP % "", rows_variant(), ONE_BLOCK]
+    return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T, *ladder, PER_WARP % "", rows_variant(), ONE_BLOCK,
+            MOD_INLINE, AND_HELPER, HALF_WARP, TEMPLATE_WIDTH, WARP_BLOCK]
 
 
 @functools.lru_cache(maxsize=None)
