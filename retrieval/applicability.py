@@ -1347,19 +1347,33 @@ def _uncoalesced_sites(src: Source) -> list[SiteMatch]:
     return out
 
 
-@finder("block_per_row")
-def _row_per_thread_sites(src: Source) -> list[SiteMatch]:
-    """One thread walking a whole row in an accumulating loop: a block per row sweeps it together."""
-    out = []
+def _row_per_thread_lines(src: Source) -> list[tuple[int, str]]:
+    """(line, function) of the accumulating loops in which one thread walks a whole row."""
     scans = _scan_lines(src)
+    out = []
     for line, why in serial_loops(src):
         if "tree" in why or line in scans:
             continue
         f = src.function_at(src._line_starts[line - 1])
-        out.append(SiteMatch(line, line, f.name if f else "", _line_text(src, line),
-                             "one thread accumulates a whole row: a block per row sweeps it in block-stride steps "
-                             "and reduces the partials"))
+        out.append((line, f.name if f else ""))
     return out
+
+
+@finder("block_per_row")
+def _row_per_thread_sites(src: Source) -> list[SiteMatch]:
+    """One thread walking a whole row in an accumulating loop: a block per row sweeps it together."""
+    return [SiteMatch(line, line, fn, _line_text(src, line),
+                      "one thread accumulates a whole row: a block per row sweeps it in block-stride steps "
+                      "and reduces the partials") for line, fn in _row_per_thread_lines(src)]
+
+
+@finder("warp_per_row")
+def _row_per_warp_sites(src: Source) -> list[SiteMatch]:
+    """The same loops: for rows of up to a few thousand elements a warp per row sweeps them with no
+    barrier (lanes stride the row, a shuffle reduction combines them)."""
+    return [SiteMatch(line, line, fn, _line_text(src, line),
+                      "one thread accumulates a whole row: a warp per row strides it by 32 lanes and combines "
+                      "the lanes' partials with shuffles, no barrier") for line, fn in _row_per_thread_lines(src)]
 
 
 @finder("thread_coarsening")

@@ -198,12 +198,13 @@ def test_a_prefix_loop_is_a_scan_site_not_a_reduction_site():
 
     p = Checker(PREFIX_PER_ELEMENT)
     assert [s.line for s in p.opportunities("warp_scan")] == [6]
-    for carrier in ("warp_shuffle_reduce", "block_reduce_shared", "block_per_row"):
+    for carrier in ("warp_shuffle_reduce", "block_reduce_shared", "block_per_row", "warp_per_row"):
         assert p.opportunities(carrier) == []
     r = Checker(ROW_SUM)  # a row per thread stays a reduction
     assert r.opportunities("warp_scan") == []
     assert [s.line for s in r.opportunities("warp_shuffle_reduce")] == [6]
     assert [s.line for s in r.opportunities("block_per_row")] == [6]
+    assert [s.line for s in r.opportunities("warp_per_row")] == [6]
 
 
 TWO_PASS = """
