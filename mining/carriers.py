@@ -709,6 +709,28 @@ def local_arrays(src: Source, f: FunctionSig, min_dims: int = 1) -> list[tuple[N
     return out
 
 
+def _accumulated_across_loop(src: Source, at: int, name: str, indices: bytes) -> bool:
+    """Whether the statement at byte `at` sits in a loop whose variable the element's indices do not
+    use (the same element updated again on every trip: a running accumulation), unless that loop's
+    body sets the tile afresh before it (`s[r][c] = dot;` then `s[r][c] = exp(s[r][c] - m)`: a map)."""
+    node = src.tree.root_node.descendant_for_byte_range(at, at)
+    names = set(re.findall(rb"[A-Za-z_]\w*", indices))
+    n = re.escape(name.encode())
+    while node is not None and node.type not in ("function_definition", "lambda_expression"):
+        loop = node.type in ("while_statement", "do_statement")
+        if node.type == "for_statement":
+            init = node.child_by_field_name("initializer")
+            vs = set(re.findall(rb"([A-Za-z_]\w*)\s*=", src.code[init.start_byte:init.end_byte])) if init else set()
+            loop = not vs or not vs & names
+        if loop:
+            body = node.child_by_field_name("body") or node
+            before = src.code[body.start_byte:at]
+            return not any(not re.search(rb"\b" + n + rb"\s*\[", m.group(1))
+                           for m in re.finditer(rb"\b" + n + rb"\s*\[[^]]+\]\s*\[[^]]+\]\s*=(?!=)([^;]*);", before))
+        node = node.parent
+    return False
+
+
 @detector("register_tile")
 def register_tile_sites(src: Source) -> list[Site]:
     out = []
@@ -716,7 +738,13 @@ def register_tile_sites(src: Source) -> list[Site]:
         code = src.func_code(f)
         for decl, name, dims in local_arrays(src, f, 2):
             n = re.escape(name.encode())
-            if re.search(rb"\b" + n + rb"\s*\[[^]]+\]\s*\[[^]]+\]\s*(\+=|\*=|=\s*fmaf?\s*\()", code) or \
+            # an element accumulated in place, whatever the spelling: `+=`, `fmaf(...)`, or any
+            # expression that reads the element it assigns (`t[i][j] = __fmaf_rn(a, b, t[i][j])`)
+            # inside a loop that does not pick the element (a reduction, not an element-wise map)
+            if re.search(rb"\b" + n + rb"\s*\[[^]]+\]\s*\[[^]]+\]\s*(\+=|-=|\*=|=\s*fmaf?\s*\()", code) or \
+                    any(_accumulated_across_loop(src, f.start_byte + m.start(), name, m.group(1) + b" " + m.group(2))
+                        for m in re.finditer(rb"\b" + n + rb"\s*\[([^]]+)\]\s*\[([^]]+)\]\s*=(?!=)[^;]*\b" + n +
+                                             rb"\s*\[\s*\1\s*\]\s*\[\s*\2\s*\]", code)) or \
                     re.search(rb"mma_sync\s*\(\s*" + n + rb"\b", code):
                 out.append(src.site("register_tile", decl.start_byte, decl.end_byte))
         # a sliding register window: a[q] = b[q]; b[q] = c[q];

@@ -20,6 +20,7 @@ docs/architecture.md, "Operators".
 from __future__ import annotations
 
 from mining.operators import block_tree_to_thread_sum
+from mining.operators import fragment_to_shared_reads, register_tile_per_output
 from mining.operators import (async_copy_to_sync, devectorize, block_swizzle_to_natural, half2_to_scalar, block_per_row_to_thread, cache_hints, drop_specialized_dispatch,
                               shrink_work_constant, swap_thread_axes, block_reduce_to_serial, block_reduce_to_warp_atomics,
                               block_scan_to_thread_totals, block_stride_to_chunks, chan_stats_to_two_pass,
@@ -51,7 +52,7 @@ PAIRS: tuple[Pair, ...] = (
     block_reduce_to_serial.PAIR, register_array_to_recompute.PAIR, block_stride_to_chunks.PAIR,
     online_softmax_to_two_pass.PAIR, chan_stats_to_two_pass.PAIR,
     # outer-product register tiles, transposed operand tiles, decoupled look-back, block scan
-    register_tile_to_dot.PAIR, untranspose_tile.PAIR, lookback_to_chained.PAIR, block_scan_to_thread_totals.PAIR,
+    register_tile_to_dot.PAIR, register_tile_per_output.PAIR, fragment_to_shared_reads.PAIR, untranspose_tile.PAIR, lookback_to_chained.PAIR, block_scan_to_thread_totals.PAIR,
     # the classic shared-memory reduction ladder walked down (Harris; mining/operators/reduction_tree.py): the
     # tree written out per stride becomes a loop, the unrolled last warp folds into it, sequential
     # addressing becomes interleaved, the strided index becomes the modulo test

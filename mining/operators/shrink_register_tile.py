@@ -203,60 +203,11 @@ class ShrinkRegisterTile(RegisterTileOperator):
                 return None
             return Edit(lo, hi, splice_range(src, lo, hi, subs))
 
-        # the region: the declaration's statement up to the last statement that needs it
-        stmts = [c for c in body.named_children]
-        k0 = next(i for i, c in enumerate(stmts) if same(c, decl))
-        declared = {name}
-        last = k0
-        changed = True
-        while changed:
-            changed = False
-            for i in range(k0, len(stmts)):
-                c = stmts[i]
-                if i > last and any(re.search(rb"\b%s\b" % re.escape(nm.encode()), src.code[c.start_byte:c.end_byte])
-                                    for nm in declared):
-                    last = i
-                    changed = True
-            for i in range(k0, last + 1):
-                if stmts[i].type == "declaration":
-                    for dd in stmts[i].named_children:
-                        if dd.type not in _DECLARATORS:
-                            continue
-                        nm, _ = declarator_shape(dd)
-                        if nm and nm not in declared:
-                            declared.add(nm)
-                            changed = True
-        region = stmts[k0:last + 1]
-        start, end = region[0].start_byte, region[-1].end_byte
-        rcode = src.code[start:end]
-        if re.search(rb"\b(return|goto|atomic\w*)\b", rcode):
+        span = repeatable_region(src, idx, body, decl, name)
+        if span is None:
             return None
-        for n in walk(body):
-            if not (start <= n.start_byte < end):
-                continue
-            if n.type in ("break_statement", "continue_statement"):
-                p = n.parent
-                while p is not None and p.type not in ("for_statement", "while_statement", "do_statement",
-                                                       "switch_statement"):
-                    p = p.parent
-                if p is None or p.start_byte < start:
-                    return None
-            if n.type in ("update_expression", "assignment_expression"):
-                op = n.child_by_field_name("operator")
-                if n.type == "assignment_expression" and op is not None and text(op) == "=":
-                    continue
-                target = n.child_by_field_name("left") if n.type == "assignment_expression" else \
-                    n.child_by_field_name("argument")
-                base = target
-                while base is not None and base.type in ("subscript_expression", "field_expression"):
-                    base = base.child_by_field_name("argument")
-                if base is None or base.type != "identifier":
-                    return None
-                v = idx.visible(text(base), base.start_byte)
-                if v is None or (v.decl.start_byte < start and v.kind != "for"):
-                    return None  # state from before the region updated in place: not repeatable
-                if v.kind == "for" and v.decl.start_byte < start:
-                    return None
+        start, end = span
+        rcode = src.code[start:end]
         barrier = b"__syncthreads" in rcode
         a = src.raw.rfind(b"\n", 0, start) + 1
         if src.code[a:start].strip():
@@ -275,6 +226,80 @@ class ShrinkRegisterTile(RegisterTileOperator):
             rep += f"\n{ind}    __syncthreads();  // the next pass refills what this one read"
         rep += f"\n{ind}}}"
         return Edit(a, b, rep)
+
+
+def repeatable_region(src: Source, idx: FunctionIndex, body: Node, decl: Node, name: str,
+                      return_before: Optional[int] = None) -> Optional[tuple[int, int]]:
+    """Byte span of the statements of `body` from the declaration `decl` of `name` to the last one
+    that needs it (or a name declared in between), when that region could run again as a whole:
+    no return, goto, atomics, no break/continue leaving it, and no in-place update (`+=`, `++`)
+    of a variable declared before it. None otherwise. A bare `return;` that ends before byte
+    `return_before` is allowed (the caller knows that nothing before it differs between runs)."""
+    stmts = [c for c in body.named_children]
+    k0 = next(i for i, c in enumerate(stmts) if same(c, decl))
+    declared = {name}
+    last = k0
+    changed = True
+    while changed:
+        changed = False
+        for i in range(k0, len(stmts)):
+            c = stmts[i]
+            if i > last and any(re.search(rb"\b%s\b" % re.escape(nm.encode()), src.code[c.start_byte:c.end_byte])
+                                for nm in declared):
+                last = i
+                changed = True
+        for i in range(k0, last + 1):
+            if stmts[i].type == "declaration":
+                for dd in stmts[i].named_children:
+                    if dd.type not in _DECLARATORS:
+                        continue
+                    nm, _ = declarator_shape(dd)
+                    if nm and nm not in declared:
+                        declared.add(nm)
+                        changed = True
+    region = stmts[k0:last + 1]
+    start, end = region[0].start_byte, region[-1].end_byte
+    if re.search(rb"\b(goto|atomic\w*)\b", src.code[start:end]):
+        return None
+    for n in walk(body):
+        if start <= n.start_byte < end and n.type == "return_statement" and \
+                (return_before is None or n.end_byte > return_before or n.named_children or _in_loop(n, body)):
+            return None
+        if not (start <= n.start_byte < end):
+            continue
+        if n.type in ("break_statement", "continue_statement"):
+            p = n.parent
+            while p is not None and p.type not in ("for_statement", "while_statement", "do_statement",
+                                                   "switch_statement"):
+                p = p.parent
+            if p is None or p.start_byte < start:
+                return None
+        if n.type in ("update_expression", "assignment_expression"):
+            op = n.child_by_field_name("operator")
+            if n.type == "assignment_expression" and op is not None and text(op) == "=":
+                continue
+            target = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+                n.child_by_field_name("argument")
+            base = target
+            while base is not None and base.type in ("subscript_expression", "field_expression"):
+                base = base.child_by_field_name("argument")
+            if base is None or base.type != "identifier":
+                return None
+            v = idx.visible(text(base), base.start_byte)
+            if v is None or (v.decl.start_byte < start and v.kind != "for"):
+                return None  # state from before the region updated in place: not repeatable
+            if v.kind == "for" and v.decl.start_byte < start:
+                return None
+    return start, end
+
+
+def _in_loop(node: Node, stop: Node) -> bool:
+    p = node.parent
+    while p is not None and not same(p, stop):
+        if p.type in ("for_statement", "while_statement", "do_statement"):
+            return True
+        p = p.parent
+    return False
 
 
 def _dedupe(subs):

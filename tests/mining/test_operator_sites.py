@@ -55,8 +55,10 @@ def _outside_idioms() -> list[str]:
                                                                "ladder_tree_sum_shuffle.cu")]
     # private count tables merged into global memory, block tree sums read by thread 0
     from test_privatized_counts import ONE_BLOCK, PER_WARP, rows_variant
+    # register-tiled GEMMs in two outside spellings (one output per pass, fragments read from shared)
+    from test_operators_register_tile_passes import CONTIG, STRIDED
     return [HINTS, HALF2, ROW_SOFTMAX, SWIZZLED, TILED_T, *ladder, PER_WARP % "", rows_variant(), ONE_BLOCK,
-            MOD_INLINE, AND_HELPER, HALF_WARP, TEMPLATE_WIDTH, WARP_BLOCK]
+            MOD_INLINE, AND_HELPER, HALF_WARP, TEMPLATE_WIDTH, WARP_BLOCK, STRIDED, CONTIG]
 
 
 @functools.lru_cache(maxsize=None)
