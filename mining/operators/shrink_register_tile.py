@@ -232,8 +232,8 @@ def repeatable_region(src: Source, idx: FunctionIndex, body: Node, decl: Node, n
                       return_before: Optional[int] = None) -> Optional[tuple[int, int]]:
     """Byte span of the statements of `body` from the declaration `decl` of `name` to the last one
     that needs it (or a name declared in between), when that region could run again as a whole:
-    no return, goto, atomics, no break/continue leaving it, and no in-place update (`+=`, `++`)
-    of a variable declared before it. None otherwise. A bare `return;` that ends before byte
+    no return, goto, atomics, no break/continue leaving it, and no in-place update (`+=`, `++`,
+    `y = y * 2`) of a variable declared before it. None otherwise. A bare `return;` that ends before byte
     `return_before` is allowed (the caller knows that nothing before it differs between runs)."""
     stmts = [c for c in body.named_children]
     k0 = next(i for i, c in enumerate(stmts) if same(c, decl))
@@ -277,6 +277,14 @@ def repeatable_region(src: Source, idx: FunctionIndex, body: Node, decl: Node, n
         if n.type in ("update_expression", "assignment_expression"):
             op = n.child_by_field_name("operator")
             if n.type == "assignment_expression" and op is not None and text(op) == "=":
+                # `y = y * 2` on state from before the region compounds like `y *= 2`
+                b = n.child_by_field_name("left")
+                while b is not None and b.type in ("subscript_expression", "field_expression"):
+                    b = b.child_by_field_name("argument")
+                v = idx.visible(text(b), b.start_byte) if b is not None and b.type == "identifier" else None
+                if v is not None and v.decl.start_byte < start and v.kind != "for" and \
+                        re.search(r"\b%s\b" % re.escape(text(b)), text(n.child_by_field_name("right"))):
+                    return None
                 continue
             target = n.child_by_field_name("left") if n.type == "assignment_expression" else \
                 n.child_by_field_name("argument")

@@ -229,6 +229,8 @@ def test_per_output_refuses_unsound_sites():
     outer = STRIDED.replace("    float acc[4][4];", "    int steps = 0;\n    float acc[4][4];").replace(
         "        __syncthreads();\n    }\n", "        __syncthreads();\n        ++steps;\n    }\n")
     assert op.find_sites(outer) == []
+    outer_eq = outer.replace("++steps;", "steps = steps + 1;")
+    assert op.find_sites(outer_eq) == []
     # an element read where no statement can be guarded
     decl = STRIDED.replace("if (r < M && c < N) C[r * N + c] = acc[i][j];",
                            "const float v = acc[i][j];\n            if (r < M && c < N) C[r * N + c] = v;")
