@@ -404,9 +404,11 @@ def lift_step(ctx: StepContext, *, problem: str, op_type: str, lineage_id: str, 
               workloads: list[str], seeds: list[int], tolerances: dict[str, list[float]], dtypes: list[str],
               gate_log: list[str]) -> Skill:
     variant = ctx.variant
-    operator = ctx.operator if ctx.proposer == "deterministic" else "llm"
+    from mining.operators.registry import skill_operator
+
+    operator = skill_operator(ctx.operator) if ctx.proposer == "deterministic" else "llm"
     key, skill_id = skill_identity(ctx.carrier, operator, variant)
-    name, intent = OPERATOR_SKILLS.get(ctx.operator) or CARRIER_SKILLS.get(
+    name, intent = OPERATOR_SKILLS.get(operator) or CARRIER_SKILLS.get(
         ctx.carrier, (ctx.carrier.replace("_", " "), ctx.description))
     if ctx.proposer == "llm" and ctx.description:
         intent = f"{intent} (LLM-proposed step: {ctx.description})"

@@ -65,6 +65,9 @@ class Operator:
     name: str = ""
     carrier: str = ""  # the carrier this operator removes (corpus vocabulary)
     description: str = ""
+    # another operator whose skill this one's steps add evidence to: the same optimization undone
+    # from another spelling (issue 19: one optimization, one key, whatever the spelling)
+    skill_of: str = ""
 
     def edits(self, src: Source) -> Iterable[Edit]:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -63,6 +63,7 @@ def _base(node: Optional[Node]) -> Optional[Node]:
 
 class FragmentToSharedReads(Operator):
     name = "fragment_to_shared_reads"
+    skill_of = "register_cache_to_reload"  # the same optimization, another spelling: one skill
     carrier = "register_cache"
     description = "read a register fragment's values from the shared tile it was copied from"
 

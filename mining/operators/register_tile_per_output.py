@@ -120,6 +120,7 @@ def _loop_of(node: Node, var: str, stop: Node) -> Optional[Node]:
 
 class RegisterTilePerOutput(RegisterTileOperator):
     name = "register_tile_per_output"
+    skill_of = "register_tile_to_dot"  # the same optimization, another spelling: one skill
     description = "compute a register tile one output per pass: the region reruns with a scalar accumulator"
 
     def rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:

@@ -75,6 +75,13 @@ def all_operators() -> list[Operator]:
     return [p.operator() for p in PAIRS if p.operator is not None]
 
 
+def skill_operator(name: str) -> str:
+    """The operator a step of `name` is a skill of: its `skill_of` when it undoes another operator's
+    optimization from another spelling, else itself."""
+    p = _BY_OPERATOR.get(name)
+    return (p.operator.skill_of or name) if p is not None else name
+
+
 def get_operator(name: str) -> Operator:
     for p in PAIRS:
         if p.operator is not None and p.operator.name == name:
@@ -128,6 +135,10 @@ def _check(pairs: tuple[Pair, ...]) -> tuple[dict[str, Pair], dict[str, Rewrite]
         missing = [n for n in p.inverses if n not in rewrites]
         if missing:
             raise ValueError(f"{p.name}: inverse {missing[0]} is not a registered rewrite")
+        op = p.operator
+        if op is not None and op.skill_of and (op.skill_of not in by_op or
+                                               by_op[op.skill_of].operator.carrier != op.carrier):
+            raise ValueError(f"{op.name}: skill_of {op.skill_of} is not a registered operator of carrier {op.carrier}")
     return by_op, rewrites
 
 

@@ -249,3 +249,15 @@ def test_rewritten_gemms_pass_the_gate(name, gate_store):
     assert "register_tile" not in detect_carriers(new)
     result = _gate("sgemm", new, gate_store)
     assert result.passed, result.reason
+
+
+def test_per_output_and_fragment_steps_are_evidence_for_the_existing_skills():
+    """Another spelling of the same optimization adds evidence to its skill instead of a new key."""
+    from mining.operators.registry import skill_operator
+    from mining.records import skill_identity
+
+    assert skill_operator("register_tile_per_output") == "register_tile_to_dot"
+    assert skill_operator("fragment_to_shared_reads") == "register_cache_to_reload"
+    assert skill_operator("register_tile_to_dot") == "register_tile_to_dot"
+    assert skill_identity("register_tile", skill_operator("register_tile_per_output"))[0] == \
+        "register_tile:register_tile_to_dot"
