@@ -764,6 +764,23 @@ def extract_class_bases(tree, target: str, path: str) -> list[Attribute]:
     return out
 
 
+# What a function's declarator may sit in between it and its declaration: ``X *f();``,
+# ``const X &f();``, ``X **f();`` (the return type's ``*``/``&`` wrap the function's declarator).
+_RETURN_WRAPPERS = ("pointer_declarator", "reference_declarator", "attributed_declarator")
+
+
+def declaration_of(fdecl: Node) -> Optional[Node]:
+    """The ``declaration`` / ``field_declaration`` a ``function_declarator`` declares a function
+    in, through any nesting of pointer and reference declarators of its return type; None for a
+    definition, a parameter or a function pointer (``void (*f)()``: a function is not declared)."""
+    p = fdecl.parent
+    while p is not None and p.type in _RETURN_WRAPPERS:
+        p = p.parent
+    if p is None or p.type not in ("field_declaration", "declaration"):
+        return None
+    return p
+
+
 def extract_declarations(tree, target: str, path: str) -> list[Attribute]:
     """Names a header declares (enumerators, classes, namespaces, member functions), kept as
     attributes of kind ``declaration`` (value: the qualified form). A porter writes these before
@@ -792,7 +809,7 @@ def extract_declarations(tree, target: str, path: str) -> list[Attribute]:
         elif n.type in ("class_specifier", "struct_specifier", "namespace_definition", "enum_specifier"):
             if n.child_by_field_name("body") is not None:
                 name_node = n.child_by_field_name("name")
-        elif n.type == "function_declarator" and n.parent is not None and n.parent.type in ("field_declaration", "declaration"):
+        elif n.type == "function_declarator" and declaration_of(n) is not None:
             name_node = n.child_by_field_name("declarator")
         if name_node is None:
             continue
@@ -852,11 +869,9 @@ def function_declarations(source: bytes) -> list[tuple[str, Optional[list[tuple[
     for n in walk(tree.root_node):
         if n.type != "function_declarator":
             continue
-        p = n.parent
-        while p is not None and p.type in ("pointer_declarator", "reference_declarator"):
-            p = p.parent
+        p = declaration_of(n)
         d = n.child_by_field_name("declarator")
-        if p is None or p.type not in ("field_declaration", "declaration") or d is None \
+        if p is None or d is None \
                 or d.type not in ("identifier", "field_identifier", "destructor_name"):
             continue
         scope = []

@@ -248,6 +248,30 @@ class IdentifierMapper:
             return None
         return Mapping(ident, cands[0], "match", "class", 1.0)
 
+    def declaration_candidates(self, ident: str) -> list[tuple[float, str]]:
+        """(score, T's declared name) for a name spelled with the source's name that is no attribute
+        and that T lacks renamed: T's header declarations spelled with T's name of the same family,
+        i.e. the same first and last word once the target's name is taken out (``getTheMipsTarget``
+        -> ``getTheLoongArch32Target``, ``createXBranchTargetsPass`` -> ``createARCBranchFinalizePass``,
+        ``initializeX..Pass``), above the attribute matcher's threshold, best first. A family needs
+        two words; classes of either target are left to ``map_class``."""
+        base = ident.split("::")[-1]
+        renamed = rename_target(base, self.src, self.dst)
+        # classes go by their base (map_class): XRegisterBankInfo is no XRegisterInfo
+        if renamed == base or self.kind(ident) is not None or self.dst.knows(renamed) or base in self.src.classes:
+            return []
+        ta, ja = kind_tokens(self.dst, renamed, None)
+        if len(ta) < 2:
+            return []
+        out = []
+        for cand, tb, jb in _spelled_declarations(self.dst):
+            if tb[0] == ta[0] and tb[-1] == ta[-1] and cand not in self.dst.classes:
+                s = token_similarity(ta, ja, tb, jb)
+                if s >= MATCH_THRESHOLD:
+                    out.append((s, cand))
+        out.sort(key=lambda x: (-x[0], x[1]))
+        return out[:8]
+
     def match_candidates(self, ident: str) -> list[tuple[float, str, str, str]]:
         """(score, destination attribute, kind, generated suffix) above the threshold, best first
         (memoized on the destination profile per source target)."""
@@ -271,6 +295,22 @@ class IdentifierMapper:
                 out.append((s, cand, kind, suffix))
         out.sort(key=lambda x: (-x[0], x[1]))
         return out[:8]
+
+
+def _spelled_declarations(prof: TargetProfile) -> list[tuple[str, tuple, str]]:
+    """(name, neutral tokens, their spelling) of the header declarations spelled with the target's
+    name and of at least two other words, memoized on the profile."""
+    got = prof.__dict__.get("_spelled_decls")
+    if got is None:
+        key = tuple(sorted(set(prof.aliases)))
+        pat, low = alias_pattern_cached(key), _lower_pattern(key)
+        got = []
+        for d in sorted(prof.declared):
+            toks, joined = kind_tokens(prof, d, None)
+            if len(toks) >= 2 and (pat.search(d) or (low is not None and low.search(d))):
+                got.append((d, toks, joined))
+        prof.__dict__["_spelled_decls"] = got
+    return got
 
 
 def _apply(text: str, mapping: dict[str, str], rename) -> str:
@@ -342,6 +382,18 @@ def adapt(text: str, identifiers: Sequence[str], src: TargetProfile, dst: Target
         head, _, rest = ident.partition("::")
         if ident not in maps and rest and head in maps and maps[head].kind == "class":
             maps[ident] = Mapping(ident, maps[head].target + "::" + rename_target(rest, src, dst), "match", "class", 1.0)
+    present = set(_WORD.findall(rename_target(text, src, dst)))
+    scored = []
+    for ident in pending:
+        if ident not in maps:
+            scored.extend((score, ident, cand) for score, cand in mapper.declaration_candidates(ident))
+    scored.sort(key=lambda x: (-x[0], x[1], x[2]))
+    for score, ident, cand in scored:
+        if ident in maps or cand in used or cand in present:
+            continue
+        parts = rename_target(ident, src, dst).split("::")
+        maps[ident] = Mapping(ident, "::".join(parts[:-1] + [cand]), "match", "declaration", round(score, 3))
+        used.add(cand)
     for ident in pending:
         if ident not in maps:
             maps[ident] = Mapping(ident, rename_target(ident, src, dst), "unmapped", mapper.kind(ident))

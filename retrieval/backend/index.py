@@ -38,7 +38,7 @@ from corpora.backends.tree import (
 
 # Part of every target's fingerprint: a change to what ingest extracts (class bases, roles)
 # re-parses stores made by an older version once.
-INGEST_VERSION = "2"
+INGEST_VERSION = "3"  # 3: declarations of functions returning pointers or references
 TEXT_COLLECTION = "backend_func_text"
 # The function GNN is retrained when this share of its training functions is new, changed or
 # gone; below it the model is kept and new functions are embedded with it.

@@ -4,8 +4,8 @@ import pytest
 
 from _backend_support import TOY, TOY_TARGETS, copy_toy
 from corpora.backends.tree import (
-    BackendInputError, find_aliases, find_target_dirs, is_target_identifier, load_target, neutralize,
-    normalize_code, parse_definition, strip_target,
+    BackendInputError, extract_declarations, find_aliases, find_target_dirs, function_declarations,
+    is_target_identifier, load_target, neutralize, normalize_code, parse_cpp, parse_definition, strip_target,
 )
 
 
@@ -48,6 +48,36 @@ def test_statements_are_normalized():
                      "if ( K )", "return 3 ;", "else", "return 4 ;"]
     assert "comment" not in body
     assert normalize_code("a  =  b; // x\n /* y */ c(\"//no\");") == 'a = b ; c ( "//no" ) ;'
+
+
+def test_header_declarations_through_return_pointers_and_references():
+    # the return type's * and & wrap the function's declarator: FunctionPass *createXPass();
+    src = b"""namespace llvm {
+class FunctionPass;
+FunctionPass *createARCBranchFinalizePass();
+FunctionPass **createTwice();
+const FunctionPass &theRef();
+FunctionPass *const *constPtr();
+int plain(int N);
+void (*hook)(int);
+class ARCInstrInfo {
+  const ARCRegisterInfo &getRegisterInfo() const;
+  static MCInst *make(unsigned Op);
+  bool (*callback)(int);
+};
+}
+"""
+    decls = {a.name: a.value for a in extract_declarations(parse_cpp(src), "ARC", "ARC.h")}
+    for name in ("createARCBranchFinalizePass", "createTwice", "theRef", "constPtr", "plain"):
+        assert decls[name] == name
+    assert decls["getRegisterInfo"] == "ARCInstrInfo::getRegisterInfo"
+    assert decls["make"] == "ARCInstrInfo::make"
+    # pointers to functions declare variables, not functions
+    assert "hook" not in decls and "callback" not in decls
+    fdecls = dict(function_declarations(src))
+    assert fdecls["ARCInstrInfo::make"] == [("unsigned Op", "Op")]
+    assert fdecls["createTwice"] == [] and fdecls["plain"] == [("int N", "N")]
+    assert "hook" not in fdecls and "ARCInstrInfo::callback" not in fdecls
 
 
 def test_load_toy_target():

@@ -174,6 +174,40 @@ def test_a_class_maps_onto_the_targets_class_of_the_same_base():
     assert c.mappings[0].how != "match" and c.mappings[0].target == "WrenInstrInfo"
 
 
+def test_a_name_t_lacks_maps_onto_ts_declaration_of_the_same_family():
+    from corpora.backends.profile import TargetProfile
+    from retrieval.backend.adapt import adapt
+
+    lark = TargetProfile("Lark", ["LARK", "Lark"], "Lark", classes={"LarkRegisterBankInfo": ("GenRegisterBankInfo",)})
+    wren = TargetProfile("Wren", ["WREN", "Wren"], "Wren",
+                         declared={"getTheWren32Target", "getTheWren64Target", "createWrenBranchFinalizePass",
+                                   "createWrenExpandPseudosPass", "WrenRegisterInfo", "WrenTargetStreamer"},
+                         classes={"WrenRegisterInfo": ("GenRegisterInfo",)})
+    text = """void LLVMInitializeLarkTarget() {
+  RegisterTargetMachine<LarkTargetMachine> X(getTheLarkTarget());
+  addPass(createLarkBranchTargetsPass());
+  const LarkRegisterBankInfo *RBI = nullptr;
+  LarkELFStreamer S;
+}"""
+    a = adapt(text, ["LarkTargetMachine", "getTheLarkTarget", "createLarkBranchTargetsPass", "LarkRegisterBankInfo",
+                     "LarkELFStreamer"], lark, wren)
+    by = {m.source: m for m in a.mappings}
+    # same first and last word once the target's name is out: T's declaration of that family
+    assert by["getTheLarkTarget"].how == "match" and by["getTheLarkTarget"].kind == "declaration"
+    assert by["getTheLarkTarget"].target == "getTheWren32Target"
+    assert by["createLarkBranchTargetsPass"].target == "createWrenBranchFinalizePass"
+    assert "X(getTheWren32Target());" in a.text and "addPass(createWrenBranchFinalizePass());" in a.text
+    # a class goes by its LLVM base, not its name (register *bank* info is no register info);
+    # another family (an ELF streamer is no target streamer): left renamed and unmapped
+    assert by["LarkRegisterBankInfo"].how == "unmapped" and "const WrenRegisterBankInfo *RBI" in a.text
+    assert by["LarkELFStreamer"].how == "unmapped"
+    # T has the renamed name: renamed, never matched elsewhere; one T name per source name
+    b = adapt("getTheLarkTarget(); getTheLark64Target();", ["getTheLarkTarget", "getTheLark64Target"], lark,
+              wren.__class__("Wren", ["WREN", "Wren"], "Wren", declared={"getTheWren64Target", "getTheWren32Target"}))
+    by = {m.source: m.target for m in b.mappings}
+    assert by["getTheLark64Target"] == "getTheWren64Target" and by["getTheLarkTarget"] == "getTheWren32Target"
+
+
 def test_fit_definition_moves_between_class_and_out_of_line():
     from retrieval.backend.adapt import fit_definition
 
