@@ -77,6 +77,7 @@ OPERATOR_SKILLS: dict[str, tuple[str, str]] = {
     "block_stride_to_chunks": ("Block-stride loop for coalesced sweeps", "Let the threads of a block walk a range with stride blockDim.x, so that in every iteration a warp touches consecutive addresses (coalesced), instead of each thread sweeping its own contiguous chunk."),
     "lookback_to_chained": ("Decoupled look-back instead of a chained scan", "Let a tile sum the aggregates its predecessors publish as soon as they know them, a warp-wide window at a time, up to the first published inclusive prefix, instead of waiting for its immediate predecessor's inclusive prefix: tiles stop serializing on each other's completion."),
     "block_scan_to_thread_totals": ("Block scan over warp totals", "Let the last lane publish its warp's inclusive scan value (the warp total) and fold one value per warp in the block step, instead of publishing and folding every thread's total."),
+    "block_tree_to_thread_sum": ("Block tree reduction in shared memory", "Split a sum that one thread computes over a whole range among the block's threads: each adds a strided slice, parks its partial in a shared array, and a halving tree with a barrier per level folds the slots; thread 0 reads slot 0."),
     "register_tile_to_dot": ("Outer-product register tile (fragment reuse)", "Accumulate a small block of outputs per thread as an outer product of fragments loaded once per reduction step, instead of running one dot product per output that reloads both operands."),
 }
 
