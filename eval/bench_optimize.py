@@ -17,7 +17,9 @@ per problem and as geometric means, with the steps and attempts used and the cor
 failures the gate caught. Every final kernel has passed the gate (every workload and seed).
 Target (deterministic mode): geometric mean of the fraction recovered >= 0.5 within 10 steps.
 
-Arms: `deterministic` (forward rewrites only; no LLM) always; with --model also `skills_llm`
+Arms: `deterministic` (forward rewrites only; no LLM; with the library fallback of `skills optimize`,
+on by default: once no retrieved skill has a rewrite left, the rewrite library's untried rewrites)
+always; `skills_only_det` the same without the fallback (the skills alone); with --model also `skills_llm`
 (retrieved skills materialized by the LLM only), `no_skills` (the LLM with the task alone) and
 `flat_memory` (the LLM with past successful diffs, no preconditions or effects), all under the
 same gate and budget (`--arms` picks).
@@ -345,7 +347,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--per-step", type=int, default=6, help="candidates gated per step")
     ap.add_argument("--k", type=int, default=8, help="skills retrieved per step")
     ap.add_argument("--model", default=None, help="litellm model: adds the LLM arms")
-    ap.add_argument("--arms", default="", help="comma-separated: deterministic, skills, skills_llm, no_skills, flat_memory")
+    ap.add_argument("--arms", default="", help="comma-separated: deterministic, skills_only_det, no_skills_det, "
+                                               "flat_memory_det, skills, skills_llm, no_skills, flat_memory")
     ap.add_argument("--llm-per-step", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=None, help="LLM token budget per problem and arm")
     ap.add_argument("--max-usd", type=float, default=None, help="LLM dollar budget per problem and arm")
