@@ -892,6 +892,10 @@ def optimize_cmd(
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Gate processes run in parallel."),
     store: Optional[Path] = typer.Option(None, "--store", envvar="SKILLS_STORE",
                                          help="Skills store (or a JSON list of skill records / a SKILL.md folder)."),
+    library_fallback: bool = typer.Option(
+        True, "--library-fallback/--no-library-fallback",
+        help="When no retrieved skill has a rewrite left that applies, try the rewrite library's untried rewrites "
+             "(recorded as library steps, not skills)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Optimize a kernel with retrieved skills: every step is kept only if the gate accepts it."""
@@ -906,7 +910,7 @@ def optimize_cmd(
         fail(f"{kernel}: kernel file not found")
     cfg = OptimizeConfig(executor=executor, mode=mode, budget_steps=budget, max_attempts=max_attempts,
                          max_tokens=max_tokens, max_usd=max_usd, per_step=per_step, k=k, model=model,
-                         seeds=seed_list, jobs=jobs, store=store,
+                         seeds=seed_list, jobs=jobs, store=store, library_fallback=library_fallback,
                          exclude_problems=tuple(_split(exclude_problem) or ()))
 
     def on_event(kind: str, data: dict) -> None:
@@ -929,7 +933,8 @@ def optimize_cmd(
                f"stopped: {summary['termination']}")
     for s in summary["lineage"][1:]:
         t = f"  {s['time_ms']:.4g} ms" if s.get("time_ms") else ""
-        typer.echo(f"  + step {s['step']}: {s['what']} [{s.get('skill_name') or s.get('rewrite')}]{t}")
+        src = s.get("skill_name") or (f"library: {s.get('rewrite')}" if s.get("origin") == "library" else s.get("rewrite"))
+        typer.echo(f"  + step {s['step']}: {s['what']} [{src}]{t}")
     if summary["speedup"]:
         typer.echo(f"speedup over the input: {summary['speedup']:.2f}x ({summary['input_time_ms']:.4g} -> "
                    f"{summary['final_time_ms']:.4g} ms)")

@@ -17,7 +17,9 @@ per problem and as geometric means, with the steps and attempts used and the cor
 failures the gate caught. Every final kernel has passed the gate (every workload and seed).
 Target (deterministic mode): geometric mean of the fraction recovered >= 0.5 within 10 steps.
 
-Arms: `deterministic` (forward rewrites only; no LLM) always; with --model also `skills_llm`
+Arms: `deterministic` (forward rewrites only; no LLM; with the library fallback of `skills optimize`,
+on by default: once no retrieved skill has a rewrite left, the rewrite library's untried rewrites)
+always; `skills_only_det` the same without the fallback (the skills alone); with --model also `skills_llm`
 (retrieved skills materialized by the LLM only), `no_skills` (the LLM with the task alone) and
 `flat_memory` (the LLM with past successful diffs, no preconditions or effects), all under the
 same gate and budget (`--arms` picks).
@@ -130,20 +132,17 @@ ARM_CONFIG = {
     # deterministic baselines (no LLM): same rewrites and gate, another order (prompts/optimize_plan.py)
     "no_skills_det": {"mode": "skills", "deterministic": True, "llm": False, "policy": "library"},
     "flat_memory_det": {"mode": "skills", "deterministic": True, "llm": False, "policy": "memory"},
+    # the skills arm without the library fallback (the behaviour before issue 20's fix): what the skills alone do
+    "skills_only_det": {"mode": "skills", "deterministic": True, "llm": False, "fallback": False},
 }
 SHARE_CLIP = (0.01, 1.5)
 
 
 def library_records() -> list:
-    """One record per carrier the forward rewrites serve, with no mined evidence: what the
-    optimizer can do with its rewrite library alone (the no-skills baseline)."""
-    from mining.operators.registry import PAIRS, all_rewrites, rewrites_for_carrier
-    from mining.records import Skill
+    """The no-skills baseline's records (prompts/optimize_plan.py, shared with the library fallback)."""
+    from prompts.optimize_plan import library_records as records
 
-    carriers = {p.operator.carrier for p in PAIRS if p.operator is not None}
-    carriers |= {c for r in all_rewrites().values() for c in (r.carrier, *r.serves)}
-    return [Skill(skill_id=f"lib-{c}", key=f"{c}:library", name=f"rewrite library: {c}", intent=f"rewrite library: {c}",
-                  carrier=c, operator="", provides=[c]) for c in sorted(carriers) if rewrites_for_carrier(c)]
+    return records()
 
 
 def real_problems(root: Path) -> dict[str, tuple[Path, str]]:
@@ -182,6 +181,7 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
                          seeds=tuple(int(s) for s in args.seeds.split(",")), jobs=args.jobs, store=skills_path,
                          cache=args.cache, exclude_problems=exclude, max_tokens=args.max_tokens, max_usd=args.max_usd,
                          timeout_s=args.timeout, llm_per_step=args.llm_per_step, time_limit_s=args.problem_minutes * 60,
+                         library_fallback=spec.get("fallback", True),
                          llm_kwargs=tuple(json.loads(args.llm_kwargs).items()) if args.llm_kwargs else ())
     skills = SkillSource(skills_path if spec["mode"] != "no_skills" else None, exclude, args.retrieval)
     policy = spec.get("policy")
@@ -201,8 +201,9 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
         "steps_used": s["steps_used"], "attempts": s["attempts"], "kept_steps": s["kept"],
         "correctness_failures_caught": s["correctness_failures_caught"], "termination": s["termination"],
         "final_correct": True, "final_hash": s["final_hash"], "llm": s["llm"],
-        "lineage": [{k: st.get(k) for k in ("step", "what", "skill_name", "rewrite", "materializer", "time_ms", "guards")}
-                    for st in res.lineage],
+        "library_fallback": s["library_fallback"],
+        "lineage": [{k: st.get(k) for k in ("step", "what", "skill_name", "rewrite", "materializer", "origin",
+                                            "origin_why", "time_ms", "guards")} for st in res.lineage],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
     if out_dir is not None:
@@ -346,7 +347,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--per-step", type=int, default=6, help="candidates gated per step")
     ap.add_argument("--k", type=int, default=8, help="skills retrieved per step")
     ap.add_argument("--model", default=None, help="litellm model: adds the LLM arms")
-    ap.add_argument("--arms", default="", help="comma-separated: deterministic, skills, skills_llm, no_skills, flat_memory")
+    ap.add_argument("--arms", default="", help="comma-separated: deterministic, skills_only_det, no_skills_det, "
+                                               "flat_memory_det, skills, skills_llm, no_skills, flat_memory")
     ap.add_argument("--llm-per-step", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=None, help="LLM token budget per problem and arm")
     ap.add_argument("--max-usd", type=float, default=None, help="LLM dollar budget per problem and arm")

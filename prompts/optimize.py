@@ -15,7 +15,10 @@ candidate that beats the current kernel by `min_gain`, on the CPU executor (no t
 claim) the first correct one in priority order. The steps are the walk of mining/walk.py run
 forward (strategy `fastest` or `priority`, `keep_going`), with the kernel gate checker of
 mining/checker.py that mining uses too (one definition of a kernel's time). Every candidate is an
-attempt in the log, kept or dropped with the reason. It stops when the step budget (or the token
+attempt in the log, kept or dropped with the reason. When no retrieved skill has a deterministic
+materialization left (every one tried, or none applies), the step falls back to the rewrite library
+(`library_fallback`, on by default): its rewrites not tried yet, in the no-skills baseline's order,
+recorded as coming from the library, not from a skill. It stops when the step budget (or the token
 / dollar / attempt budget) is spent or when nothing applies any more. Skills are read as records
 (`mining.records.Skill`) from a store, a JSON list or a SKILL.md export.
 
@@ -51,7 +54,7 @@ from mining.walk import Candidate as WalkCandidate
 from mining.walk import Verdict, WalkEvent, WalkResult, backward_walk
 from mining.records import Anchor, Skill
 from retrieval.applicability import CODE_TOKEN
-from prompts.optimize_plan import candidate_key, expand_hits, fit_to_deadline, order_retrieved
+from prompts.optimize_plan import candidate_key, expand_hits, fit_to_deadline, library_records, order_retrieved
 
 MODES = ("skills", "no_skills", "flat_memory")
 
@@ -79,6 +82,9 @@ class OptimizeConfig:
     llm_per_step: int = 2  # LLM calls per step (every mode, so the arms spend alike)
     model: Optional[str] = None
     deterministic: bool = True  # deterministic materializers (skills mode)
+    # skills mode, deterministic: when no retrieved skill has a materialization left, gate the rewrite
+    # library's untried rewrites (library order) rather than stop with budget left and a rewrite that applies
+    library_fallback: bool = True
     seeds: tuple[int, ...] = (0, 1, 2)
     jobs: int = 2
     min_gain: float = 0.02  # a kept step must be this much faster (GPU)
@@ -115,6 +121,10 @@ class Attempt:
     kept: bool = False
     why: str = ""  # why kept or dropped
     llm: dict = field(default_factory=dict)  # the LLM call behind it: usage, finish reason, prompt cut
+    # skill (a retrieved skill's materialization) | library (the rewrite library: the no-skills baseline, or the
+    # fallback once the skill plan is exhausted) | model (the LLM without a skill)
+    origin: str = ""
+    origin_why: str = ""  # why a library-fallback candidate was proposed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,6 +140,9 @@ class Candidate(WalkCandidate):
     rank: int = 0
     cost_usd: float = 0.0
     llm: dict = field(default_factory=dict)
+    origin: str = "skill"  # skill | library | model (see Attempt.origin)
+    fallback: bool = False  # proposed by the library fallback (after every skill candidate)
+    origin_why: str = ""
 
     @property
     def rewrite(self) -> str:
@@ -159,6 +172,7 @@ class OptimizeResult:
     wall_s: float
     config: dict
     step_log: list[dict] = field(default_factory=list)
+    library_fallback: dict = field(default_factory=dict)  # enabled, the steps it proposed at, the steps it kept
 
     @property
     def speedup(self) -> Optional[float]:
@@ -178,7 +192,8 @@ class OptimizeResult:
             else "none: the cpu executor checks correctness only (no speed claim)",
             "final_hash": sha256(self.final_source), "final_correct": True,
             "lineage": [{k: v for k, v in s.items() if k not in ("diff",)} for s in self.lineage],
-            "retrieval": self.retrieval, "llm": self.llm, "wall_s": round(self.wall_s, 1),
+            "retrieval": self.retrieval, "llm": self.llm, "library_fallback": self.library_fallback,
+            "wall_s": round(self.wall_s, 1),
         }
 
     def write(self, out: Path) -> None:
@@ -263,6 +278,15 @@ class SkillSource:
         if skill.skill_id not in self._json:
             self._json[skill.skill_id] = skill.model_dump(mode="json")
         return self._json[skill.skill_id]
+
+
+def library_source() -> SkillSource:
+    """The rewrite library as a skill source (prompts/optimize_plan.py ``library_records``), ranked the
+    way the no-skills baseline ranks it (policy "library": each rewrite's prior, no value plan)."""
+    src = SkillSource(None)
+    src.records, src.policy, src.backend = library_records(), "library", "baseline:library"
+    src.note = "no mined skills: the rewrite library in its fixed order"
+    return src
 
 
 def load_skill_records(root: Path) -> list[Skill]:
@@ -696,6 +720,8 @@ class _Run:
         self.step_attempts: list[tuple[Candidate, Attempt]] = []
         self.gate_seconds: list[float] = []  # wall seconds per batch of `jobs` gated candidates (fit_to_deadline)
         self.t_gate = 0.0
+        self.library: Optional[SkillSource] = None  # the rewrite library's records (the fallback), loaded when needed
+        self.fallback_steps: list[int] = []  # steps whose candidates included the library fallback
 
     # ----------------------------------------------------------------- budgets
     def stop(self, step: int) -> Optional[str]:
@@ -719,31 +745,31 @@ class _Run:
         cands: list[Candidate] = []
         retrieved: list[Retrieved] = []
         unmaterialized = []
+        # the benchmark's no-skills baseline retrieves the library's records: its candidates come from the library
+        origin = "library" if getattr(self.skills, "policy", "value") == "library" else "skill"
         if config.mode == "skills" and self.skills.records:
             retrieved = retrieve(self.skills, cur, self.axes, config.k)
             if config.deterministic:
-                for r in retrieved:
-                    ms = materialize(r.skill, cur, self.ctx)
-                    if not ms:
-                        unmaterialized.append(r)
-                    for m in ms:
-                        ratios = _time_ratios(r.skill)
-                        prior = max(get_rewrite(m.rewrite).prior, max(ratios) if ratios else 0.0)
-                        cands.append(Candidate(m.rewrite, r.skill.carrier, m.source, "deterministic",
-                                               site_line=m.site_line, description=m.description, skill=r.skill,
-                                               guards=m.guards, prior=prior, rank=r.rank))
+                cands, unmaterialized = self._materialize(retrieved, cur, origin)
             else:
                 unmaterialized = list(retrieved)
         cands += self._llm_candidates(cur, step, cands, unmaterialized)
-        # dedupe, drop what was tried and what kept failing or not paying off, order by expected effect
-        uniq: dict[str, Candidate] = {}
-        for c in sorted(cands, key=candidate_key):  # structural steps first, in plan order
-            h = sha256(c.source)
-            outcomes = self.record.get(_key(c), [])
-            if outcomes.count("fail") >= 2 or outcomes.count("slower") >= 2:
-                continue
-            if h not in self.tried and h not in uniq:
-                uniq[h] = c
+        uniq = self._fresh(cands)
+        fallback = None
+        if self._fallback_on() and not any(c.materializer == "deterministic" for c in uniq.values()):
+            # the skill plan is exhausted: the library's untried rewrites, after every skill candidate
+            n_det = sum(1 for c in cands if c.materializer == "deterministic")
+            why = (f"library fallback: none of the {len(retrieved)} retrieved skills has a materialization left on "
+                   f"this kernel ({n_det} materialized, all tried, failing or not faster)" if n_det else
+                   f"library fallback: none of the {len(retrieved)} retrieved skills materializes on this kernel")
+            lib, _ = self._materialize(retrieve(self._library(), cur, self.axes, config.k), cur, "library")
+            for c in lib:
+                c.fallback, c.origin_why = True, why
+            uniq = self._fresh(cands + lib)
+            n_lib = sum(1 for c in uniq.values() if c.fallback)
+            fallback = {"why": why, "candidates": n_lib}
+            if n_lib:
+                self.fallback_steps.append(step)
         todo = list(uniq.values())
         if config.max_attempts is not None:
             todo = todo[:max(0, config.max_attempts - _gated(self.attempts))]
@@ -753,8 +779,49 @@ class _Run:
         self.entry = {"step": step, "retrieved": [{"skill_id": r.skill.skill_id, "name": r.skill.name,
                                                    "status": r.status, "rank": r.rank} for r in retrieved[:config.k]],
                       "candidates": len(uniq), "gated": len(todo)}
+        if fallback is not None:
+            self.entry["library_fallback"] = fallback | {"gated": sum(1 for c in todo if c.fallback)}
         self.step_attempts = []
         return todo
+
+    def _materialize(self, retrieved: list[Retrieved], cur: str, origin: str
+                     ) -> tuple[list[Candidate], list[Retrieved]]:
+        """The deterministic candidates of the retrieved records, and the records none materialized."""
+        cands, unmaterialized = [], []
+        for r in retrieved:
+            ms = materialize(r.skill, cur, self.ctx)
+            if not ms:
+                unmaterialized.append(r)
+            for m in ms:
+                ratios = _time_ratios(r.skill)
+                prior = max(get_rewrite(m.rewrite).prior, max(ratios) if ratios else 0.0)
+                cands.append(Candidate(m.rewrite, r.skill.carrier, m.source, "deterministic",
+                                       site_line=m.site_line, description=m.description,
+                                       skill=r.skill if origin == "skill" else None, guards=m.guards, prior=prior,
+                                       rank=r.rank, origin=origin))
+        return cands, unmaterialized
+
+    def _fresh(self, cands: list[Candidate]) -> dict[str, Candidate]:
+        """Deduped by source, without what was tried or kept failing / not paying off, in plan order."""
+        uniq: dict[str, Candidate] = {}
+        for c in sorted(cands, key=candidate_key):  # structural steps first, in plan order
+            h = sha256(c.source)
+            outcomes = self.record.get(_key(c), [])
+            if outcomes.count("fail") >= 2 or outcomes.count("slower") >= 2:
+                continue
+            if h not in self.tried and h not in uniq:
+                uniq[h] = c
+        return uniq
+
+    def _fallback_on(self) -> bool:
+        c = self.config
+        return c.library_fallback and c.mode == "skills" and c.deterministic and \
+            getattr(self.skills, "policy", "value") != "library"
+
+    def _library(self) -> "SkillSource":
+        if self.library is None:
+            self.library = library_source()
+        return self.library
 
     def _llm_candidates(self, cur: str, step: int, cands: list[Candidate], unmaterialized: list[Retrieved]
                         ) -> list[Candidate]:
@@ -805,11 +872,12 @@ class _Run:
                 reason_kind = usage.get("rejected", "call_error")
                 self.llm_usage["rejected"][reason_kind] = self.llm_usage["rejected"].get(reason_kind, 0) + 1
                 self.attempts.append(Attempt(step, len(self.attempts), "llm", kind, sid, sname, scarrier, desc,
-                                             tokens=tk, cost_usd=usd, verdict="not_gated", why=desc, llm=usage))
+                                             tokens=tk, cost_usd=usd, verdict="not_gated", why=desc, llm=usage,
+                                             origin="skill" if rec is not None else "model"))
                 continue
             self.llm_usage["parsed"] += 1
             out.append(Candidate(kind, scarrier, new, "llm", description=desc, tokens=tk, skill=rec, prior=LLM_PRIOR,
-                                 cost_usd=usd, llm=usage))
+                                 cost_usd=usd, llm=usage, origin="skill" if rec is not None else "model"))
         return out
 
     def _start(self, source0: str) -> None:
@@ -834,10 +902,10 @@ class _Run:
                                             f"a/{self.kernel_path.name}", f"b/{self.kernel_path.name}", n=2))
         sk = c.skill
         a = Attempt(step, len(self.attempts), c.materializer, c.rewrite, sk.skill_id if sk else "",
-                    sk.name if sk else "", sk.carrier if sk else "", c.description, c.guards, c.site_line,
+                    sk.name if sk else "", sk.carrier if sk else c.carrier, c.description, c.guards, c.site_line,
                     sha256(c.source), diff[:20000], c.tokens, c.cost_usd, d.get("verdict", "error"),
                     "" if d.get("passed") else (d.get("reason") or d.get("verdict", ""))[:1000],
-                    gate_summary(d, detail=True), llm=c.llm)
+                    gate_summary(d, detail=True), llm=c.llm, origin=c.origin, origin_why=c.origin_why)
         self.attempts.append(a)
         self.step_attempts.append((c, a))
         self.tried.add(a.source_hash)
@@ -898,6 +966,7 @@ class _Run:
         self.lineage.append({"step": step, "source": self.cur, "source_hash": kept.source_hash, "what": kept.description,
                              "skill_id": kept.skill_id, "skill_name": kept.skill_name, "carrier": kept.carrier,
                              "rewrite": kept.rewrite, "materializer": kept.materializer, "guards": kept.guards,
+                             "origin": kept.origin, "origin_why": kept.origin_why,
                              "time_ms": kept.time_ms, "diff": kept.diff,
                              "speedup_vs_input": (self.lineage[0]["time_ms"] / kept.time_ms)
                              if kept.time_ms and self.lineage[0]["time_ms"] else None})
@@ -919,7 +988,13 @@ class _Run:
             wall_s=time.perf_counter() - self.t0,
             config={k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
                     for k, v in asdict(config).items() if k != "llm_kwargs"},
-            step_log=self.step_log)
+            step_log=self.step_log,
+            library_fallback={"enabled": self._fallback_on(), "proposed_at_steps": self.fallback_steps,
+                              "kept_steps": [s["step"] for s in self.lineage[1:] if s.get("origin") == "library"
+                                             and s.get("origin_why")],
+                              "why": "when no retrieved skill has a deterministic materialization left, the rewrite "
+                                     "library's untried rewrites are gated (no-skills order), after every skill "
+                                     "candidate; a kept one is recorded with origin 'library', not a skill"})
 
 
 def _gated(attempts: list[Attempt]) -> int:

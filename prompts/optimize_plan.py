@@ -10,6 +10,13 @@ then the qualifiers, then the skills whose site no detector found (a forward rew
 one). ``candidate_key`` orders the materialized candidates by that plan, so the per-step slice of
 candidates gated in parallel holds the structural steps first.
 
+The library fallback: when no retrieved skill has a deterministic materialization left at a step
+(every one tried, failed twice or not faster twice, or none applies), the step's candidates come
+from the rewrite library instead (``library_records``: one record per carrier the forward rewrites
+serve, no mined evidence), in the order the no-skills baseline uses (``baseline_order`` "library":
+each rewrite's prior). ``candidate_key`` puts them after every skill candidate, LLM ones included,
+so a skill that applies is always gated first.
+
 ``fit_to_deadline`` trims a step's candidates to what the time left can gate, from the seconds a
 gated candidate has taken so far in this run: a step that starts just before the time limit does
 not overrun it by a full batch.
@@ -20,7 +27,8 @@ import math
 import re
 from typing import Any, Callable, Optional, Sequence
 
-from mining.operators.registry import get_rewrite, rewrites_for
+from mining.operators.registry import PAIRS, all_rewrites, get_rewrite, rewrites_for, rewrites_for_carrier
+from mining.records import Skill
 from retrieval.applicability import Checker
 from retrieval.plan import order
 from retrieval.value import QUALIFIERS, Valuer
@@ -86,11 +94,28 @@ def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
     return out
 
 
+# candidate_key's tiers: a skill's deterministic materializations, then LLM ones, then the library fallback
+LLM_TIER, FALLBACK_TIER = 10 ** 6, 2 * 10 ** 6
+
+
 def candidate_key(c: Any) -> tuple:
     """Sort key of a materialized candidate: the rank of its skill in the plan (structural steps
-    come first there), then the rewrite's prior (expected effect)."""
-    rank = c.rank if c.rank else 10 ** 6  # LLM candidates (rank 0) after the plan's steps
+    come first there), then the rewrite's prior (expected effect). LLM candidates (rank 0) follow
+    the plan's steps; library-fallback candidates follow everything, in library order."""
+    if getattr(c, "fallback", False):
+        return (FALLBACK_TIER + c.rank, -c.prior)
+    rank = c.rank if c.rank else LLM_TIER
     return (rank, -c.prior)
+
+
+def library_records() -> list[Skill]:
+    """One record per carrier the forward rewrites serve, with no mined evidence: what the
+    optimizer can do with its rewrite library alone (the no-skills baseline, and the fallback when
+    the skill plan is exhausted)."""
+    carriers = {p.operator.carrier for p in PAIRS if p.operator is not None}
+    carriers |= {c for r in all_rewrites().values() for c in (r.carrier, *r.serves)}
+    return [Skill(skill_id=f"lib-{c}", key=f"{c}:library", name=f"rewrite library: {c}", intent=f"rewrite library: {c}",
+                  carrier=c, operator="", provides=[c]) for c in sorted(carriers) if rewrites_for_carrier(c)]
 
 
 def baseline_order(retrieved: list, source: str, policy: str, as_json: Callable[[Any], dict] = _as_json) -> list:

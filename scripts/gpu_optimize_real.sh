@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `skills optimize` on the real corpus' naive kernels on the H200 (issue 20): bench_optimize
 # --corpus real, deterministic, budget 10, leave-one-source-out, with the two deterministic
-# baselines (no_skills_det, flat_memory_det) beside the value plan (deterministic). One device
+# baselines (no_skills_det, flat_memory_det) beside the value plan (deterministic, with the library
+# fallback; OPT_ARMS=...,skills_only_det adds the skills alone, the fallback off). One device
 # call of at most 10 minutes. The GPU machine has no network, no fetched sources and no duckdb,
 # so the problem folders and the skills are prepared HERE (third-party code stays in an ignored
 # folder):

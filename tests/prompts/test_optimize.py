@@ -143,7 +143,9 @@ def test_parse_optimization_blocks_and_whole_kernel():
 # --------------------------------------------------------------------------- the loop on the cpu gate
 @needs_cpu_gate
 def test_optimize_vector_add_deterministic(skills_file, cache, tmp_path):
-    cfg = OptimizeConfig(executor="cpu", budget_steps=3, seeds=(0,), jobs=1, store=skills_file, cache=cache)
+    # the skills alone (the library fallback, tested below, would spend the third step)
+    cfg = OptimizeConfig(executor="cpu", budget_steps=3, seeds=(0,), jobs=1, store=skills_file, cache=cache,
+                         library_fallback=False)
     res = optimize(VECTOR_ADD, Path("naive.cu"), cfg)
     final = res.final_source
     assert "__restrict__" in final and "reinterpret_cast<const float4*>" in final and "gridDim.x * blockDim.x" in final
@@ -184,9 +186,72 @@ def test_budget_and_nothing_applies(skills_file, cache):
     assert res.termination == "budget_attempts" and len(res.attempts) == 1
     only_restrict = skills_file.parent / "one.json"
     only_restrict.write_text(json.dumps([skill("restrict", "drop_restrict")]))
-    cfg = OptimizeConfig(executor="cpu", budget_steps=5, seeds=(0,), jobs=1, store=only_restrict, cache=cache)
+    # the library fallback off: the old behaviour, stop once the skills have nothing left (budget left over)
+    cfg = OptimizeConfig(executor="cpu", budget_steps=5, seeds=(0,), jobs=1, store=only_restrict, cache=cache,
+                         library_fallback=False)
     res = optimize(VECTOR_ADD, Path("naive.cu"), cfg)
     assert res.termination == "nothing_applies" and res.steps_used == 2 and len(res.lineage) == 2
+    assert all(a.origin == "skill" for a in res.attempts) and res.library_fallback["enabled"] is False
+    assert res.library_fallback["proposed_at_steps"] == [] and "library_fallback" not in res.step_log[-1]
+
+
+# --------------------------------------------------------------------------- the library fallback (issue 20)
+def test_library_fallback_order_and_key():
+    """The fallback ranks the library as the no-skills baseline does, and its candidates come after
+    every skill candidate (deterministic and LLM)."""
+    from mining.operators.registry import get_rewrite
+    from prompts.optimize import Candidate, library_source, retrieve
+    from prompts.optimize_plan import candidate_key
+
+    lib = retrieve(library_source(), NAIVE, [], 8)
+    assert len(lib) > 8 and all(r.skill.skill_id.startswith("lib-") for r in lib)
+    priors = [max(get_rewrite(w).prior for w in rewrites_for("", r.skill.carrier)) for r in lib]
+    assert priors == sorted(priors, reverse=True)  # the library's fixed order of expected effect
+    mats = [(r.skill.carrier, m.rewrite) for r in lib for m in materialize(r.skill, NAIVE)]
+    assert mats[0] == ("vector_load", "vectorize_elementwise")  # the library's biggest prior that applies
+    cands = [Candidate("add_ldg", "ldg", "lib", "deterministic", rank=1, prior=9.0, origin="library", fallback=True),
+             Candidate("llm_skill", "", "llm", "llm", rank=0, prior=1.5),
+             Candidate("add_restrict", "restrict", "skill", "deterministic", rank=7, prior=1.1)]
+    assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill", "llm", "lib"]
+
+
+@needs_cpu_gate
+def test_library_fallback_when_no_skill_applies(tmp_path, cache):
+    """The store holds a skill no rewrite materializes: the skills arm used to stop at once with its
+    budget unspent; now the step takes the library's first rewrite that passes, recorded as the library's."""
+    store = tmp_path / "none_applies.json"
+    store.write_text(json.dumps([skill("online_softmax", "llm")]))
+    cfg = OptimizeConfig(executor="cpu", budget_steps=1, seeds=(0,), jobs=1, store=store, cache=cache)
+    res = optimize(VECTOR_ADD, Path("naive.cu"), cfg)
+    assert len(res.lineage) == 2 and res.termination == "budget_steps"
+    step = res.lineage[1]
+    assert step["rewrite"] == "vectorize_elementwise" and step["origin"] == "library" and step["skill_id"] == ""
+    assert "reinterpret_cast<const float4*>" in res.final_source
+    assert "none of the 1 retrieved skills materializes" in step["origin_why"]
+    assert all(a.origin == "library" and not a.skill_id for a in res.attempts)
+    s = res.summary()
+    assert s["library_fallback"]["enabled"] and s["library_fallback"]["proposed_at_steps"] == [1]
+    assert s["library_fallback"]["kept_steps"] == [1] and s["lineage"][1]["origin"] == "library"
+    assert res.step_log[0]["library_fallback"]["candidates"] >= 1
+    off = optimize(VECTOR_ADD, Path("naive.cu"), OptimizeConfig(executor="cpu", budget_steps=1, seeds=(0,), jobs=1,
+                                                                store=store, cache=cache, library_fallback=False))
+    assert off.termination == "nothing_applies" and len(off.lineage) == 1 and not off.attempts
+
+
+@needs_cpu_gate
+def test_library_fallback_after_the_skills(tmp_path, cache):
+    """A skill that applies is taken first, as without the fallback; the library gets the step the
+    skills leave (the restrict skill, then the library's vectorization)."""
+    store = tmp_path / "restrict.json"
+    store.write_text(json.dumps([skill("restrict", "drop_restrict")]))
+    cfg = OptimizeConfig(executor="cpu", budget_steps=2, seeds=(0,), jobs=1, store=store, cache=cache)
+    res = optimize(VECTOR_ADD, Path("naive.cu"), cfg)
+    assert [(s["rewrite"], s["origin"]) for s in res.lineage[1:]] == [("add_restrict", "skill"),
+                                                                      ("vectorize_elementwise", "library")]
+    assert res.lineage[1]["skill_id"] == "sk-restrict" and not res.lineage[1]["origin_why"]
+    assert res.lineage[2]["origin_why"].startswith("library fallback: none of the 1 retrieved skills")
+    assert [a.origin for a in res.attempts if a.step == 1] == ["skill"] and "library_fallback" not in res.step_log[0]
+    assert res.library_fallback["proposed_at_steps"] == [2]
 
 
 REPLY = ("CARRIER: restrict\nDESCRIPTION: promise no aliasing\n<<<<<<< SEARCH\n"
@@ -207,9 +272,11 @@ def test_llm_materializer_with_mocked_endpoint(tmp_path, cache):
     res = optimize(VECTOR_ADD, Path("naive.cu"), cfg)
     assert "__restrict__ a" in res.final_source and res.lineage[1]["materializer"] == "llm"
     assert res.lineage[1]["skill_id"] == "sk-register_cache"
-    assert res.llm["calls"] == 2 and res.termination == "nothing_applies"
+    assert res.llm["calls"] == 2 and res.lineage[1]["origin"] == "skill"  # before the library's candidates
     failed = [a for a in res.attempts if a.verdict == "not_gated"]
     assert failed and "SEARCH text does not occur" in failed[0].why  # step 2: already applied
+    # no skill rewrite at step 2 (the LLM's reply no longer applies): the library fallback spends the step
+    assert res.termination == "budget_steps" and res.lineage[2]["origin"] == "library"
     # the token budget stops the no-skills baseline
     cfg = OptimizeConfig(executor="cpu", mode="no_skills", budget_steps=3, llm_per_step=1, model="openai/mock-model",
                          seeds=(0,), jobs=1, cache=cache, max_tokens=1, llm_kwargs=(("mock_response", REPLY),))
