@@ -168,8 +168,8 @@ def _asm_nodes(node: Node) -> list[Node]:
     return [n for n in walk(node) if n.type == "gnu_asm_expression"]
 
 
-def function_forms(src: Source) -> tuple[dict[str, tuple[list[str], PtxCopy, str]], set[str]]:
-    """Device functions whose body is one copy (NAME -> (params, copy, body)) or group calls only."""
+def function_forms(src: Source) -> tuple[dict[str, tuple[list[str], PtxCopy, Node]], set[str]]:
+    """Device functions whose body is one copy (NAME -> (params, copy, definition)) or group calls only."""
     copies, groups = {}, set()
     for f in src.funcs:
         if f.is_kernel or not f.name:
@@ -177,20 +177,14 @@ def function_forms(src: Source) -> tuple[dict[str, tuple[list[str], PtxCopy, str
         node = _definition(src, f)
         if node is None:
             continue
-        body = src.func_code(f).decode("utf-8", "replace")
         asms = [text(n) for n in _asm_nodes(node)]
         if len(asms) == 1:
             c = asm_copy(asms[0])
             if c is not None:
-                copies[f.name] = ([p.name for p in f.params], c, body)
+                copies[f.name] = ([p.name for p in f.params], c, node)
         if asms and all(is_group_asm(a) for a in asms):
             groups.add(f.name)
     return copies, groups
-
-
-def _assigned(name: str, code: str) -> bool:
-    return bool(re.search(r"(\b%s\s*(?:[-+*/%%&|^]|<<|>>)?=(?!=))|(\+\+|--)\s*%s\b|\b%s\s*(\+\+|--)"
-                          % ((re.escape(name),) * 3), code))
 
 
 def _writes(scope: Node, names: set[str], lo: int, hi: int) -> bool:
@@ -276,10 +270,8 @@ def copy_sites(src: Source) -> Iterator[CopySite]:
 def _function_site(src: Source, form, stmt: Node, args: list[str]) -> Optional[CopySite]:
     """A call of a device function around one copy: its shared address must come from one of its
     pointer parameters (never assigned in it), its source be a parameter, its size a literal."""
-    params, c, _ = form
-    f = next((g for g in src.funcs if g.name and src.func_code(g).decode("utf-8", "replace") == form[2]), None)
-    node = _definition(src, f) if f is not None else None
-    asm = next(iter(_asm_nodes(node)), None) if node is not None else None
+    params, c, node = form
+    asm = next(iter(_asm_nodes(node)), None)
     if asm is None:
         return None
     inner = _generic_pointer(c.dst, node, asm.parent)
