@@ -22,6 +22,7 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name
 from corpora.code.parse import text, walk
 from corpora.code.source import Source, expand_macro
+from mining.operators.nodes import split_top
 
 # `cp.async.cg.shared.global.L2::128B [%0], [%1], 16;` -- no fourth (src-size) operand
 _COPY = re.compile(r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)?\s*\[\s*%(\d+)\s*\]\s*,\s*"
@@ -76,29 +77,12 @@ def _strings(asm: str) -> str:
                    for x in re.findall(r'"((?:[^"\\]|\\.)*)"', _sections(asm)[0]))
 
 
-def _split_top(s: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        out.append("".join(cur))
-    return out
-
-
 def _operands(asm: str) -> Optional[list[str]]:
     """Operand expressions in %-number order (outputs, then inputs) of an `asm(...)` text."""
     parts = _sections(asm)
     ops = []
     for section in parts[1:3]:
-        for o in _split_top(section):
+        for o in (x for x in split_top(section, ",") if x):
             m = _OPERAND.match(o)
             if m is None:
                 return None
