@@ -41,6 +41,8 @@ from corpora.code.parse import text, walk
 
 _FIELD = re.compile(r"^(threadIdx|blockIdx|blockDim|gridDim)\.([xyz])$")
 _THREAD = {"ks_f_threadIdx_x", "ks_f_threadIdx_y", "ks_f_threadIdx_z"}
+_SELECT = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+_LANES = {"x": 0, "y": 1, "z": 2, "w": 3}
 _BARRIER = re.compile(r"^(__syncthreads\s*\(\s*\)|(\w+::)*sync\s*\(\s*\w+\s*\)|\w+\s*\.\s*sync\s*\(\s*\))\s*;$")
 
 
@@ -76,6 +78,7 @@ class IndexAlgebra:
         self.functions: dict[str, object] = {}
         self.invariant_names: set[str] = set()
         self.symbols: dict[str, object] = {}
+        self.opaque_ok = False  # set while translating a value (see expr's division)
 
     def sym(self, name: str):
         if name not in self.symbols:
@@ -128,6 +131,48 @@ class IndexAlgebra:
                     return True
         return False
 
+    def _vector_lane(self, node: Node, pos: int) -> Optional[Node]:
+        """`v.y` of a register vector built once as `v = make_float4(a, b, c, d)` (never assigned
+        again, its address never taken): the lane's expression `b`."""
+        arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
+        if arg is None or fld is None or arg.type != "identifier" or text(fld) not in _LANES:
+            return None
+        name, init = text(arg), None
+        for n in walk(self.body):
+            if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and \
+                    text(n.child_by_field_name("declarator")) == name:
+                if init is not None or n.start_byte >= pos:
+                    return None
+                init = n.child_by_field_name("value")
+            elif n.type == "identifier" and text(n) == name and not _lane_read(n):
+                return None  # passed whole (by reference, through a cast macro) or written: not fixed
+        if init is None or init.type != "call_expression":
+            return None
+        callee = init.child_by_field_name("function")
+        m = re.fullmatch(r"make_\w+?([1-4])", text(callee)) if callee is not None else None
+        args = init.child_by_field_name("arguments")
+        lanes = [c for c in (args.named_children if args is not None else []) if c.type != "comment"]
+        k = _LANES[text(fld)]
+        if m is None or len(lanes) != int(m.group(1)) or k >= len(lanes):
+            return None
+        return lanes[k]
+
+    def _select(self, cond: Node, a, b, pos: int, depth: int):
+        while cond.type in ("parenthesized_expression", "condition_clause") and len(cond.named_children) == 1:
+            cond = cond.named_children[0]
+        if cond.type != "binary_expression":
+            raise NotAlgebra("condition")
+        op = text(cond.child_by_field_name("operator") or cond.children[1])
+        left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+        if op == "&&":
+            return self._select(left, self._select(right, a, b, pos, depth + 1), b, pos, depth + 1)
+        if op == "||":
+            return self._select(left, a, self._select(right, a, b, pos, depth + 1), pos, depth + 1)
+        if op not in _SELECT:
+            raise NotAlgebra(f"condition {op}")
+        fn = self.sp.Function("ks_sel_" + _SELECT[op])
+        return fn(self.expr(left, pos, depth + 1), self.expr(right, pos, depth + 1), a, b)
+
     def _is_local(self, name: str) -> bool:
         return any(n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and
                    text(n.child_by_field_name("declarator")) == name for n in walk(self.body))
@@ -142,12 +187,18 @@ class IndexAlgebra:
         if t == "number_literal":
             s = text(node).rstrip("uUlL")
             if not re.fullmatch(r"\d+|0[xX][0-9a-fA-F]+", s):
-                raise NotAlgebra("literal")
+                if not self.opaque_ok or not re.fullmatch(r"[\d.]+(?:[eE][-+]?\d+)?[fF]?", text(node)):
+                    raise NotAlgebra("literal")
+                # a floating constant of a value: carried as an opaque symbol, printed as written
+                return self.sym("ks_lit_" + re.sub(r"\W", "_", text(node)))
             return sp.Integer(int(s, 0))
         if t == "field_expression":
             m = _FIELD.match("".join(text(node).split()))
             if not m:
-                raise NotAlgebra("field")
+                lane = self._vector_lane(node, pos)
+                if lane is None:
+                    raise NotAlgebra("field")
+                return self.expr(lane, lane.start_byte, depth + 1)
             return self.sym(f"ks_f_{m.group(1)}_{m.group(2)}")  # never a C identifier of the kernel
         if t == "identifier":
             name = text(node)
@@ -170,14 +221,24 @@ class IndexAlgebra:
                 return a - b
             if op == "*":
                 return a * b
-            if op in ("/", "%", "<<", ">>", "&") and not self.writer_unknowns(a) and not self.writer_unknowns(b):
+            if op in ("/", "%", "<<", ">>", "&") and not self.writer_unknowns(b) and \
+                    (self.opaque_ok or not self.writer_unknowns(a)):
+                # a value may divide a writer's coordinate: it is evaluated at the solved coordinate,
+                # never solved through (an index equation with one is refused)
                 fn = self.sp.Function({"/": "ks_div", "%": "ks_mod", "<<": "ks_shl", ">>": "ks_shr", "&": "ks_and"}[op])
                 return fn(a, b)
             raise NotAlgebra(f"operator {op}")
+        if t == "conditional_expression" and self.opaque_ok:
+            # `c ? a : b` in a value: evaluated at the solved coordinates, never solved through
+            return self._select(node.child_by_field_name("condition"), self.expr(node.child_by_field_name("consequence"),
+                                pos, depth + 1), self.expr(node.child_by_field_name("alternative"), pos, depth + 1),
+                                pos, depth + 1)
         if t == "unary_expression" and text(node.children[0]) == "-":
             return -self.expr(node.child_by_field_name("argument"), pos, depth + 1)
         if t == "subscript_expression":
             base = node.child_by_field_name("argument")
+            while base is not None and base.type == "parenthesized_expression" and len(base.named_children) == 1:
+                base = base.named_children[0]  # `(x)[i]`, as devectorizing rewrites print it
             idx = node.child_by_field_name("indices")
             inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
             if base is None or base.type != "identifier" or text(base) not in self.readonly or len(inner) != 1:
@@ -222,6 +283,9 @@ def to_c(expr, names: dict[str, str]) -> str:
         ops = {"ks_div": "/", "ks_mod": "%", "ks_shl": "<<", "ks_shr": ">>", "ks_and": "&"}
         if name in ops:
             return f"(({args[0]}) {ops[name]} ({args[1]}))"
+        if name.startswith("ks_sel_"):
+            op = next(k for k, v in _SELECT.items() if v == name[len("ks_sel_"):])
+            return f"(({args[0]}) {op} ({args[1]}) ? ({args[2]}) : ({args[3]}))"
         if name.startswith("ks_load_"):
             return f"{name[len('ks_load_'):]}[{args[0]}]"
     raise NotAlgebra(f"cannot print {expr}")
@@ -232,6 +296,9 @@ def _c_names(sym: IndexAlgebra) -> dict[str, str]:
     for name in sym.symbols:
         m = re.match(r"^ks_f_(threadIdx|blockIdx|blockDim|gridDim)_([xyz])$", name)
         out[name] = f"{m.group(1)}.{m.group(2)}" if m else name
+        if name.startswith("ks_lit_"):
+            out[name] = next(text(n) for n in walk(sym.body) if n.type == "number_literal" and
+                             "ks_lit_" + re.sub(r"\W", "_", text(n)) == name)
     return out
 
 
@@ -263,36 +330,58 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
             return None
         else:
             reads.append(sub)
-    if len(writes) != 1 or not reads:
+    if not writes or not reads:
         return None
-    wsub, asg = writes[0]
-    fill_stmt = asg.parent
-    fill_top = _top_stmt(fill_stmt, body)
-    read_tops = [_top_stmt(r, body) for r in reads]
-    if fill_top is None or any(rt is None or rt.start_byte <= fill_top.start_byte for rt in read_tops):
+    # the innermost block that holds every write and read; above it only `if`s without `else`,
+    # whose conditions every writer passed (they guard the forwarded value)
+    block, outer_guards = _common_block([w for w, _ in writes] + reads, body)
+    if block is None:
+        return None
+    writes.sort(key=lambda w: w[0].start_byte)
+    fill_tops = [_top_stmt(asg.parent, block) for _, asg in writes]
+    if any(ft is None for ft in fill_tops):
+        return None
+    if len(writes) > 1:
+        # a group of stores, one per lane (`t[y][4 * x + k] = v.<k>`): plain statements of the
+        # block, one after the other, nothing else between them
+        kids = [c for c in block.named_children if c.type != "comment"]
+        pos = [next((i for i, c in enumerate(kids) if c.start_byte == ft.start_byte and c.end_byte == ft.end_byte), None)
+               for ft in fill_tops]
+        if None in pos or pos != list(range(pos[0], pos[0] + len(pos))) or \
+                any(ft.start_byte != asg.parent.start_byte or ft.end_byte != asg.parent.end_byte
+                    for ft, (_, asg) in zip(fill_tops, writes)):
+            return None
+    fill_top = fill_tops[0]
+    fill_end = fill_tops[-1].end_byte
+    read_tops = [_top_stmt(r, block) for r in reads]
+    if any(rt is None or rt.start_byte < fill_end for rt in read_tops):
         return None
     first_read = min(rt.start_byte for rt in read_tops)
-    between = [st for st in body.named_children if fill_top.end_byte <= st.start_byte < first_read]
+    between = [st for st in block.named_children if fill_end <= st.start_byte < first_read]
     if not any(_BARRIER.match(" ".join(text(st).split())) for st in between):
         return None
     # the fill's loops (inside its top statement): they must hold nothing but the fill
-    writer_loops, guards, p = [], [], fill_stmt.parent
-    while p is not None and p.start_byte >= fill_top.start_byte and p is not body:
-        if p.type == "for_statement":
-            writer_loops.append(p)
-        elif p.type == "if_statement" and p.child_by_field_name("alternative") is None:
-            guards.append(p.child_by_field_name("condition"))
-        elif p.type not in ("compound_statement", "condition_clause"):
-            return None
-        if p.start_byte == fill_top.start_byte and p.end_byte == fill_top.end_byte:
-            break
-        p = p.parent
-    for lp in writer_loops + ([fill_top] if fill_top.type == "if_statement" else []):
-        inner = lp.child_by_field_name("body") or lp.child_by_field_name("consequence")
-        stmts = [c for c in walk(inner) if c.type.endswith("_statement") and c.type not in ("compound_statement",)]
-        if any(s.type not in ("expression_statement", "for_statement", "if_statement") for s in stmts) or \
-                len([s for s in stmts if s.type == "expression_statement"]) != 1:
-            return None
+    writer_loops, guards = [], []
+    if len(writes) == 1:
+        asg = writes[0][1]
+        p = asg.parent.parent
+        while p is not None and p.start_byte >= fill_top.start_byte and p is not block:
+            if p.type == "for_statement":
+                writer_loops.append(p)
+            elif p.type == "if_statement" and p.child_by_field_name("alternative") is None:
+                guards.append(p.child_by_field_name("condition"))
+            elif p.type not in ("compound_statement", "condition_clause"):
+                return None
+            if p.start_byte == fill_top.start_byte and p.end_byte == fill_top.end_byte:
+                break
+            p = p.parent
+        for lp in writer_loops + ([fill_top] if fill_top.type == "if_statement" else []):
+            inner = lp.child_by_field_name("body") or lp.child_by_field_name("consequence")
+            stmts = [c for c in walk(inner) if c.type.endswith("_statement") and c.type not in ("compound_statement",)]
+            if any(s.type not in ("expression_statement", "for_statement", "if_statement") for s in stmts) or \
+                    len([s for s in stmts if s.type == "expression_statement"]) != 1:
+                return None
+    guards += outer_guards
     # memory the kernel writes may not be read by the value
     written = set()
     for n in walk(body):
@@ -306,23 +395,39 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     readonly = {pp.name for pp in f.params if pp.is_pointer} - written
     try:
         sym = IndexAlgebra(src, body, fill_top, writer_loops, readonly)
-        idx_nodes = _indices(wsub)
-        w = [sympy.expand(sym.expr(i, fill_top.start_byte)) for i in idx_nodes]
-        value = sympy.expand(sym.expr(asg.child_by_field_name("right"), fill_top.start_byte))
+        at = fill_top.start_byte
+        if len(writes) == 1:
+            w = [sympy.expand(sym.expr(i, at)) for i in _indices(writes[0][0])]
+            sym.opaque_ok = True
+            value = sympy.expand(sym.expr(writes[0][1].child_by_field_name("right"), at))
+            lanes = {}
+        else:
+            w, value, lanes = _lane_template(sym, writes, at)
         unknowns = sorted(set().union(*(sym.writer_unknowns(x) for x in w + [value])), key=lambda s: s.name)
+        for wk in w:  # the index equations are solved, so they stay plain integer algebra
+            if any(isinstance(a, sympy.core.function.AppliedUndef) and sym.writer_unknowns(a)
+                   for a in sympy.preorder_traversal(wk)):
+                return None
         rs = [sympy.Symbol(f"ks_r{k}", integer=True) for k in range(len(w))]
-        sol = sympy.solve([wk - rk for wk, rk in zip(w, rs)], unknowns, dict=True)
-        if len(sol) != 1:
-            return None
-        solved = sympy.expand(value.subs(sol[0]))
+        if lanes:
+            solution = _solve_lanes(sym, w, rs, unknowns, lanes)
+            if solution is None:
+                return None
+        else:
+            sol = sympy.solve([wk - rk for wk, rk in zip(w, rs)], unknowns, dict=True)
+            if len(sol) != 1:
+                return None
+            solution = sol[0]
+        solved = sympy.expand(value.subs(solution))
         if sym.writer_unknowns(solved):
             return None
         # the fill's guards, seen from the element: (r < R && c < C) at the writer's coordinates
+        sym.opaque_ok = True
         guard_parts = []
         for g in guards:
             for lhs, op, rhs in _comparisons(g):
-                a = sympy.expand(sym.expr(lhs, fill_top.start_byte).subs(sol[0]))
-                b = sympy.expand(sym.expr(rhs, fill_top.start_byte).subs(sol[0]))
+                a = sympy.expand(sym.expr(lhs, at).subs(solution))
+                b = sympy.expand(sym.expr(rhs, at).subs(solution))
                 if sym.writer_unknowns(a) or sym.writer_unknowns(b):
                     return None
                 guard_parts.append((a, op, b))
@@ -358,13 +463,135 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
             subs.append(Edit(r.start_byte, r.end_byte, "(" + value_text + ")"))
         except NotAlgebra:
             return None
-    subs.append(Edit(fill_top.start_byte, fill_top.end_byte, ""))
+    raw = src.code
+    for ft in fill_tops:  # with its line break and the next line's indent, so no blank lines stay
+        m = re.match(rb"[ \t]*\n[ \t]*", raw[ft.end_byte:])
+        subs.append(Edit(ft.start_byte, ft.end_byte + (m.end() if m else 0), ""))
     subs.append(Edit(decl.start_byte, decl.end_byte, ""))
     subs.sort()
     if any(b[0] < a[1] for a, b in zip(subs, subs[1:])):
         return None
     lo, hi = subs[0][0], max(e for _, e, _ in subs)
     return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+def _common_block(nodes: list[Node], body: Node) -> tuple[Optional[Node], list[Node]]:
+    """The innermost compound statement holding every node, and the conditions of the `if`s
+    between it and the function body; (None, []) when a loop, an `else` or anything else is
+    between them (a fill and reads in one loop iteration are not this module's shape)."""
+    block = nodes[0].parent
+    while block is not None and not (block.type == "compound_statement" and
+                                     all(block.start_byte <= n.start_byte and n.end_byte <= block.end_byte
+                                         for n in nodes)):
+        block = block.parent
+    if block is None:
+        return None, []
+    guards, p = [], block
+    while not (p.start_byte == body.start_byte and p.end_byte == body.end_byte):
+        q = p.parent
+        if q is None:
+            return None, []
+        if q.type == "if_statement":
+            cons = q.child_by_field_name("consequence")
+            if q.child_by_field_name("alternative") is not None or cons is None or cons.start_byte != p.start_byte:
+                return None, []
+            guards.append(q.child_by_field_name("condition"))
+        elif q.type != "compound_statement":
+            return None, []
+        p = q
+    return block, guards
+
+
+def _lane_template(sym: IndexAlgebra, writes: list, at: int):
+    """k stores `T[i + n*d] = load(a + n*e)`, n = 0..k-1 in statement order, as one store with a
+    lane unknown n in [0, k): (index template, value template, {lane symbol: k})."""
+    import sympy
+    ws, vs = [], []
+    sym.opaque_ok = False
+    for sub, _ in writes:
+        ws.append([sympy.expand(sym.expr(i, at)) for i in _indices(sub)])
+    sym.opaque_ok = True
+    for _, asg in writes:
+        vs.append(sympy.expand(sym.expr(asg.child_by_field_name("right"), at)))
+    k = len(writes)
+    if any(len(x) != len(ws[0]) for x in ws):
+        raise NotAlgebra("rank")
+    d = [sympy.expand(a - b) for a, b in zip(ws[1], ws[0])]
+    if not all(x.is_Integer for x in d) or not any(d):
+        raise NotAlgebra("lane step")
+    for n in range(k):
+        if any(sympy.expand(ws[n][i] - ws[0][i] - n * d[i]) != 0 for i in range(len(d))):
+            raise NotAlgebra("lanes not evenly spaced")
+    lane = sym.sym("ks_lane")
+    value = _lane_affine(sym, vs[0], vs[1], lane)
+    if any(sympy.expand(value.subs(lane, n) - vs[n]) != 0 for n in range(k)):
+        raise NotAlgebra("lane values differ by more than their lane")
+    sym.loop_vars["ks_lane"] = None
+    w = [sympy.expand(w0 + lane * di) for w0, di in zip(ws[0], d)]
+    return w, value, {lane: k}
+
+
+def _lane_affine(sym: IndexAlgebra, e0, e1, lane):
+    """A template t(n) with t(0) = e0, t(1) = e1: equal parts kept, integer parts that differ by
+    a writer-independent step s become `e0 + n * s`, functions (loads, selects) matched argument
+    by argument."""
+    import sympy
+    if e0 == e1:
+        return e0
+    if isinstance(e0, sympy.core.function.AppliedUndef) and type(e0) is type(e1) and len(e0.args) == len(e1.args):
+        return type(e0)(*[_lane_affine(sym, a, b, lane) for a, b in zip(e0.args, e1.args)])
+    step = sympy.expand(e1 - e0)
+    if sym.writer_unknowns(step) or any(isinstance(a, sympy.core.function.AppliedUndef)
+                                        for a in sympy.preorder_traversal(step)) or \
+            any(s.name.startswith("ks_lit_") for s in step.free_symbols):
+        raise NotAlgebra("lanes differ in structure")
+    return sympy.expand(e0 + lane * step)
+
+
+def _solve_lanes(sym: IndexAlgebra, w: list, rs: list, unknowns: list, lanes: dict) -> Optional[dict]:
+    """Each index equation r = c*u + rest (one unknown, c = +-1) or r = k*u + n (n a lane in
+    [0, k), nothing else): u = r / k, n = r % k, exact for the non-negative indices of a tile."""
+    import sympy
+    sol = {}
+    for wk, rk in zip(w, rs):
+        us = [u for u in unknowns if wk.has(u)]
+        rest = sympy.expand(wk.subs({u: 0 for u in us}))
+        coef = {u: sympy.expand(wk.diff(u)) for u in us}
+        if sympy.expand(rest + sum(c * u for u, c in coef.items()) - wk) != 0 or \
+                any(not c.is_Integer for c in coef.values()):
+            return None
+        if len(us) == 1 and coef[us[0]] in (1, -1):
+            new = {us[0]: sympy.expand((rk - rest) * coef[us[0]])}
+        elif len(us) == 2 and rest == 0 and any(u in lanes for u in us):
+            n = next(u for u in us if u in lanes)
+            u = next(x for x in us if x is not n)
+            if coef[n] != 1 or coef[u] != lanes[n]:
+                return None
+            fdiv, fmod = sympy.Function("ks_div"), sympy.Function("ks_mod")
+            new = {u: fdiv(rk, lanes[n]), n: fmod(rk, lanes[n])}
+        else:
+            return None
+        if any(u in sol for u in new):
+            return None
+        sol.update(new)
+    if set(sol) != set(unknowns):
+        return None
+    return sol
+
+
+def _lane_read(ident: Node) -> bool:
+    """`ident` is the declarator of its declaration or read as `ident.lane` (not written, not
+    incremented, its address not taken)."""
+    p = ident.parent
+    if p is not None and p.type == "init_declarator" and p.child_by_field_name("declarator") is not None and \
+            p.child_by_field_name("declarator").start_byte == ident.start_byte:
+        return True
+    if p is None or p.type != "field_expression" or text(p.child_by_field_name("field") or p) not in _LANES:
+        return False
+    q = p.parent
+    if q is not None and q.type == "assignment_expression" and q.child_by_field_name("left").start_byte == p.start_byte:
+        return False
+    return q is None or q.type not in ("update_expression", "pointer_expression")
 
 
 def _comparisons(cond: Node) -> list[tuple[Node, str, Node]]:
