@@ -78,7 +78,9 @@ class IndexAlgebra:
         self.functions: dict[str, object] = {}
         self.invariant_names: set[str] = set()
         self.symbols: dict[str, object] = {}
-        self.opaque_ok = False  # set while translating a value (see expr's division)
+        self.opaque_ok = False  # set while translating a value (selects, float constants, registers)
+        self.bound: dict[str, int] = {}  # a register-load loop's variable, fixed to the lane read
+        self.earliest = fill_top.start_byte  # the first statement the value was read from
 
     def sym(self, name: str):
         if name not in self.symbols:
@@ -86,27 +88,34 @@ class IndexAlgebra:
         return self.symbols[name]
 
     def writer_unknowns(self, expr) -> set:
-        return {s for s in expr.free_symbols if s.name in _THREAD or s.name in self.loop_vars}
+        return {s for s in expr.free_symbols if s.name in _THREAD or s.name in self.loop_vars or
+                s.name.startswith("ks_atom_")}
 
     # ---- locals: the definition that reaches a position, straight-line at the top of the body
     def _reaching(self, name: str, before: int) -> Optional[Node]:
-        best = None
-        for st in self.body.named_children:
-            if st.start_byte >= before:
+        """The definition of local `name` that reaches position `before`: the nearest earlier
+        statement of an enclosing block that writes it, if that statement is its declaration or a
+        plain `name = ...;` (a write nested in a branch or loop: None)."""
+        node = self.body.descendant_for_byte_range(before, before)
+        blocks = []
+        while node is not None:
+            if node.type == "compound_statement":
+                blocks.append(node)
+            if node.start_byte == self.body.start_byte and node.end_byte == self.body.end_byte:
                 break
-            for n in walk(st):
-                if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and \
-                        n.child_by_field_name("declarator").type == "identifier" and \
-                        text(n.child_by_field_name("declarator")) == name and n.start_byte < before:
-                    if st.type != "declaration":
-                        return None
-                    best = n.child_by_field_name("value")
-                elif n.type == "assignment_expression" and text(n.child_by_field_name("left")) == name and \
-                        n.start_byte < before:
-                    if st.type != "expression_statement" or text(n.children[1]) != "=":
-                        return None  # assigned under a branch or a loop: not straight-line
-                    best = n.child_by_field_name("right")
-        return best
+            node = node.parent
+        for blk in blocks:
+            for st in reversed([c for c in blk.named_children if c.end_byte <= before]):
+                for n in walk(st):
+                    if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and \
+                            n.child_by_field_name("declarator").type == "identifier" and \
+                            text(n.child_by_field_name("declarator")) == name:
+                        return n.child_by_field_name("value") if st.type == "declaration" else None
+                    if n.type == "assignment_expression" and text(n.child_by_field_name("left")) == name:
+                        if st.type != "expression_statement" or text(n.children[1]) != "=":
+                            return None  # assigned under a branch or a loop: not straight-line
+                        return n.child_by_field_name("right")
+        return None
 
     def _thread_dependent(self, name: str, seen=None) -> bool:
         """Some assignment to `name` anywhere in the body reads the thread index (or such a local)."""
@@ -173,6 +182,52 @@ class IndexAlgebra:
         fn = self.sp.Function("ks_sel_" + _SELECT[op])
         return fn(self.expr(left, pos, depth + 1), self.expr(right, pos, depth + 1), a, b)
 
+    def _register_lane(self, name: str, lane: int, pos: int) -> Optional[tuple[Node, dict[str, int]]]:
+        """`r[lane]` of a per-thread register array, from the nearest earlier statement of an
+        enclosing block that writes `r`: `r[c] = E;` (c == lane; another constant is skipped) or a
+        prefetch loop `for (int v = 0; v < n; ++v) r[v] = E;` -> (E, {v: lane}). Any other write
+        (under a branch, through a pointer, a vector cast): None."""
+        decl = [n for n in walk(self.body) if n.type == "declaration" and not re.search(r"\b__shared__\b", text(n)) and
+                any(d.type == "array_declarator" and text(d).split("[")[0].strip() == name for d in walk(n))]
+        if len(decl) != 1:
+            return None
+        node = self.body.descendant_for_byte_range(pos, pos)
+        blocks = []
+        while node is not None:
+            if node.type == "compound_statement":
+                blocks.append(node)
+            if node.start_byte == self.body.start_byte and node.end_byte == self.body.end_byte:
+                break
+            node = node.parent
+        word = re.compile(r"\b%s\b" % re.escape(name))
+        for blk in blocks:
+            for st in reversed([c for c in blk.named_children if c.end_byte <= pos]):
+                if not word.search(text(st)) or st.start_byte == decl[0].start_byte:
+                    continue
+                if st.type == "expression_statement":
+                    m = re.fullmatch(r"%s\s*\[\s*(\d+)\s*\]\s*=([^=].*);" % re.escape(name), text(st), re.S)
+                    if m is None:
+                        if any(n.type == "assignment_expression" and word.search(text(n.child_by_field_name("left")))
+                               for n in walk(st)) or re.search(r"&\s*\(?\s*%s\b" % re.escape(name), text(st)):
+                            return None
+                        continue  # a read of the array
+                    if int(m.group(1)) != lane:
+                        continue
+                    asg = next(n for n in walk(st) if n.type == "assignment_expression")
+                    self.earliest = min(self.earliest, st.start_byte)
+                    return asg.child_by_field_name("right"), {}
+                if st.type == "for_statement":
+                    m = re.fullmatch(r"for\s*\(\s*(?:int|unsigned)?\s*(\w+)\s*=\s*0\s*;\s*\1\s*<\s*(\d+)\s*;\s*"
+                                     r"(?:\+\+\s*\1|\1\s*\+\+|\1\s*\+=\s*1)\s*\)\s*\{?\s*%s\s*\[\s*\1\s*\]\s*=([^=;]*);\s*\}?"
+                                     % re.escape(name), text(st), re.S)
+                    if m is None or not 0 <= lane < int(m.group(2)):
+                        return None
+                    asg = next(n for n in walk(st) if n.type == "assignment_expression")
+                    self.earliest = min(self.earliest, st.start_byte)
+                    return asg.child_by_field_name("right"), {m.group(1): lane}
+                return None
+        return None
+
     def _is_local(self, name: str) -> bool:
         return any(n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and
                    text(n.child_by_field_name("declarator")) == name for n in walk(self.body))
@@ -202,6 +257,8 @@ class IndexAlgebra:
             return self.sym(f"ks_f_{m.group(1)}_{m.group(2)}")  # never a C identifier of the kernel
         if t == "identifier":
             name = text(node)
+            if name in self.bound:
+                return self.sp.Integer(self.bound[name])
             if name in self.loop_vars:
                 return self.sym(name)
             if self._is_local(name) and self._thread_dependent(name):
@@ -221,10 +278,11 @@ class IndexAlgebra:
                 return a - b
             if op == "*":
                 return a * b
-            if op in ("/", "%", "<<", ">>", "&") and not self.writer_unknowns(b) and \
-                    (self.opaque_ok or not self.writer_unknowns(a)):
-                # a value may divide a writer's coordinate: it is evaluated at the solved coordinate,
-                # never solved through (an index equation with one is refused)
+            if op == "<<" and b.is_Integer and 0 <= int(b) < 32:
+                return a * 2 ** int(b)
+            if op in ("/", "%", "<<", ">>", "&") and not self.writer_unknowns(b):
+                # a value may divide a writer's coordinate: it is evaluated at the solved
+                # coordinate; in a fill index the whole term becomes one unknown (an atom)
                 fn = self.sp.Function({"/": "ks_div", "%": "ks_mod", "<<": "ks_shl", ">>": "ks_shr", "&": "ks_and"}[op])
                 return fn(a, b)
             raise NotAlgebra(f"operator {op}")
@@ -241,6 +299,19 @@ class IndexAlgebra:
                 base = base.named_children[0]  # `(x)[i]`, as devectorizing rewrites print it
             idx = node.child_by_field_name("indices")
             inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
+            if base is not None and base.type == "identifier" and len(inner) == 1 and \
+                    text(base) not in self.readonly and self.opaque_ok:
+                lane = self.expr(inner[0], pos, depth + 1)
+                if lane.is_Integer:
+                    got = self._register_lane(text(base), int(lane), pos)
+                    if got is not None:
+                        value, bind = got
+                        saved = dict(self.bound)
+                        self.bound.update(bind)
+                        try:
+                            return self.expr(value, value.start_byte, depth + 1)
+                        finally:
+                            self.bound = saved
             if base is None or base.type != "identifier" or text(base) not in self.readonly or len(inner) != 1:
                 raise NotAlgebra("subscript")
             fn = self.functions.setdefault(text(base), self.sp.Function("ks_load_" + text(base)))
@@ -334,7 +405,7 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
         return None
     # the innermost block that holds every write and read; above it only `if`s without `else`,
     # whose conditions every writer passed (they guard the forwarded value)
-    block, outer_guards = _common_block([w for w, _ in writes] + reads, body)
+    block, outer_guards, in_loop = _common_block([w for w, _ in writes] + reads, body)
     if block is None:
         return None
     writes.sort(key=lambda w: w[0].start_byte)
@@ -381,6 +452,8 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
             if any(s.type not in ("expression_statement", "for_statement", "if_statement") for s in stmts) or \
                     len([s for s in stmts if s.type == "expression_statement"]) != 1:
                 return None
+    if in_loop and guards:
+        return None  # an element this iteration's guard skipped still holds the last iteration's value
     guards += outer_guards
     # memory the kernel writes may not be read by the value
     written = set()
@@ -403,11 +476,12 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
             lanes = {}
         else:
             w, value, lanes = _lane_template(sym, writes, at)
+        # a writer-dependent division, remainder or mask in a fill index (`tid / 2`,
+        # `(tid & 1) << 2`) is one unknown of its own, the same term in the value the same unknown
+        atoms = _atoms(sym, w)
+        w = [wk.xreplace(atoms) for wk in w]
+        value = value.xreplace(atoms)
         unknowns = sorted(set().union(*(sym.writer_unknowns(x) for x in w + [value])), key=lambda s: s.name)
-        for wk in w:  # the index equations are solved, so they stay plain integer algebra
-            if any(isinstance(a, sympy.core.function.AppliedUndef) and sym.writer_unknowns(a)
-                   for a in sympy.preorder_traversal(wk)):
-                return None
         rs = [sympy.Symbol(f"ks_r{k}", integer=True) for k in range(len(w))]
         if lanes:
             solution = _solve_lanes(sym, w, rs, unknowns, lanes)
@@ -426,8 +500,8 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
         guard_parts = []
         for g in guards:
             for lhs, op, rhs in _comparisons(g):
-                a = sympy.expand(sym.expr(lhs, at).subs(solution))
-                b = sympy.expand(sym.expr(rhs, at).subs(solution))
+                a = sympy.expand(sympy.expand(sym.expr(lhs, at)).xreplace(atoms).subs(solution))
+                b = sympy.expand(sympy.expand(sym.expr(rhs, at)).xreplace(atoms).subs(solution))
                 if sym.writer_unknowns(a) or sym.writer_unknowns(b):
                     return None
                 guard_parts.append((a, op, b))
@@ -438,10 +512,12 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
         return None
     # the writer-independent names keep their values from the fill to the last read
     last = max(r.end_byte for r in reads)
+    first = min(fill_top.start_byte, sym.earliest)
     for nm in sym.invariant_names:
         for n in walk(body):
-            if n.type == "assignment_expression" and text(n.child_by_field_name("left")) == nm and \
-                    fill_top.start_byte <= n.start_byte < last:
+            if n.type in ("assignment_expression", "update_expression") and \
+                    text(n.child_by_field_name("left") or n.child_by_field_name("argument")) == nm and \
+                    first <= n.start_byte < last:
                 return None
     names = _c_names(sym)
     subs = []
@@ -475,31 +551,60 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     return Edit(lo, hi, splice_range(src, lo, hi, subs))
 
 
-def _common_block(nodes: list[Node], body: Node) -> tuple[Optional[Node], list[Node]]:
-    """The innermost compound statement holding every node, and the conditions of the `if`s
-    between it and the function body; (None, []) when a loop, an `else` or anything else is
-    between them (a fill and reads in one loop iteration are not this module's shape)."""
+def _common_block(nodes: list[Node], body: Node) -> tuple[Optional[Node], list[Node], bool]:
+    """The innermost compound statement holding every node, the conditions of the `if`s between
+    it and the function body, and whether a loop is between them (fill and reads then run once
+    per iteration, in the same iteration). (None, [], False) when an `if` inside that loop, an
+    `else`, a switch or a lambda is between them: a skipped fill would leave the last iteration's
+    values for the reads."""
     block = nodes[0].parent
     while block is not None and not (block.type == "compound_statement" and
                                      all(block.start_byte <= n.start_byte and n.end_byte <= block.end_byte
                                          for n in nodes)):
         block = block.parent
     if block is None:
-        return None, []
-    guards, p = [], block
+        return None, [], False
+    guards, p, loop, inner_ifs = [], block, False, False
     while not (p.start_byte == body.start_byte and p.end_byte == body.end_byte):
         q = p.parent
         if q is None:
-            return None, []
+            return None, [], False
         if q.type == "if_statement":
             cons = q.child_by_field_name("consequence")
             if q.child_by_field_name("alternative") is not None or cons is None or cons.start_byte != p.start_byte:
-                return None, []
+                return None, [], False
             guards.append(q.child_by_field_name("condition"))
+            inner_ifs = inner_ifs or not loop
+        elif q.type in ("for_statement", "while_statement", "do_statement"):
+            if q.child_by_field_name("body") is None or q.child_by_field_name("body").start_byte != p.start_byte:
+                return None, [], False
+            loop = True
         elif q.type != "compound_statement":
-            return None, []
+            return None, [], False
         p = q
-    return block, guards
+    if loop and inner_ifs:
+        return None, [], False
+    return block, guards, loop
+
+
+def _atoms(sym: IndexAlgebra, w: list) -> dict:
+    """Each outermost opaque term (division, remainder, mask, right shift) of the fill indices
+    that depends on the writer -> a fresh unknown `ks_atom_<i>`."""
+    import sympy
+    out: dict = {}
+
+    def visit(e):
+        if isinstance(e, sympy.core.function.AppliedUndef) and type(e).__name__ in ("ks_div", "ks_mod", "ks_and",
+                                                                                  "ks_shr", "ks_shl") \
+                and sym.writer_unknowns(e):
+            if e not in out:
+                out[e] = sym.sym(f"ks_atom_{len(out)}")
+            return
+        for a in e.args:
+            visit(a)
+    for wk in w:
+        visit(wk)
+    return out
 
 
 def _lane_template(sym: IndexAlgebra, writes: list, at: int):

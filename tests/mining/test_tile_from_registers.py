@@ -98,8 +98,8 @@ def test_tile_filled_lane_by_lane_from_a_register_vector_is_forwarded(code, tmp_
     # a store that is not a lane of the others sits in the group
     (FLOAT4_COLS, ("    s[threadIdx.y][4 * threadIdx.x + 2] = v.z;\n",
                    "    s[threadIdx.y][4 * threadIdx.x + 2] = v.z;\n    s[0][0] = 0.0f;\n")),
-    # fill and reads inside one loop: each iteration refills the tile
-    (FLOAT2_ROWS, ("    if (R > 0 && C > 0) {", "    for (int it = 0; it < 1; ++it) {")),
+    # fill and reads under an `if` inside a loop: a skipped iteration leaves the last one's values
+    (FLOAT2_ROWS, ("    if (R > 0 && C > 0) {", "    for (int it = 0; it < 2; ++it) if (it < R) {")),
     # no barrier between the lanes' stores and the reads
     (FLOAT4_COLS, ("    __syncthreads();\n", "")),
 ])
@@ -107,3 +107,117 @@ def test_tile_from_registers_refusals(code, change):
     changed = code.replace(*change)
     assert changed != code
     assert OP.find_sites(changed) == [], change
+
+
+# --------------------------------------------------------------------------- GEMM tiles staged through registers
+# one k-step per iteration: 4-lane register prefetches stored into a k-major A tile and an n-major
+# B tile with `tid / 8`, `(tid & 7) << 2` fill mappings (the loop shape once a pipelined GEMM is
+# rotated into `for { fill; sync; compute; sync }`)
+GEMM_LANES = """
+#include <cuda_runtime.h>
+#define BM 32
+#define BN 32
+#define BK 32
+__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float sa[BK][BM];
+    __shared__ float sb[BK][BN];
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int am = blockIdx.y * BM + tid / 8;
+    const int ak = (tid & 7) << 2;
+    const int bk = tid / 8;
+    const int bn = blockIdx.x * BN + (tid % 8) * 4;
+    float ra[4], rb[4];
+    float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    for (int kt = 0; kt < K; kt += BK) {
+        for (int q = 0; q < 4; ++q) ra[q] = (am < M && kt + ak + q < K) ? A[am * K + kt + ak + q] : 0.0f;
+        for (int q = 0; q < 4; ++q) rb[q] = (kt + bk < K && bn + q < N) ? B[(kt + bk) * N + bn + q] : 0.0f;
+        sa[ak][tid / 8] = ra[0];
+        sa[ak + 1][tid / 8] = ra[1];
+        sa[ak + 2][tid / 8] = ra[2];
+        sa[ak + 3][tid / 8] = ra[3];
+        sb[bk][(tid % 8) * 4] = rb[0];
+        sb[bk][(tid % 8) * 4 + 1] = rb[1];
+        sb[bk][(tid % 8) * 4 + 2] = rb[2];
+        sb[bk][(tid % 8) * 4 + 3] = rb[3];
+        __syncthreads();
+        for (int kk = 0; kk < BK; ++kk)
+            for (int i = 0; i < 2; ++i)
+                for (int j = 0; j < 2; ++j)
+                    acc[i][j] += sa[kk][threadIdx.y + 16 * i] * sb[kk][threadIdx.x + 16 * j];
+        __syncthreads();
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            int r = blockIdx.y * BM + threadIdx.y + 16 * i, c = blockIdx.x * BN + threadIdx.x + 16 * j;
+            if (r < M && c < N) C[r * N + c] = acc[i][j];
+        }
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 block(16, 16);
+    dim3 grid((N + BN - 1) / BN, (M + BM - 1) / BM);
+    mm<<<grid, block>>>(A, B, C, M, N, K);
+}
+"""
+
+# one scalar register per thread and tile, stored through `tid % 8`, `tid / 8` mappings
+GEMM_SCALAR = """
+#include <cuda_runtime.h>
+__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float sa[8][32];
+    __shared__ float sb[8][32];
+    int tid = threadIdx.x + threadIdx.y * 16;
+    float acc[2][2] = {};
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        int arow = blockIdx.y * 32 + tid / 8, acol = k0 + tid % 8;
+        float va = (arow < M && acol < K) ? A[arow * K + acol] : 0.0f;
+        int brow = k0 + tid / 32, bcol = blockIdx.x * 32 + tid % 32;
+        float vb = (brow < K && bcol < N) ? B[brow * N + bcol] : 0.0f;
+        sa[tid % 8][tid / 8] = va;
+        sb[tid / 32][tid % 32] = vb;
+        __syncthreads();
+        for (int kk = 0; kk < 8; ++kk)
+            for (int i = 0; i < 2; ++i)
+                for (int j = 0; j < 2; ++j)
+                    acc[i][j] += sa[kk][threadIdx.y + 16 * i] * sb[kk][threadIdx.x + 16 * j];
+        __syncthreads();
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            int r = blockIdx.y * 32 + threadIdx.y + 16 * i, c = blockIdx.x * 32 + threadIdx.x + 16 * j;
+            if (r < M && c < N) C[r * N + c] = acc[i][j];
+        }
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 block(16, 16);
+    dim3 grid((N + 31) / 32, (M + 31) / 32);
+    mm<<<grid, block>>>(A, B, C, M, N, K);
+}
+"""
+
+
+@pytest.mark.parametrize("code", [GEMM_LANES, GEMM_SCALAR], ids=["register_lanes", "scalar_registers"])
+def test_gemm_tiles_filled_from_registers_in_the_k_loop_are_forwarded(code, tmp_path):
+    assert cpu_gate("sgemm", code, tmp_path).passed
+    new = code
+    for _ in range(2):  # one tile per step
+        sites = OP.find_sites(new)
+        assert len(sites) >= 1
+        new = OP.apply(new, sites[0])
+    assert "__shared__" not in new and "sa[" not in new and "sb[" not in new
+    assert cpu_gate("sgemm", new, tmp_path).passed
+
+
+@pytest.mark.parametrize("code,change", [
+    # the value picks its row by another thread split than the store: no one writer per element
+    (GEMM_SCALAR, ("int arow = blockIdx.y * 32 + tid / 8,", "int arow = blockIdx.y * 32 + tid / 4,")),
+    # the prefetch loop runs only on some iterations: the register may hold the last k-step's value
+    (GEMM_LANES, ("        for (int q = 0; q < 4; ++q) ra[q] =", "        if (kt > 0) for (int q = 0; q < 4; ++q) ra[q] =")),
+    # a register lane rewritten through a vector cast after the prefetch
+    (GEMM_LANES, ("        sa[ak][tid / 8] = ra[0];\n",
+                  "        *reinterpret_cast<float2*>(&ra[0]) = make_float2(0.0f, 0.0f);\n        sa[ak][tid / 8] = ra[0];\n")),
+])
+def test_gemm_tiles_from_registers_refusals(code, change):
+    changed = code.replace(*change)
+    assert changed != code
+    # the B tile may still go; the A tile stays
+    assert all("__shared__ float sa[" in OP.apply(changed, s) for s in OP.find_sites(changed)), change
