@@ -35,6 +35,7 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
+from mining.carriers_meaning import type_bytes, wide_accesses
 from mining.operators.base import Edit
 from mining.operators.rewrite_util import splice_range
 from corpora.code.parse import text, walk
@@ -294,31 +295,38 @@ class IndexAlgebra:
         if t == "unary_expression" and text(node.children[0]) == "-":
             return -self.expr(node.child_by_field_name("argument"), pos, depth + 1)
         if t == "subscript_expression":
-            base = node.child_by_field_name("argument")
-            while base is not None and base.type == "parenthesized_expression" and len(base.named_children) == 1:
-                base = base.named_children[0]  # `(x)[i]`, as devectorizing rewrites print it
-            idx = node.child_by_field_name("indices")
-            inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
-            if base is not None and base.type == "identifier" and len(inner) == 1 and \
-                    text(base) not in self.readonly and self.opaque_ok:
-                lane = self.expr(inner[0], pos, depth + 1)
-                if lane.is_Integer:
-                    got = self._register_lane(text(base), int(lane), pos)
-                    if got is not None:
-                        value, bind = got
-                        saved = dict(self.bound)
-                        self.bound.update(bind)
-                        try:
-                            return self.expr(value, value.start_byte, depth + 1)
-                        finally:
-                            self.bound = saved
-            if base is None or base.type != "identifier" or text(base) not in self.readonly or len(inner) != 1:
-                raise NotAlgebra("subscript")
-            fn = self.functions.setdefault(text(base), self.sp.Function("ks_load_" + text(base)))
-            return fn(self.expr(inner[0], pos, depth + 1))
+            return self.element(node, 0, pos, depth)
         if t == "cast_expression":
             return self.expr(node.child_by_field_name("value"), pos, depth + 1)
         raise NotAlgebra(t)
+
+    def element(self, node: Node, offset: int, pos: int, depth: int = 0):
+        """The value of `p[i + offset]` for the subscript `p[i]`: a load of read-only global memory,
+        or the register lane's value (see _register_lane)."""
+        if node.type != "subscript_expression":
+            raise NotAlgebra("element")
+        base = node.child_by_field_name("argument")
+        while base is not None and base.type == "parenthesized_expression" and len(base.named_children) == 1:
+            base = base.named_children[0]  # `(x)[i]`, as devectorizing rewrites print it
+        idx = node.child_by_field_name("indices")
+        inner = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
+        if base is not None and base.type == "identifier" and len(inner) == 1 and \
+                text(base) not in self.readonly and self.opaque_ok:
+            lane = self.expr(inner[0], pos, depth + 1) + offset
+            if lane.is_Integer:
+                got = self._register_lane(text(base), int(lane), pos)
+                if got is not None:
+                    value, bind = got
+                    saved = dict(self.bound)
+                    self.bound.update(bind)
+                    try:
+                        return self.expr(value, value.start_byte, depth + 1)
+                    finally:
+                        self.bound = saved
+        if base is None or base.type != "identifier" or text(base) not in self.readonly or len(inner) != 1:
+            raise NotAlgebra("subscript")
+        fn = self.functions.setdefault(text(base), self.sp.Function("ks_load_" + text(base)))
+        return fn(self.expr(inner[0], pos, depth + 1) + offset)
 
 
 def to_c(expr, names: dict[str, str]) -> str:
@@ -382,7 +390,9 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
         return None
     uses = [n for n in walk(body) if n.type == "identifier" and text(n) == name and
             not (decl.start_byte <= n.start_byte < decl.end_byte)]
-    writes, reads = [], []
+    writes, reads = [], []  # writes: (tile subscript, assignment, lane, wide source element or None)
+    views = {(a.view_arg.start_byte, a.view_arg.end_byte): a for a in wide_accesses(src) if a.view_arg is not None}
+    macros = set(re.findall(r"#\s*define\s+(\w+)\(", src.code.decode("utf-8", "replace")))
     for u in uses:
         sub = u
         while sub.parent is not None and sub.parent.type == "subscript_expression" and \
@@ -395,21 +405,30 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
                 sub.start_byte:
             if text(p.children[1]) != "=" or p.parent is None or p.parent.type != "expression_statement":
                 return None
-            writes.append((sub, p))
+            writes.append((sub, p, 0, None))
+        elif (sub.start_byte, sub.end_byte) in views:
+            lanes = _wide_store(views, views[(sub.start_byte, sub.end_byte)])
+            if lanes is None:
+                return None  # a wide read of the tile, or a wide store this module cannot split
+            writes += [(sub, lanes[0], k, lanes[1]) for k in range(lanes[2])]
         elif p is not None and (p.type in ("update_expression",) or (p.type == "pointer_expression" and
                                                                      p.children[0].type == "&")):
             return None
+        elif p is not None and p.type == "argument_list" and p.parent is not None and \
+                text(p.parent.child_by_field_name("function") or p.parent) in macros:
+            return None  # handed to a function-like macro: it may take the element's address (a view)
         else:
             reads.append(sub)
     if not writes or not reads:
         return None
     # the innermost block that holds every write and read; above it only `if`s without `else`,
     # whose conditions every writer passed (they guard the forwarded value)
-    block, outer_guards, in_loop = _common_block([w for w, _ in writes] + reads, body)
+    block, outer_guards, in_loop = _common_block([w[0] for w in writes] + reads, body)
     if block is None:
         return None
-    writes.sort(key=lambda w: w[0].start_byte)
-    fill_tops = [_top_stmt(asg.parent, block) for _, asg in writes]
+    writes.sort(key=lambda w: (w[0].start_byte, w[2]))
+    stmts = list({w[1].parent.start_byte: w[1].parent for w in writes}.values())
+    fill_tops = [_top_stmt(st, block) for st in stmts]
     if any(ft is None for ft in fill_tops):
         return None
     if len(writes) > 1:
@@ -419,8 +438,7 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
         pos = [next((i for i, c in enumerate(kids) if c.start_byte == ft.start_byte and c.end_byte == ft.end_byte), None)
                for ft in fill_tops]
         if None in pos or pos != list(range(pos[0], pos[0] + len(pos))) or \
-                any(ft.start_byte != asg.parent.start_byte or ft.end_byte != asg.parent.end_byte
-                    for ft, (_, asg) in zip(fill_tops, writes)):
+                any(ft.start_byte != st.start_byte or ft.end_byte != st.end_byte for ft, st in zip(fill_tops, stmts)):
             return None
     fill_top = fill_tops[0]
     fill_end = fill_tops[-1].end_byte
@@ -435,6 +453,8 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     writer_loops, guards = [], []
     if len(writes) == 1:
         asg = writes[0][1]
+        if writes[0][3] is not None:
+            return None
         p = asg.parent.parent
         while p is not None and p.start_byte >= fill_top.start_byte and p is not block:
             if p.type == "for_statement":
@@ -551,6 +571,34 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     return Edit(lo, hi, splice_range(src, lo, hi, subs))
 
 
+def _wide_store(views: dict, acc) -> Optional[tuple[Node, Node, int]]:
+    """`W(T[..]) = W(r[c]);` (a wide store into the tile from a wide view of an array of the same
+    scalar type): (assignment, source element r[c], lanes), else None."""
+    stmt_asg = acc.node.parent
+    while stmt_asg is not None and stmt_asg.type == "parenthesized_expression":
+        stmt_asg = stmt_asg.parent
+    if stmt_asg is None or stmt_asg.type != "assignment_expression" or text(stmt_asg.children[1]) != "=" or \
+            stmt_asg.parent is None or stmt_asg.parent.type != "expression_statement":
+        return None
+    left = stmt_asg.child_by_field_name("left")
+    while left.type == "parenthesized_expression" and left.named_children:
+        left = left.named_children[0]
+    if left.start_byte != acc.node.start_byte or left.end_byte != acc.node.end_byte:
+        return None
+    right = stmt_asg.child_by_field_name("right")
+    while right.type == "parenthesized_expression" and right.named_children:
+        right = right.named_children[0]
+    src_acc = next((a for a in views.values() if a.node.start_byte == right.start_byte and
+                    a.node.end_byte == right.end_byte), None)
+    if src_acc is None or src_acc.view_arg is None or src_acc.view_arg.type != "subscript_expression":
+        return None
+    wb, sb = type_bytes(acc.wide_type), type_bytes(acc.scalar_type)
+    if not wb or not sb or wb % sb or src_acc.scalar_type != acc.scalar_type or \
+            type_bytes(src_acc.wide_type) != wb:
+        return None
+    return stmt_asg, src_acc.view_arg, wb // sb
+
+
 def _common_block(nodes: list[Node], body: Node) -> tuple[Optional[Node], list[Node], bool]:
     """The innermost compound statement holding every node, the conditions of the `if`s between
     it and the function body, and whether a loop is between them (fill and reads then run once
@@ -613,11 +661,15 @@ def _lane_template(sym: IndexAlgebra, writes: list, at: int):
     import sympy
     ws, vs = [], []
     sym.opaque_ok = False
-    for sub, _ in writes:
-        ws.append([sympy.expand(sym.expr(i, at)) for i in _indices(sub)])
+    for sub, _, k, _ in writes:
+        idx = [sympy.expand(sym.expr(i, at)) for i in _indices(sub)]
+        ws.append(idx[:-1] + [idx[-1] + k])
     sym.opaque_ok = True
-    for _, asg in writes:
-        vs.append(sympy.expand(sym.expr(asg.child_by_field_name("right"), at)))
+    for _, asg, k, element in writes:
+        if element is None:
+            vs.append(sympy.expand(sym.expr(asg.child_by_field_name("right"), at)))
+        else:
+            vs.append(sympy.expand(sym.element(element, k, at)))
     k = len(writes)
     if any(len(x) != len(ws[0]) for x in ws):
         raise NotAlgebra("rank")

@@ -74,7 +74,18 @@ void transpose(const float* x, float* y, int R, int C) {
 """
 
 
-@pytest.mark.parametrize("code", [FLOAT4_COLS, FLOAT2_ROWS], ids=["float4_columns", "float2_rows"])
+# the same tile filled by one 16-byte store through a view macro, from a register prefetch loop
+FLOAT4_VIEW = FLOAT4_COLS.replace("#define B 8", "#define B 8\n#define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])")
+FLOAT4_VIEW = FLOAT4_VIEW.replace("""    s[threadIdx.y][4 * threadIdx.x] = v.x;
+    s[threadIdx.y][4 * threadIdx.x + 1] = v.y;
+    s[threadIdx.y][4 * threadIdx.x + 2] = v.z;
+    s[threadIdx.y][4 * threadIdx.x + 3] = v.w;""", """    float rv[4];
+    for (int q = 0; q < 4; ++q) rv[q] = r < R && 4 * c4 + q < C ? in[r * C + 4 * c4 + q] : 0.0f;
+    FLOAT4(s[threadIdx.y][4 * threadIdx.x]) = FLOAT4(rv[0]);""")
+
+
+@pytest.mark.parametrize("code", [FLOAT4_COLS, FLOAT2_ROWS, FLOAT4_VIEW],
+                         ids=["float4_columns", "float2_rows", "float4_view_store"])
 def test_tile_filled_lane_by_lane_from_a_register_vector_is_forwarded(code, tmp_path):
     assert cpu_gate("transpose", code, tmp_path).passed
     sites = OP.find_sites(code)
@@ -102,6 +113,11 @@ def test_tile_filled_lane_by_lane_from_a_register_vector_is_forwarded(code, tmp_
     (FLOAT2_ROWS, ("    if (R > 0 && C > 0) {", "    for (int it = 0; it < 2; ++it) if (it < R) {")),
     # no barrier between the lanes' stores and the reads
     (FLOAT4_COLS, ("    __syncthreads();\n", "")),
+    # a wide store from registers of another scalar type (the bytes are reinterpreted)
+    (FLOAT4_VIEW, ("    float rv[4];\n", "    int rv[4];\n")),
+    # the tile is also read wide: a wide read is not an element read this module rewrites
+    (FLOAT4_VIEW, ("        if (oc < C && orow < R) out[oc * R + orow] = s[ir][jc];",
+                   "        if (oc < C && orow < R) out[oc * R + orow] = s[ir][jc] + FLOAT4(s[0][0]).x;")),
 ])
 def test_tile_from_registers_refusals(code, change):
     changed = code.replace(*change)
