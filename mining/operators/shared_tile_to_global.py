@@ -55,7 +55,7 @@ from mining.operators.nodes import (WARP, IndexDecl, Kernel, Launch, block_dims,
                                     reindent, returns_or_syncs, split_top, statements, strip_parens, sub_base,
                                     sub_index, subscripts_of, unit_update)
 from mining.operators.rewrite_util import pragma_before, structural
-from mining.operators.tile_algebra import algebraic_forward
+from mining.operators.tile_algebra import algebraic_forward, pipelined_forward
 from mining.operators.unroll_budget import load_budget, unroll_factor, unrolled_loads
 from corpora.code.parse import text, walk
 
@@ -81,6 +81,9 @@ class SharedTileToGlobal(Operator):
             # a fill by a multi-row loop or through locals that mix the thread's coordinates:
             # solved as index algebra (issue 19)
             edit = algebraic_forward(src, fn, decl, name)
+            if edit is None:
+                # filled before a software-pipelined loop and again at the end of its body
+                edit = pipelined_forward(src, fn, decl, name)
             if edit is not None:
                 yield within_register_budget(src, f.start_byte, edit)
 

@@ -80,7 +80,8 @@ class IndexAlgebra:
         self.invariant_names: set[str] = set()
         self.symbols: dict[str, object] = {}
         self.opaque_ok = False  # set while translating a value (selects, float constants, registers)
-        self.bound: dict[str, int] = {}  # a register-load loop's variable, fixed to the lane read
+        self.bound: dict[str, int] = {}
+        self.inline_within: Optional[tuple[int, int]] = None  # a register-load loop's variable, fixed to the lane read
         self.earliest = fill_top.start_byte  # the first statement the value was read from
 
     def sym(self, name: str):
@@ -229,6 +230,15 @@ class IndexAlgebra:
                 return None
         return None
 
+    def _declared_within(self, name: str) -> bool:
+        """A local declared inside `inline_within` (a pipelined loop: its per-iteration values are
+        followed to their definitions, so that they can be taken at another iteration)."""
+        if self.inline_within is None:
+            return False
+        lo, hi = self.inline_within
+        return any(n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and
+                   text(n.child_by_field_name("declarator")) == name and lo <= n.start_byte < hi for n in walk(self.body))
+
     def _is_local(self, name: str) -> bool:
         return any(n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and
                    text(n.child_by_field_name("declarator")) == name for n in walk(self.body))
@@ -262,7 +272,7 @@ class IndexAlgebra:
                 return self.sp.Integer(self.bound[name])
             if name in self.loop_vars:
                 return self.sym(name)
-            if self._is_local(name) and self._thread_dependent(name):
+            if self._is_local(name) and (self._thread_dependent(name) or self._declared_within(name)):
                 value = self._reaching(name, pos)
                 if value is None:
                     raise NotAlgebra(f"no straight-line definition of {name}")
@@ -776,3 +786,236 @@ def _indices(sub: Node) -> list[Node]:
         out.insert(0, inner[0])
         sub = sub.child_by_field_name("argument")
     return out
+
+
+def _collect(src: Source, body: Node, decl: Node, name: str) -> Optional[tuple[list, list]]:
+    """(writes, reads) of the tile as algebraic_forward sees them, or None for a use it refuses."""
+    uses = [n for n in walk(body) if n.type == "identifier" and text(n) == name and
+            not (decl.start_byte <= n.start_byte < decl.end_byte)]
+    writes, reads = [], []
+    views = {(a.view_arg.start_byte, a.view_arg.end_byte): a for a in wide_accesses(src) if a.view_arg is not None}
+    macros = set(re.findall(r"#\s*define\s+(\w+)\(", src.code.decode("utf-8", "replace")))
+    for u in uses:
+        sub = u
+        while sub.parent is not None and sub.parent.type == "subscript_expression" and \
+                sub.parent.child_by_field_name("argument").start_byte == sub.start_byte:
+            sub = sub.parent
+        if sub.type != "subscript_expression":
+            return None
+        p = sub.parent
+        if p is not None and p.type == "assignment_expression" and p.child_by_field_name("left").start_byte == \
+                sub.start_byte:
+            if text(p.children[1]) != "=" or p.parent is None or p.parent.type != "expression_statement":
+                return None
+            writes.append((sub, p, 0, None))
+        elif (sub.start_byte, sub.end_byte) in views:
+            lanes = _wide_store(views, views[(sub.start_byte, sub.end_byte)])
+            if lanes is None:
+                return None
+            writes += [(sub, lanes[0], k, lanes[1]) for k in range(lanes[2])]
+        elif p is not None and p.type == "pointer_expression" and p.children[0].type == "&":
+            # `(&T[i][j])[c]`: the element c after T[i][j] in its row, read as T[i][j + c]
+            q = p.parent
+            while q is not None and q.type == "parenthesized_expression":
+                q = q.parent
+            arg = q.child_by_field_name("argument") if q is not None and q.type == "subscript_expression" else None
+            while arg is not None and arg.type == "parenthesized_expression" and arg.named_children:
+                arg = arg.named_children[0]
+            par = q.parent if arg is not None else None
+            if arg is None or arg.start_byte != p.start_byte or arg.end_byte != p.end_byte or par is None or \
+                    par.type in ("update_expression", "pointer_expression") or \
+                    (par.type == "assignment_expression" and par.child_by_field_name("left").start_byte == q.start_byte):
+                return None  # written through the pointer, or its address taken again
+            idx = q.child_by_field_name("indices")
+            off = [c for c in (idx.named_children if idx is not None else []) if c.type != "comment"]
+            try:
+                base = [" ".join(text(i).split()) for i in _indices(sub)]
+            except NotAlgebra:
+                return None
+            if len(off) != 1:
+                return None
+            reads.append((q, base[:-1] + [f"{base[-1]} + ({' '.join(text(off[0]).split())})"]))
+        elif p is not None and p.type == "update_expression":
+            return None
+        elif p is not None and p.type == "argument_list" and p.parent is not None and \
+                text(p.parent.child_by_field_name("function") or p.parent) in macros:
+            return None
+        else:
+            try:
+                reads.append((sub, [" ".join(text(i).split()) for i in _indices(sub)]))
+            except NotAlgebra:
+                return None
+    writes.sort(key=lambda w: (w[0].start_byte, w[2]))
+    return writes, reads
+
+
+def _readonly(src: Source, fn: Node, body: Node) -> set[str]:
+    written = set()
+    for n in walk(body):
+        if n.type == "assignment_expression":
+            base = n.child_by_field_name("left")
+            while base is not None and base.type == "subscript_expression":
+                base = base.child_by_field_name("argument")
+            if base is not None and base.type == "identifier":
+                written.add(text(base))
+    f = src.function_at(fn.start_byte)
+    return {pp.name for pp in f.params if pp.is_pointer} - written
+
+
+def _solve_group(src: Source, body: Node, group: list, readonly: set[str], inline_within=None):
+    """(IndexAlgebra, element value in ks_r<k> symbols) of one unguarded fill group (plain
+    statements: one store, lane stores or a wide store), or None."""
+    import sympy
+    top = group[0][1].parent
+    try:
+        sym = IndexAlgebra(src, body, top, [], readonly)
+        sym.inline_within = inline_within
+        at = top.start_byte
+        if len(group) == 1 and group[0][3] is None:
+            w = [sympy.expand(sym.expr(i, at)) for i in _indices(group[0][0])]
+            sym.opaque_ok = True
+            value = sympy.expand(sym.expr(group[0][1].child_by_field_name("right"), at))
+            lanes = {}
+        else:
+            w, value, lanes = _lane_template(sym, group, at)
+        atoms = _atoms(sym, w)
+        w = [wk.xreplace(atoms) for wk in w]
+        value = value.xreplace(atoms)
+        unknowns = sorted(set().union(*(sym.writer_unknowns(x) for x in w + [value])), key=lambda s: s.name)
+        rs = [sympy.Symbol(f"ks_r{k}", integer=True) for k in range(len(w))]
+        if lanes:
+            solution = _solve_lanes(sym, w, rs, unknowns, lanes)
+        else:
+            sol = sympy.solve([wk - rk for wk, rk in zip(w, rs)], unknowns, dict=True)
+            solution = sol[0] if len(sol) == 1 else None
+        if solution is None:
+            return None
+        solved = sympy.expand(value.subs(solution))
+        if sym.writer_unknowns(solved) or any(isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer)
+                                              for a in sympy.preorder_traversal(solved)):
+            return None
+        return sym, solved, len(w)
+    except (NotAlgebra, NotImplementedError, TypeError, ValueError):
+        return None
+
+
+_PIPE_LOOP = re.compile(r"for\s*\(\s*(?:int|unsigned|size_t|long)?\s*(\w+)\s*=\s*([^;]+);\s*\1\s*<\s*([^;]+);\s*"
+                        r"(?:\+\+\s*\1|\1\s*\+\+|\1\s*\+=\s*1)\s*\)")
+
+
+def pipelined_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[Edit]:
+    """A software-pipelined tile: filled once before a loop `for (v = A; v < N; ++v)` (P) and
+    again at the end of its body (F, after the body's reads, between barriers), read in the
+    body (reads of iteration v see F of iteration v - 1, or P when v = A) and after the loop
+    (they see the last F, or P when the loop did not run). When F's element value at v = A - 1
+    is P's, every body read is F's value at v - 1 and every read after the loop F's value at
+    max(A, N) - 1; both fills and the tile go."""
+    import sympy
+    body = fn.child_by_field_name("body")
+    got = _collect(src, body, decl, name) if body is not None else None
+    if got is None or not got[0] or not got[1]:
+        return None
+    writes, reads = got
+    groups: list[list] = []
+    for w in writes:
+        st = w[1].parent
+        if groups and (groups[-1][-1][1].parent.start_byte == st.start_byte or
+                       _next_sibling(groups[-1][-1][1].parent) is not None and
+                       _next_sibling(groups[-1][-1][1].parent).start_byte == st.start_byte):
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    if len(groups) != 2:
+        return None
+    pro, fil = groups
+    loop_body = fil[0][1].parent.parent
+    loop = loop_body.parent if loop_body is not None else None
+    if loop_body is None or loop_body.type != "compound_statement" or loop is None or loop.type != "for_statement":
+        return None
+    m = _PIPE_LOOP.fullmatch(" ".join(src.code[loop.start_byte:loop_body.start_byte].decode("utf-8", "replace").split()))
+    outer = loop.parent
+    if m is None or outer is None or outer.type != "compound_statement":
+        return None
+    v, a_text, n_text = m.group(1), m.group(2).strip(), m.group(3).strip()
+    pro_top = _top_stmt(pro[0][1].parent, outer)
+    if pro_top is None or pro_top.end_byte > loop.start_byte:
+        return None
+    # the prologue's statements sit in plain blocks inside pro_top
+    p = pro[0][1].parent
+    while p is not None and not (p.start_byte == pro_top.start_byte and p.end_byte == pro_top.end_byte):
+        p = p.parent
+        if p is None or p.type != "compound_statement":
+            return None
+    sync = lambda st: bool(_BARRIER.match(" ".join(text(st).split())))  # noqa: E731
+    if not any(sync(st) for st in outer.named_children if pro_top.end_byte <= st.start_byte < loop.start_byte):
+        return None
+    fill_first, fill_last = fil[0][1].parent, fil[-1][1].parent
+    kids = [c for c in loop_body.named_children if c.type != "comment"]
+    body_reads = [r for r, _ in reads if loop_body.start_byte <= r.start_byte < loop_body.end_byte]
+    after_reads = [r for r, _ in reads if r.start_byte >= loop.end_byte and r.end_byte <= outer.end_byte]
+    if len(body_reads) + len(after_reads) != len(reads) or any(r.start_byte >= fill_first.start_byte
+                                                               for r in body_reads):
+        return None
+    last_body_read = max((r.end_byte for r in body_reads), default=loop_body.start_byte)
+    if body_reads and not any(sync(st) for st in kids if last_body_read <= st.start_byte < fill_first.start_byte):
+        return None
+    if not any(sync(st) for st in kids if st.start_byte >= fill_last.end_byte):
+        return None
+    readonly = _readonly(src, fn, body)
+    s0 = _solve_group(src, body, pro, readonly)
+    s1 = _solve_group(src, body, fil, readonly, (loop_body.start_byte, loop_body.end_byte))
+    if s0 is None or s1 is None or s0[2] != s1[2]:
+        return None
+    sym, solved = s1[0], s1[1]
+    vs = sympy.Symbol(v, integer=True)
+    try:
+        a_expr = sympy.expand(sym.expr(loop.child_by_field_name("initializer").child_by_field_name("declarator")
+                                       .child_by_field_name("value"), loop.start_byte))
+    except (NotAlgebra, AttributeError):
+        return None
+    if sympy.expand(solved.subs(vs, a_expr - 1) - s0[1]) != 0:
+        return None
+    # locals of the loop body hold this iteration's values, not the filling one's: refused
+    for nm in sym.invariant_names | s0[0].invariant_names:
+        if nm == v:
+            continue
+        for n in walk(body):
+            if n.type in ("assignment_expression", "update_expression") and \
+                    text(n.child_by_field_name("left") or n.child_by_field_name("argument")) == nm and \
+                    min(pro_top.start_byte, s0[0].earliest) <= n.start_byte < max(r.end_byte for r, _ in reads):
+                return None
+            if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and \
+                    text(n.child_by_field_name("declarator")) == nm and loop.start_byte <= n.start_byte < loop.end_byte:
+                return None
+    names = {**_c_names(s0[0]), **_c_names(sym)}
+    last = sympy.Symbol("ks_last", integer=True)
+    names["ks_last"] = f"(max({a_text}, {n_text}) - 1)"
+    subs = []
+    for r, ridx in reads:
+        if len(ridx) != s1[2]:
+            return None
+        rn = dict(names)
+        for k, t in enumerate(ridx):
+            rn[f"ks_r{k}"] = "(" + t + ")"
+        at_v = solved.subs(vs, vs - 1) if r in body_reads else solved.subs(vs, last)
+        try:
+            subs.append(Edit(r.start_byte, r.end_byte, "(" + to_c(sympy.expand(at_v), rn) + ")"))
+        except NotAlgebra:
+            return None
+    raw = src.code
+    for st in list({w[1].parent.start_byte: w[1].parent for w in writes}.values()):
+        mm = re.match(rb"[ \t]*\n[ \t]*", raw[st.end_byte:])
+        subs.append(Edit(st.start_byte, st.end_byte + (mm.end() if mm else 0), ""))
+    subs.append(Edit(decl.start_byte, decl.end_byte, ""))
+    subs.sort()
+    if any(b[0] < a[1] for a, b in zip(subs, subs[1:])):
+        return None
+    lo, hi = subs[0][0], max(e for _, e, _ in subs)
+    return Edit(lo, hi, splice_range(src, lo, hi, subs))
+
+
+def _next_sibling(node: Node) -> Optional[Node]:
+    s = node.next_named_sibling
+    while s is not None and s.type == "comment":
+        s = s.next_named_sibling
+    return s

@@ -237,3 +237,140 @@ def test_gemm_tiles_from_registers_refusals(code, change):
     assert changed != code
     # the B tile may still go; the A tile stays
     assert all("__shared__ float sa[" in OP.apply(changed, s) for s in OP.find_sites(changed)), change
+
+
+# --------------------------------------------------------------------------- software-pipelined tiles
+# the tiles of k-step 0 are filled before the loop; iteration t computes on k-step t - 1 while its
+# registers prefetch k-step t, stored at the end of the body; the last k-step is computed after the loop
+GEMM_PIPELINED = """
+#include <cuda_runtime.h>
+#define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])
+__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float sa[8][32];
+    __shared__ float sb[8][32];
+    const int tid = threadIdx.y * 16 + threadIdx.x;
+    const int am = tid >> 3, ak = tid & 7;
+    const int bk = tid >> 5, bn = (tid & 31);
+    const int row0 = blockIdx.y * 32, col0 = blockIdx.x * 32;
+    float acc[2][2] = {};
+    const int steps = (K + 7) / 8;
+    sa[ak][am] = (row0 + am < M && ak < K) ? A[(row0 + am) * K + ak] : 0.0f;
+    sb[bk][bn] = (bk < K && col0 + bn < N) ? B[bk * N + col0 + bn] : 0.0f;
+    __syncthreads();
+    for (int t = 1; t < steps; ++t) {
+        float ra = (row0 + am < M && t * 8 + ak < K) ? A[(row0 + am) * K + t * 8 + ak] : 0.0f;
+        float rb = (t * 8 + bk < K && col0 + bn < N) ? B[(t * 8 + bk) * N + col0 + bn] : 0.0f;
+        for (int kk = 0; kk < 8; ++kk)
+            for (int i = 0; i < 2; ++i)
+                for (int j = 0; j < 2; ++j)
+                    acc[i][j] += sa[kk][threadIdx.y + 16 * i] * sb[kk][threadIdx.x + 16 * j];
+        __syncthreads();
+        sa[ak][am] = ra;
+        sb[bk][bn] = rb;
+        __syncthreads();
+    }
+    for (int kk = 0; kk < 8; ++kk)
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 2; ++j)
+                acc[i][j] += sa[kk][threadIdx.y + 16 * i] * sb[kk][threadIdx.x + 16 * j];
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            int r = row0 + threadIdx.y + 16 * i, c = col0 + threadIdx.x + 16 * j;
+            if (r < M && c < N) C[r * N + c] = acc[i][j];
+        }
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 block(16, 16);
+    dim3 grid((N + 31) / 32, (M + 31) / 32);
+    mm<<<grid, block>>>(A, B, C, M, N, K);
+}
+"""
+
+# the same pipeline with 4-lane register prefetches (a k-major A tile filled by transposed
+# lane stores, the B tile by one 16-byte store), reads through row pointers `(&s[k][c])[j]`
+GEMM_PIPELINED_LANES = """
+#include <cuda_runtime.h>
+#define FLOAT4(v) (reinterpret_cast<float4 *>(&(v))[0])
+#define BK 32
+__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float sa[BK][32];
+    __shared__ float sb[BK][32];
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int am = blockIdx.y * 32 + tid / 8, ak = (tid & 7) << 2;
+    const int bk = tid / 8, bn = blockIdx.x * 32 + (tid % 8) * 4;
+    float ra[4], rb[4];
+    float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+    {
+        for (int q = 0; q < 4; ++q) ra[q] = (am < M && ak + q < K) ? A[am * K + ak + q] : 0.0f;
+        for (int q = 0; q < 4; ++q) rb[q] = (bk < K && bn + q < N) ? B[bk * N + bn + q] : 0.0f;
+        sa[ak][tid / 8] = ra[0];
+        sa[ak + 1][tid / 8] = ra[1];
+        sa[ak + 2][tid / 8] = ra[2];
+        sa[ak + 3][tid / 8] = ra[3];
+        FLOAT4(sb[bk][(tid % 8) * 4]) = FLOAT4(rb[0]);
+    }
+    __syncthreads();
+    for (int s = 1; s < (K + BK - 1) / BK; s++) {
+        const int kt = s * BK;
+        for (int q = 0; q < 4; ++q) ra[q] = (am < M && kt + ak + q < K) ? A[am * K + kt + ak + q] : 0.0f;
+        for (int q = 0; q < 4; ++q) rb[q] = (kt + bk < K && bn + q < N) ? B[(kt + bk) * N + bn + q] : 0.0f;
+        for (int kk = 0; kk < BK; ++kk)
+            for (int i = 0; i < 2; ++i)
+                for (int j = 0; j < 2; ++j)
+                    acc[i][j] += (&sa[kk][threadIdx.y])[16 * i] * (&sb[kk][threadIdx.x])[16 * j];
+        __syncthreads();
+        sa[ak][tid / 8] = ra[0];
+        sa[ak + 1][tid / 8] = ra[1];
+        sa[ak + 2][tid / 8] = ra[2];
+        sa[ak + 3][tid / 8] = ra[3];
+        FLOAT4(sb[bk][(tid % 8) * 4]) = FLOAT4(rb[0]);
+        __syncthreads();
+    }
+    for (int kk = 0; kk < BK; ++kk)
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 2; ++j)
+                acc[i][j] += (&sa[kk][threadIdx.y])[16 * i] * (&sb[kk][threadIdx.x])[16 * j];
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            int r = blockIdx.y * 32 + threadIdx.y + 16 * i, c = blockIdx.x * 32 + threadIdx.x + 16 * j;
+            if (r < M && c < N) C[r * N + c] = acc[i][j];
+        }
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 block(16, 16);
+    dim3 grid((N + 31) / 32, (M + 31) / 32);
+    mm<<<grid, block>>>(A, B, C, M, N, K);
+}
+"""
+
+
+@pytest.mark.parametrize("code", [GEMM_PIPELINED, GEMM_PIPELINED_LANES], ids=["scalar", "lanes_and_row_pointers"])
+def test_software_pipelined_tiles_are_forwarded(code, tmp_path):
+    assert cpu_gate("sgemm", code, tmp_path).passed
+    new = code
+    for _ in range(2):
+        sites = OP.find_sites(new)
+        assert len(sites) >= 1
+        new = OP.apply(new, sites[0])
+    assert "__shared__" not in new and "sa[" not in new and "sb[" not in new
+    assert "max(1, " in new  # the reads after the loop see its last k-step
+    assert cpu_gate("sgemm", new, tmp_path).passed
+
+
+@pytest.mark.parametrize("code,change", [
+    # the prologue stages another k-step than the loop would have before its first iteration
+    (GEMM_PIPELINED, ("    sa[ak][am] = (row0 + am < M && ak < K) ? A[(row0 + am) * K + ak] : 0.0f;",
+                      "    sa[ak][am] = (row0 + am < M && 8 + ak < K) ? A[(row0 + am) * K + 8 + ak] : 0.0f;")),
+    # no barrier after the refill: the next iteration's reads may see the old k-step
+    (GEMM_PIPELINED, ("        sb[bk][bn] = rb;\n        __syncthreads();\n", "        sb[bk][bn] = rb;\n")),
+    # the value reads a local of the loop body that is not one definition (an iteration's value
+    # cannot be taken at the previous iteration)
+    (GEMM_PIPELINED_LANES, ("const int kt = s * BK;", "int kt = s * BK;\n        if (M < 0) kt = 0;")),
+    # the tile is read after the refill in the same iteration
+    (GEMM_PIPELINED, ("        sb[bk][bn] = rb;\n        __syncthreads();\n",
+                      "        sb[bk][bn] = rb;\n        __syncthreads();\n        acc[0][0] += sa[0][0];\n")),
+])
+def test_software_pipelined_tile_refusals(code, change):
+    changed = code.replace(*change)
+    assert changed != code
+    assert all("__shared__ float sa[" in OP.apply(changed, s) for s in OP.find_sites(changed)), change
