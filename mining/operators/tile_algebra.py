@@ -26,6 +26,26 @@ reads. A guarded fill (`if (r < R && c < C) tile[..] = ..;`) gives the reads `(G
 with the guard solved the same way: an element the guard skipped was never written, so the
 original read there was undefined. Whether the fill covered every element read is not proven
 (as in fill_forwarding): an element nobody wrote was undefined before; the gate judges the result.
+
+Tiles filled from registers (issue 19):
+
+* Lane stores. Consecutive stores `T[i][4 * x + k] = v.<k>` (k = 0..3) of a register vector built
+  once (`v = make_float4(..)`), of a prefetch array (`for (q..) r[q] = E(q); T[..][..+k] = r[k]`),
+  or one wide store `FLOAT4(T[i][j]) = FLOAT4(r[0])` (split into its lanes) are one store with a
+  lane unknown n in [0, k): the index equation `c = k * u + n` is solved as u = c / k, n = c % k
+  (exact for non-negative indices), every lane's value must be the template's at its n.
+* Writer-dependent divisions, remainders and masks in a fill index (`tid / 2`, `(tid & 1) << 2`,
+  a shift by a constant is a product) are unknowns of their own (atoms): the value must depend on
+  the writer only through the same terms. In a value they are evaluated at the solved writer.
+* The fill and its reads may sit in one block under `if`s without `else` (their conditions guard
+  the value) or in one iteration of a loop (then no guard inside the loop: a skipped fill would
+  leave the last iteration's element).
+* `pipelined_forward`: a tile filled before `for (v = A; v < N; ++v)` and refilled at the end of
+  its body (after the body's reads, between barriers). The body's reads at v see the refill of
+  v - 1 (the prologue's at v = A), the reads after the loop the last refill (the prologue's when
+  the loop does not run): when the refill's value at v = A - 1 is the prologue's, the body's reads
+  get the refill's value at v - 1 and the later ones at `max(A, N) - 1`. Reads through a row
+  pointer `(&T[i][j])[c]` are read as `T[i][j + c]`.
 """
 from __future__ import annotations
 
