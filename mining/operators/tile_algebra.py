@@ -132,9 +132,11 @@ class IndexAlgebra:
                     if n.type == "init_declarator" and n.child_by_field_name("declarator") is not None and \
                             n.child_by_field_name("declarator").type == "identifier" and \
                             text(n.child_by_field_name("declarator")) == name:
-                        return n.child_by_field_name("value") if st.type == "declaration" else None
+                        ok = st.type == "declaration" and not self._rewritten_in_loop(name, before, blk)
+                        return n.child_by_field_name("value") if ok else None
                     if n.type == "assignment_expression" and text(n.child_by_field_name("left")) == name:
-                        if st.type != "expression_statement" or text(n.children[1]) != "=":
+                        if st.type != "expression_statement" or text(n.children[1]) != "=" or \
+                                self._rewritten_in_loop(name, before, blk):
                             return None  # assigned under a branch or a loop: not straight-line
                         return n.child_by_field_name("right")
         return None
@@ -235,6 +237,8 @@ class IndexAlgebra:
                         continue  # a read of the array
                     if int(m.group(1)) != lane:
                         continue
+                    if self._rewritten_in_loop(name, pos, blk):
+                        return None
                     asg = next(n for n in walk(st) if n.type == "assignment_expression")
                     self.earliest = min(self.earliest, st.start_byte)
                     return asg.child_by_field_name("right"), {}
@@ -242,13 +246,32 @@ class IndexAlgebra:
                     m = re.fullmatch(r"for\s*\(\s*(?:int|unsigned)?\s*(\w+)\s*=\s*0\s*;\s*\1\s*<\s*(\d+)\s*;\s*"
                                      r"(?:\+\+\s*\1|\1\s*\+\+|\1\s*\+=\s*1)\s*\)\s*\{?\s*%s\s*\[\s*\1\s*\]\s*=([^=;]*);\s*\}?"
                                      % re.escape(name), text(st), re.S)
-                    if m is None or not 0 <= lane < int(m.group(2)):
+                    if m is None or not 0 <= lane < int(m.group(2)) or self._rewritten_in_loop(name, pos, blk):
                         return None
                     asg = next(n for n in walk(st) if n.type == "assignment_expression")
                     self.earliest = min(self.earliest, st.start_byte)
                     return asg.child_by_field_name("right"), {m.group(1): lane}
                 return None
         return None
+
+    def _rewritten_in_loop(self, name: str, pos: int, blk: Node) -> bool:
+        """Some loop inside `blk` around `pos` writes `name` anywhere: from its second iteration
+        on, the value at `pos` may be that write's, not the definition found before the loop."""
+        word = re.compile(r"\b%s\b" % re.escape(name))
+        node = self.body.descendant_for_byte_range(pos, pos)
+        while node is not None and not (node.start_byte == blk.start_byte and node.end_byte == blk.end_byte):
+            if node.type in ("for_statement", "while_statement", "do_statement"):
+                for n in walk(node):
+                    if n.type in ("assignment_expression", "update_expression"):
+                        target = n.child_by_field_name("left") or n.child_by_field_name("argument")
+                        target = _written_base(target)
+                        if target is None or (target.type == "identifier" and text(target) == name) or \
+                                (target.type != "identifier" and word.search(text(target))):
+                            return True  # the variable itself, or a write through something naming it
+                    elif n.type == "pointer_expression" and n.children[0].type == "&" and word.search(text(n)):
+                        return True
+            node = node.parent
+        return False
 
     def _declared_within(self, name: str) -> bool:
         """A local declared inside `inline_within` (a pipelined loop: its per-iteration values are
@@ -764,6 +787,25 @@ def _solve_lanes(sym: IndexAlgebra, w: list, rs: list, unknowns: list, lanes: di
     if set(sol) != set(unknowns):
         return None
     return sol
+
+
+def _written_base(node: Optional[Node]) -> Optional[Node]:
+    """The variable a write lands in: `r` of `r[i].x`, `(r)[i]`, `*r`, `FLOAT4(r[0])` (a view
+    macro's first argument); other shapes come back as they are."""
+    while node is not None:
+        if node.type in ("subscript_expression", "field_expression", "pointer_expression"):
+            node = node.child_by_field_name("argument")
+        elif node.type == "parenthesized_expression" and node.named_children:
+            node = node.named_children[0]
+        elif node.type == "call_expression":
+            args = node.child_by_field_name("arguments")
+            first = [c for c in (args.named_children if args is not None else []) if c.type != "comment"]
+            if len(first) != 1:
+                return node
+            node = first[0]
+        else:
+            return node
+    return None
 
 
 def _lane_read(ident: Node) -> bool:

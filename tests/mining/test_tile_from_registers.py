@@ -374,3 +374,20 @@ def test_software_pipelined_tile_refusals(code, change):
     changed = code.replace(*change)
     assert changed != code
     assert all("__shared__ float sa[" in OP.apply(changed, s) for s in OP.find_sites(changed)), change
+
+
+def test_register_prefetched_before_the_loop_and_rewritten_in_it_is_refused():
+    # iteration 1 stores the registers loaded before the loop, later ones what the body reloaded
+    pre = "        for (int q = 0; q < 4; ++q) ra[q] = (am < M && kt + ak + q < K) ? A[am * K + kt + ak + q] : 0.0f;\n"
+    code = GEMM_LANES.replace(pre, "")
+    code = code.replace("    for (int kt = 0; kt < K; kt += BK) {\n",
+                        "    for (int q = 0; q < 4; ++q) ra[q] = (am < M && ak + q < K) ? A[am * K + ak + q] : 0.0f;\n"
+                        "    for (int kt = 0; kt < K; kt += BK) {\n")
+    code = code.replace("                    acc[i][j] += sa[kk][threadIdx.y + 16 * i] * sb[kk][threadIdx.x + 16 * j];\n"
+                        "        __syncthreads();\n",
+                        "                    acc[i][j] += sa[kk][threadIdx.y + 16 * i] * sb[kk][threadIdx.x + 16 * j];\n"
+                        "        __syncthreads();\n"
+                        "        for (int q = 0; q < 4; ++q) ra[q] = (am < M && kt + BK + ak + q < K) ? "
+                        "A[am * K + kt + BK + ak + q] : 0.0f;\n")
+    assert code.count("ra[q] =") == 2 and code != GEMM_LANES
+    assert all("__shared__ float sa[" in OP.apply(code, s) for s in OP.find_sites(code))
