@@ -14,10 +14,11 @@ only made when it is provably the value the read saw: see `fill_forwarding` for 
 through them, the value reads no shared memory and no global memory the kernel writes, every
 other variable is unchanged between fill and read, guards become `G ? E : 0`). The same edit
 removes `coalesced_transpose`, `transposed_tile` and `halo_tile` when it removes their tile.
-Tiles filled through vector stores, double-buffered tiles or tiles filled from registers are not
-sites until other operators have made them plain. A tile filled by a loop over several rows per
-thread, or through locals that mix the thread's coordinates, is forwarded by solving the fill's
-index equations (`tile_algebra.py`).
+Double-buffered tiles are not sites until other operators have made them plain. A tile filled by
+a loop over several rows per thread, through locals that mix the thread's coordinates, lane by
+lane from registers (a vector, a prefetch array, a wide store), or by a software pipeline (before
+a loop and at the end of its body) is forwarded by solving the fill's index equations
+(`tile_algebra.py`).
 
 Register budget: when the forwarded global loads land in a loop nest that `#pragma unroll` unrolls
 completely and the nest would then issue more loads per thread than the kernel's block size leaves
@@ -55,7 +56,7 @@ from mining.operators.nodes import (WARP, IndexDecl, Kernel, Launch, block_dims,
                                     reindent, returns_or_syncs, split_top, statements, strip_parens, sub_base,
                                     sub_index, subscripts_of, unit_update)
 from mining.operators.rewrite_util import pragma_before, structural
-from mining.operators.tile_algebra import algebraic_forward
+from mining.operators.tile_algebra import algebraic_forward, pipelined_forward
 from mining.operators.unroll_budget import load_budget, unroll_factor, unrolled_loads
 from corpora.code.parse import text, walk
 
@@ -81,6 +82,9 @@ class SharedTileToGlobal(Operator):
             # a fill by a multi-row loop or through locals that mix the thread's coordinates:
             # solved as index algebra (issue 19)
             edit = algebraic_forward(src, fn, decl, name)
+            if edit is None:
+                # filled before a software-pipelined loop and again at the end of its body
+                edit = pipelined_forward(src, fn, decl, name)
             if edit is not None:
                 yield within_register_budget(src, f.start_byte, edit)
 
