@@ -1,8 +1,9 @@
 """Where a benchmark's figures came from, and where its JSON goes: one helper every benchmark uses.
 
-`stamp(prog, argv)` is the provenance every result JSON starts with: the commit (``+dirty`` when
-tracked files differ from it; ``SKILLS_COMMIT`` where the checkout has no git, e.g. a copy on the
-GPU machine), the command as typed, the machine (CPU model, cores, GPU, 1-minute load) and the
+`stamp(prog, argv)` is the provenance every result JSON starts with: the commit (``SKILLS_COMMIT``
+when the caller sets it: a copy of the tree on the GPU machine sits in a checkout of its own, whose
+HEAD is not the code that ran; else the checkout's HEAD, ``+dirty`` when tracked files differ from
+it), the command as typed, the machine (CPU model, cores, GPU, 1-minute load) and the
 UTC date. Take it before the run: it describes the code that ran, not the code at the end.
 
 `write_result(result, out, default_name)` writes the JSON where ``--out`` names it, and only
@@ -31,7 +32,10 @@ STAMP_KEYS = ("commit", "command", "machine", "date_utc")
 
 
 def commit() -> str:
-    """HEAD of the checkout (+dirty when tracked files changed), else $SKILLS_COMMIT, else 'unknown'."""
+    """$SKILLS_COMMIT when set (the caller knows what ran), else HEAD of the checkout (+dirty when
+    tracked files changed), else 'unknown'."""
+    if os.environ.get("SKILLS_COMMIT"):
+        return os.environ["SKILLS_COMMIT"]
     def git(*args: str) -> Optional[str]:
         try:
             r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
@@ -41,7 +45,7 @@ def commit() -> str:
 
     head = git("rev-parse", "HEAD")
     if not head:
-        return os.environ.get("SKILLS_COMMIT", "unknown")
+        return "unknown"
     return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 

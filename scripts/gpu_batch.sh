@@ -4,7 +4,7 @@
 # writes under $OUT, so a slow phase cannot hide what the others found.
 #   usage: bash scripts/gpu_batch.sh [phases...]   (default: gate soundness corpus bench)
 # Every result JSON goes to $OUT by --out (benchmarks write nowhere else); the copy on the device
-# has no git, so pass the commit for the stamps: SKILLS_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_batch.sh
+# has no git (or a checkout of its own), so pass the commit for the stamps: SKILLS_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_batch.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_env.sh || exit 1

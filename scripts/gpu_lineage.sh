@@ -6,7 +6,9 @@
 #   here:    python -m eval.bench_lineage --prepare .carry/lineage --gpu-only --store .skills-real
 #            (needs the sources fetched into .skills-real/sources: skills corpora fetch NAME --from/...,
 #             and the house store .skills-house-cpu built by a CPU bench_lineage run)
-#   device:  run tool, carry [".carry", ".whl"] (.carry/bwrap holds the sandbox):  bash scripts/gpu_lineage.sh
+#   device:  run tool, carry [".carry/bwrap", ".carry/lineage", ".whl"] (.carry/bwrap holds the sandbox; .whl holds
+#            tree-sitter, pydantic and duckdb for the machine's python):  SKILLS_COMMIT=<this HEAD> bash scripts/gpu_lineage.sh
+#            (the device's own git checkout is not this one: without SKILLS_COMMIT the stamp names a stale commit)
 #   back:    $OUT/bench_lineage_cuda.json (+ .txt table, .log); commit it as eval/results/bench_lineage_cuda.json
 #
 # Skills new/merged use the CPU house store's skill ids (skill identity = carrier:operator, the

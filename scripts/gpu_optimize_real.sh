@@ -9,7 +9,8 @@
 #
 #   here:    python -m eval.next_step_stores --root /work/wt/ranking-stores carry --dest .carry/optreal
 #            (after `... mine`: the materialized folders and the all store's skill records as JSON)
-#   device:  run tool, carry [".carry/optreal", ".whl"]:  bash scripts/gpu_optimize_real.sh
+#   device:  run tool, carry [".carry/bwrap", ".carry/optreal", ".whl"]:  SKILLS_COMMIT=<this HEAD> bash scripts/gpu_optimize_real.sh
+#            (the device's own git checkout is not this one: without SKILLS_COMMIT the stamp names a stale commit)
 #   back:    $OUT/optimize_real_h200.json (+ .md table, part logs); commit it as
 #            eval/results/optimize_real_h200.json
 #

@@ -58,13 +58,20 @@ def test_every_benchmark_stamps_and_writes_the_repository_only_through_out(bench
     assert not re.search(r'"results"\s*/|RESULTS\s*/|/ "results"', src), bench.name
 
 
-def test_stamp_names_the_commit_command_and_machine():
+def test_stamp_names_the_commit_command_and_machine(monkeypatch):
+    monkeypatch.delenv("SKILLS_COMMIT", raising=False)
     s = stamp("eval.bench_x", ["--store", "a b", "--json"])
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert s["commit"].split("+")[0] == head
     assert s["command"] == "python -m eval.bench_x --store 'a b' --json"
     assert {"platform", "cpu", "cores", "gpu", "load_1min"} <= set(s["machine"]) and s["machine"]["cores"] >= 1
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", s["date_utc"])
+
+
+def test_the_commit_the_caller_names_wins_over_the_checkouts(monkeypatch):
+    """A tree copied onto the GPU machine sits in a checkout of its own: its HEAD is not what ran."""
+    monkeypatch.setenv("SKILLS_COMMIT", "a" * 40)
+    assert stamp("eval.bench_x", [])["commit"] == "a" * 40
 
 
 def test_write_result_goes_to_out_or_to_an_untracked_temporary_file(tmp_path, capsys):
