@@ -57,6 +57,14 @@ def _is_sync(src: Source, node: Node) -> bool:
     return node.type == "expression_statement" and re.fullmatch(SYNC_RE, ctext(src, node)) is not None
 
 
+def _init_value(init: Node) -> Optional[Node]:
+    """The value a for-loop initializer gives its variable (`int i = v` or `i = v`)."""
+    if init.type == "declaration":
+        d = next((c for c in init.named_children if c.type == "init_declarator"), None)
+        return d.child_by_field_name("value") if d is not None else None
+    return init.child_by_field_name("right") if init.type == "assignment_expression" else None
+
+
 def _accumulation(src: Source, loop: Node, names: set[str]) -> Optional[tuple[str, Node, Node, str]]:
     """(acc, init value node, update node, stride) of `for (i = tid; i < N; i += S) acc += E(i);`."""
     init, upd, body = (loop.child_by_field_name(f) for f in ("initializer", "update", "body"))
@@ -73,12 +81,7 @@ def _accumulation(src: Source, loop: Node, names: set[str]) -> Optional[tuple[st
     ma = re.fullmatch(r"(\w+)\s*\+=\s*[^;]+;", ctext(src, st[0]))
     if mu is None or ma is None or ma.group(1) == mi.group(1):
         return None
-    value = None
-    if init.type == "declaration":
-        d = next((c for c in init.named_children if c.type == "init_declarator"), None)
-        value = d.child_by_field_name("value") if d is not None else None
-    elif init.type == "assignment_expression":
-        value = init.child_by_field_name("right")
+    value = _init_value(init)
     if value is None or not is_thread(ctext(src, value), names):
         return None
     return ma.group(1), value, upd, strip_parens(mu.group(1) or mu.group(2))
@@ -226,12 +229,7 @@ def _serial_sum(src: Source, loop: Node) -> Optional[tuple[str, Node, Node, str]
     i = re.escape(mi.group(1))
     if not re.fullmatch(r"%s\s*\+\+|\+\+\s*%s|%s\s*\+=\s*1|%s\s*=\s*%s\s*\+\s*1" % (i, i, i, i, i), ctext(src, upd)):
         return None
-    value = None
-    if init.type == "declaration":
-        d = next((c for c in init.named_children if c.type == "init_declarator"), None)
-        value = d.child_by_field_name("value") if d is not None else None
-    elif init.type == "assignment_expression":
-        value = init.child_by_field_name("right")
+    value = _init_value(init)
     return (ma.group(1), value, upd, mi.group(1)) if value is not None else None
 
 

@@ -441,37 +441,10 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     body = fn.child_by_field_name("body")
     if body is None:
         return None
-    uses = [n for n in walk(body) if n.type == "identifier" and text(n) == name and
-            not (decl.start_byte <= n.start_byte < decl.end_byte)]
-    writes, reads = [], []  # writes: (tile subscript, assignment, lane, wide source element or None)
-    views = {(a.view_arg.start_byte, a.view_arg.end_byte): a for a in wide_accesses(src) if a.view_arg is not None}
-    macros = set(re.findall(r"#\s*define\s+(\w+)\(", src.code.decode("utf-8", "replace")))
-    for u in uses:
-        sub = u
-        while sub.parent is not None and sub.parent.type == "subscript_expression" and \
-                sub.parent.child_by_field_name("argument").start_byte == sub.start_byte:
-            sub = sub.parent
-        if sub.type != "subscript_expression":
-            return None
-        p = sub.parent
-        if p is not None and p.type == "assignment_expression" and p.child_by_field_name("left").start_byte == \
-                sub.start_byte:
-            if text(p.children[1]) != "=" or p.parent is None or p.parent.type != "expression_statement":
-                return None
-            writes.append((sub, p, 0, None))
-        elif (sub.start_byte, sub.end_byte) in views:
-            lanes = _wide_store(views, views[(sub.start_byte, sub.end_byte)])
-            if lanes is None:
-                return None  # a wide read of the tile, or a wide store this module cannot split
-            writes += [(sub, lanes[0], k, lanes[1]) for k in range(lanes[2])]
-        elif p is not None and (p.type in ("update_expression",) or (p.type == "pointer_expression" and
-                                                                     p.children[0].type == "&")):
-            return None
-        elif p is not None and p.type == "argument_list" and p.parent is not None and \
-                text(p.parent.child_by_field_name("function") or p.parent) in macros:
-            return None  # handed to a function-like macro: it may take the element's address (a view)
-        else:
-            reads.append(sub)
+    got = _collect(src, body, decl, name, row_pointers=False)
+    if got is None:
+        return None
+    writes, reads = got[0], [r[0] for r in got[1]]
     if not writes or not reads:
         return None
     # the innermost block that holds every write and read; above it only `if`s without `else`,
@@ -479,7 +452,6 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     block, outer_guards, in_loop = _common_block([w[0] for w in writes] + reads, body)
     if block is None:
         return None
-    writes.sort(key=lambda w: (w[0].start_byte, w[2]))
     stmts = list({w[1].parent.start_byte: w[1].parent for w in writes}.values())
     fill_tops = [_top_stmt(st, block) for st in stmts]
     if any(ft is None for ft in fill_tops):
@@ -850,8 +822,10 @@ def _indices(sub: Node) -> list[Node]:
     return out
 
 
-def _collect(src: Source, body: Node, decl: Node, name: str) -> Optional[tuple[list, list]]:
-    """(writes, reads) of the tile as algebraic_forward sees them, or None for a use it refuses."""
+def _collect(src: Source, body: Node, decl: Node, name: str, row_pointers: bool = True) -> Optional[tuple[list, list]]:
+    """(writes, reads) of the tile, or None for a use the forwarding refuses. writes: (tile
+    subscript, assignment, lane, wide source element or None), sorted; reads: (node, index texts).
+    A read through a row pointer `(&T[i][j])[c]` is taken only with `row_pointers`."""
     uses = [n for n in walk(body) if n.type == "identifier" and text(n) == name and
             not (decl.start_byte <= n.start_byte < decl.end_byte)]
     writes, reads = [], []
@@ -876,6 +850,8 @@ def _collect(src: Source, body: Node, decl: Node, name: str) -> Optional[tuple[l
                 return None
             writes += [(sub, lanes[0], k, lanes[1]) for k in range(lanes[2])]
         elif p is not None and p.type == "pointer_expression" and p.children[0].type == "&":
+            if not row_pointers:
+                return None
             # `(&T[i][j])[c]`: the element c after T[i][j] in its row, read as T[i][j + c]
             q = p.parent
             while q is not None and q.type == "parenthesized_expression":

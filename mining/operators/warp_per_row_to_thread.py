@@ -650,17 +650,19 @@ class _Rewrite:
         self.subs.append(Edit(x.start_byte, x.end_byte, str(xv // wv)))
 
     # ------------------------------------------------------------------ data flow of the lane
+    def _definitions(self):
+        """(target, value) of every initialised declaration and assignment in the kernel body."""
+        for n in self._nodes(self.body):
+            if n.type == "init_declarator" and n.child_by_field_name("value") is not None:
+                yield n.child_by_field_name("declarator"), n.child_by_field_name("value")
+            elif n.type == "assignment_expression":
+                yield n.child_by_field_name("left"), n.child_by_field_name("right")
+
     def _tainted(self) -> set[str]:
         """Locals computed from the lane (the column index and what follows from it)."""
         out = set(self.lane.names) | (set(self.aliases) if self.lane.direct else set())
         for _ in range(4):
-            for n in self._nodes(self.body):
-                if n.type == "init_declarator" and n.child_by_field_name("value") is not None:
-                    tgt, val = n.child_by_field_name("declarator"), n.child_by_field_name("value")
-                elif n.type == "assignment_expression":
-                    tgt, val = n.child_by_field_name("left"), n.child_by_field_name("right")
-                else:
-                    continue
+            for tgt, val in self._definitions():
                 if tgt is None or tgt.type != "identifier" or text(tgt) in out:
                     continue
                 if self._lane_in(val, out, values=True):
@@ -674,13 +676,7 @@ class _Rewrite:
         if getattr(self, "_blocks", None) is None:
             out: set[str] = set()
             for _ in range(3):
-                for n in self._nodes(self.body):
-                    if n.type == "init_declarator" and n.child_by_field_name("value") is not None:
-                        tgt, val = n.child_by_field_name("declarator"), n.child_by_field_name("value")
-                    elif n.type == "assignment_expression":
-                        tgt, val = n.child_by_field_name("left"), n.child_by_field_name("right")
-                    else:
-                        continue
+                for tgt, val in self._definitions():
                     if tgt is not None and tgt.type == "identifier" and \
                             (re.search(r"\bblockIdx\b", text(val)) or idents(text(val)) & out):
                         out.add(text(tgt))
