@@ -210,25 +210,29 @@ def _fills(st: Source, k, shared: set[str], params: set[str]) -> dict[int, tuple
     return out
 
 
-def _quiet(node, fills: dict[int, tuple], names: set[str]) -> bool:
-    """Nothing in `node` outside the fills names S or G, writes through a pointer parameter, jumps,
-    synchronizes or copies asynchronously."""
+def _quiet(node, fills: dict[int, tuple], names: set[str], params: set[str], funcs: set[str]) -> bool:
+    """Nothing in `node` outside the fills names S or G, writes through a pointer parameter, passes
+    one to a call, calls a function of this file (it could read the tile), jumps, synchronizes or
+    copies asynchronously."""
     for n in walk(node):
-        if n.start_byte in fills and n.type == "expression_statement":
-            continue
         if any(f[0].start_byte <= n.start_byte < f[0].end_byte for f in fills.values()):
             continue
-        if n.type in _JUMPS or (n.type == "identifier" and n.text.decode() in names):
+        if n.type in _JUMPS or n.type == "gnu_asm_expression" or (n.type == "identifier" and n.text.decode() in names):
             return False
-        if n.type == "call_expression" and re.match(r"(__syncthreads|__syncwarp|__pipeline|__barrier|cuda::|"
-                                                    r"memcpy_async|asm)", call_name(n) or ""):
-            return False
-        if n.type == "gnu_asm_expression":
-            return False
+        if n.type == "call_expression":
+            name = call_name(n) or ""
+            args = n.child_by_field_name("arguments")
+            if name in funcs or re.match(r"(__syncthreads|__syncwarp|__pipeline|__barrier|cuda::|memcpy_async|asm)",
+                                         name) or (args is not None and _names(args) & params):
+                return False
+        if n.type in ("assignment_expression", "update_expression"):
+            t = n.child_by_field_name("left") or n.child_by_field_name("argument")
+            if t is not None and _names(t) & params:
+                return False
     return True
 
 
-def _barrier(st: Source, k, fill, fills: dict[int, tuple], params: set[str]):
+def _barrier(st: Source, k, fill, fills: dict[int, tuple], params: set[str], funcs: set[str]):
     """The `__syncthreads();` statement that publishes `fill`, or None (see the module docstring)."""
     stmt, s_name, g_name = fill[0], fill[1], fill[2]
     names = {s_name, g_name}
@@ -242,14 +246,13 @@ def _barrier(st: Source, k, fill, fills: dict[int, tuple], params: set[str]):
             for c in after:
                 if _is_barrier(c):
                     return c
-                if not _quiet(c, fills, names) or _writes_params(c, fills, params):
+                if not _quiet(c, fills, names, params, funcs):
                     return None
         elif parent.type in _LOOPS:
             lv = loop_var(st, parent) if parent.type == "for_statement" else None
             if lv is None or lv[1] not in _names(stmt.named_children[0].child_by_field_name("left")):
                 return None  # one destination per iteration: the fill must index S with the loop's variable
-            body = parent.child_by_field_name("body")
-            if body is None or not _quiet(body, fills, names) or _writes_params(body, fills, params):
+            if not _quiet(parent, fills, names, params, funcs):  # the whole loop runs again after the fill
                 return None
         elif parent.type == "if_statement":
             cond = parent.child_by_field_name("condition")
@@ -259,16 +262,6 @@ def _barrier(st: Source, k, fill, fills: dict[int, tuple], params: set[str]):
         elif parent.type != "else_clause":
             return None
         node = parent
-
-
-def _writes_params(node, fills: dict[int, tuple], params: set[str]) -> bool:
-    for n in walk(node):
-        if n.type in ("assignment_expression", "update_expression") and \
-                not any(f[0].start_byte <= n.start_byte < f[0].end_byte for f in fills.values()):
-            t = n.child_by_field_name("left") or n.child_by_field_name("argument")
-            if t is not None and _names(t) & params:
-                return True
-    return False
 
 
 def async_copy_fill(source: str, ctx: Context) -> list[Materialization]:
@@ -283,7 +276,7 @@ def async_copy_fill(source: str, ctx: Context) -> list[Materialization]:
         fills = _fills(st, k, shared, params)
         groups: dict[int, list] = {}
         for f in fills.values():
-            b = _barrier(st, k, f, fills, params)
+            b = _barrier(st, k, f, fills, params, {f.name for f in st.funcs if f.name})
             if b is not None:
                 groups.setdefault(b.start_byte, [b]).append(f)
         edits = []

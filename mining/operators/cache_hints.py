@@ -27,7 +27,9 @@ in the kernel) loads become `__ldcs`, and stores to outputs that are never read 
 Every other hint has its own forward rewrite (`add_ldcg`, `add_ldca`, `add_ldlu`, `add_ldcv`,
 `add_stcg`, `add_stwt`, `add_stwb`), made by one factory (`hint_rewrite`) from a rule that says
 where the hint means something (`HINT_RULES`, read off the table above). The facts come from
-`pointer_uses`: per one-level pointer parameter of a type the intrinsics are overloaded for, its
+`pointer_uses`: per one-level pointer parameter of a type the intrinsics are overloaded for (the
+half and bfloat16 types included) or of a template type parameter of the kernel (nvcc checks the
+instance's overload), its
 subscript reads, its whole-statement stores `p[i] = v;`, whether it is read or written anywhere
 (compound assignments read and write), whether it is `volatile`, and whether it escapes (any use
 that is not `p[i]`: an offset, a call argument, a reassignment), in which case no rule claims
@@ -56,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from corpora.code.nodes import call_name, declarator_name
+from corpora.code.parse import text
 from corpora.code.source import Source
 from mining.carriers_meaning import LOAD_HINTS, STORE_HINTS
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, per_kernel_and_all,
@@ -173,7 +176,18 @@ def forward(source: str, ctx=None) -> list:
 HINT_TYPES = {"float", "double", "int", "unsigned", "unsigned int", "long long", "unsigned long long", "char",
               "signed char", "unsigned char", "short", "unsigned short", "long", "unsigned long", "float2", "float4",
               "int2", "int4", "uint2", "uint4", "double2", "char2", "char4", "uchar2", "uchar4", "short2", "short4",
-              "ushort2", "ushort4", "longlong2", "ulonglong2", "int32_t", "uint32_t", "int64_t", "uint64_t"}
+              "ushort2", "ushort4", "longlong2", "ulonglong2", "int32_t", "uint32_t", "int64_t", "uint64_t",
+              # cuda_fp16.h / cuda_bf16.h overload every hint for their types too
+              "__half", "__half2", "half", "half2", "__nv_bfloat16", "__nv_bfloat162", "nv_bfloat16", "nv_bfloat162"}
+
+
+def template_types(fn) -> set[str]:
+    """The type parameters of a templated kernel (`template <typename T>`): nvcc checks the
+    instance's overload, the gate decides."""
+    t = fn.parent if fn.parent is not None and fn.parent.type == "template_declaration" else None
+    params = t.child_by_field_name("parameters") if t is not None else None
+    return {text(c).split()[-1] for c in (params.named_children if params is not None else [])
+            if c.type == "type_parameter_declaration" and text(c).split()}
 
 
 @dataclass
@@ -214,8 +228,9 @@ def pointer_uses(src: Source, k) -> dict[str, PointerUse]:
         d = pn.child_by_field_name("declarator")
         if d is not None and declarator_name(d):
             volatile[declarator_name(d)] = re.search(rb"\bvolatile\b", pn.text) is not None
+    types = HINT_TYPES | template_types(k.node)
     uses = {p.name: PointerUse(p.name, " ".join(p.base_type.split()), volatile.get(p.name, False))
-            for p in k.sig.params if p.pointer_depth == 1 and " ".join(p.base_type.split()) in HINT_TYPES}
+            for p in k.sig.params if p.pointer_depth == 1 and " ".join(p.base_type.split()) in types}
     for ident in src.nodes("identifier", within=k.body):
         u = uses.get(ident.text.decode())
         if u is None:

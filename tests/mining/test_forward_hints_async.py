@@ -100,7 +100,7 @@ REFUSE = [
     # the last read sits in a loop: later iterations read again
     ("last_use_load", "__global__ void k(const float* a, float* y, int n) { float s = 0; for (int i = 0; i < n; ++i) s += a[i]; y[0] = s; }"),
     # a type the intrinsics have no overload for
-    ("write_through_store", "#include <cuda_fp16.h>\n__global__ void k(__half* y, __half v) { y[threadIdx.x] = v; }"),
+    ("write_through_store", "struct P { float a, b; };\n__global__ void k(P* y, P v) { y[threadIdx.x] = v; }"),
 ]
 
 
@@ -237,6 +237,7 @@ ASYNC_REFUSE = [
     "s[t] = loc[t & 3];",  # a local source
     "s[t] = g[t]; float v = s[t]; y[t] = v;",  # the destination read before the barrier
     "s[t] = g[t]; y[t] = 0.f;",  # a global store between the fill and the barrier (the source may alias it)
+    "s[t] = g[t]; atomicAdd(&y[0], 1.f);",  # the same through an atomic
     "for (int r = 0; r < 4; ++r) s[t] = g[t + r];",  # every iteration copies to one element
     "s[t] = g[t]; s[t] = g[t + 1];",  # two copies in flight to one element
     "float* p = s; s[t] = g[t]; p[0] = 1.f;",  # an alias of the tile
@@ -294,3 +295,36 @@ def test_async_fill_compiles_to_ldgsts(tmp_path):
         kernels = r["stages"]["static"]["archs"]["sm_90"]["kernels"]
         ldgsts = sum(c for k in kernels.values() for op, c in k.get("sass", {}).items() if op.startswith("LDGSTS"))
         assert ldgsts >= 1, (problem, kernels)
+
+
+# a templated kernel (the element type a template parameter, as in vLLM's kernels): `y` is stored,
+# then updated in place
+TEMPLATED_ADD = """
+#include <cuda_runtime.h>
+template <typename V>
+__global__ void add_t(const V* a, const V* b, V* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] = a[i]; y[i] += b[i]; }
+}
+void vector_add(const float* a, const float* b, float* y, int N) {
+    add_t<float><<<(N + 255) / 256, 256>>>(a, b, y, N);
+}
+"""
+
+
+def test_templated_element_types_take_hints(tmp_path):
+    from mining.gate import GateConfig, run_gate
+
+    ldcg = hint_rewrite("l2_only_load")(TEMPLATED_ADD, Context())
+    stwb = hint_rewrite("write_back_store")(TEMPLATED_ADD, Context())
+    assert len(ldcg) == 1 and "y[i] = __ldcg(&a[i]); y[i] += __ldcg(&b[i]);" in ldcg[0].source
+    assert len(stwb) == 1 and "__stwb(&y[i], (V)(a[i])); y[i] += b[i];" in stwb[0].source
+    # y is read back (`+=`): no output-only store hint
+    assert hint_rewrite("write_through_store")(TEMPLATED_ADD, Context()) == []
+    cfg = GateConfig(executor="cpu", stages=("static",), store=tmp_path)
+    for name, mat in (("add_ldcg", ldcg[0]), ("add_stwb", stwb[0])):
+        res = cpu_gate("vector_add", mat.source, tmp_path)
+        assert res.passed, (name, res.reason)
+        r = run_gate(KERNELS / "vector_add", kernel=Path("kernel.cu"), config=cfg, source=mat.source).to_dict()
+        ops = {op for k in r["stages"]["static"]["archs"]["sm_90"]["kernels"].values() for op in k.get("sass", {})}
+        assert SASS[name] in ops, (name, sorted(ops))
