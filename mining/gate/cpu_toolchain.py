@@ -283,9 +283,11 @@ _FEATURES: list[tuple[re.Pattern, str]] = [
     (re.compile(r"\basm\s*(volatile\s*|__volatile__\s*)?\(|\b__asm__\b|\b__asm\b"), "inline assembly (PTX asm)"),
     (re.compile(r"\bwmma::|\bnvcuda::|#\s*include\s*[<\"]mma\.h[>\"]|\b__hmma|\bmma_sync\b"),
      "tensor cores (wmma / mma.h)"),
-    (re.compile(r"\b__pipeline_(memcpy_async|commit|wait_prior|arrive_on)\b|\bcp\.async\b|\bmemcpy_async\b|"
-                r"#\s*include\s*[<\"](cuda_pipeline|cuda/pipeline)|\bcuda::pipeline\b|\bmake_pipeline\b"),
-     "asynchronous copies (cp.async / memcpy_async / pipelines)"),
+    # the `__pipeline_*` primitives are emulated (cpu_runtime/include/cuda_pipeline_primitives.h); the
+    # rest of the asynchronous-copy API is not
+    (re.compile(r"\b__pipeline_arrive_on\b|\bcp\.async\b|\bmemcpy_async\b|"
+                r"#\s*include\s*[<\"]cuda/pipeline|\bcuda::pipeline\b|\bmake_pipeline\b"),
+     "asynchronous copies (cp.async / memcpy_async / cuda::pipeline)"),
     (re.compile(r"\bthis_grid\s*\(|\bgrid_group\b|\bgrid\.sync\s*\("), "grid-wide synchronization (this_grid().sync())"),
     (re.compile(r"\bcudaLaunchCooperativeKernel\w*"), "cooperative launch (cudaLaunchCooperativeKernel)"),
     (re.compile(r"\bCUtensorMap\b|\bcuTensorMapEncode\w*|\bcp\.async\.bulk|\b__cluster_dims__\b|\bthis_cluster\s*\(|"

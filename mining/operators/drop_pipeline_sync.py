@@ -9,8 +9,11 @@ function still issues an asynchronous copy (`__pipeline_memcpy_async`, `memcpy_a
 `cp.async` copy in any of its spellings). When no pipeline
 call is left at all, the `#include <cuda_pipeline.h>` line is the last site.
 
-Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
-this operator's skills through the LLM materializer only (the pair's forward half is empty).
+Forward: async_copy_to_sync's `async_copy_fill`, which issues a shared tile's element copies
+asynchronously and adds the `__pipeline_commit(); __pipeline_wait_prior(0);` this operator deletes,
+just before the barrier that publishes the tile (its docstring argues soundness). Deeper stages
+(`wait_prior(n)` with n > 0, a ring of tiles refilled while one is read) are not introduced
+deterministically: that needs a double buffer, double_to_single_buffer's inverse.
 """
 from __future__ import annotations
 
@@ -57,4 +60,4 @@ class DropPipelineSync(Operator):
                 yield Edit(s, e, "")
 
 
-PAIR = Pair(DropPipelineSync)
+PAIR = Pair(DropPipelineSync, inverted_by=("async_copy_fill",))

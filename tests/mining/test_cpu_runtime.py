@@ -244,7 +244,7 @@ def test_unsupported_features():
            "__global__ void k(float* a) {\n"
            "    asm volatile(\"membar.gl;\");\n"
            "    nvcuda::wmma::fragment<int> f;\n"
-           "    __pipeline_memcpy_async(a, a, 16);\n"
+           "    cuda::memcpy_async(a, a, 16, pipe);\n"
            "    cooperative_groups::this_grid().sync();\n"
            "    __nanosleep(100);\n"
            "    const char* s = \"wmma:: in a string\";\n"

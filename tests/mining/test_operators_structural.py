@@ -305,8 +305,9 @@ ASYNC_ADD = (CUDA / "async_add.cu").read_text()
 
 
 def test_async_copies_made_synchronous_pass_the_gate(gate_store):
-    """cp.async has no CPU emulation: the kernel runs on the CPU executor only once both
-    async_copy_to_sync and drop_pipeline_sync have removed every pipeline call."""
+    """async_copy_to_sync and drop_pipeline_sync remove every pipeline call, and the synchronous
+    kernel passes the CPU gate (the expert runs there too: the `__pipeline_*` primitives are
+    emulated, tests/mining/test_forward_hints_async.py)."""
     assert get_operator("drop_pipeline_sync").find_sites(ASYNC_ADD) == []
     src, n = _to_fixpoint(get_operator("async_copy_to_sync"), ASYNC_ADD)
     assert n == 2 and "for (int ks_e = 0; ks_e < 16 / (int)sizeof(*(sa + i)); ++ks_e) (sa + i)[ks_e] = " \
