@@ -1,0 +1,110 @@
+"""Forward halves of structural operators that had none (issue 19, Deliver 3): chunks_to_block_stride
+(block_stride_to_chunks' inverse) on chunk loops written in spellings it was not written for, the
+sites it must refuse, CPU gate runs of its candidates and round trips through the backward half."""
+from __future__ import annotations
+
+import pytest
+
+from _operator_support import cpu_gate, to_fixpoint
+from mining.operators import get_operator
+from mining.operators.forward import run_rewrite
+from mining.operators.registry import inverses
+
+CHUNKS = get_operator("block_stride_to_chunks")
+
+# --------------------------------------------------------------------------- chunks_to_block_stride
+# one block per softmax row; each thread sweeps a contiguous chunk, named three ways: a begin / end
+# pair through `min`, the same again, and the bounds written into the loop header
+CHUNK_SOFTMAX = """
+#include <cuda_runtime.h>
+#include <math.h>
+#define T 128
+__global__ void softmax_rows(const float* x, float* y, int M, int N) {
+    __shared__ float red[T];
+    const int tid = threadIdx.x;
+    const float* xr = x + (size_t)blockIdx.x * N;
+    float* yr = y + (size_t)blockIdx.x * N;
+    int per = (N + blockDim.x - 1) / blockDim.x;
+    int begin = tid * per;
+    int end = min(begin + per, N);
+    float m = -INFINITY;
+    for (int j = begin; j < end; j++) m = fmaxf(m, xr[j]);
+    red[tid] = m;
+    __syncthreads();
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] = fmaxf(red[tid], red[tid + s]);
+        __syncthreads();
+    }
+    m = red[0];
+    __syncthreads();
+    float sum = 0.f;
+    for (int j = begin; j < end; ++j) {
+        const float e = expf(xr[j] - m);
+        sum += e;
+    }
+    red[tid] = sum;
+    __syncthreads();
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] += red[tid + s];
+        __syncthreads();
+    }
+    const float inv = 1.f / red[0];
+    for (int j = tid * per; j < (tid + 1) * per && j < N; j += 1) yr[j] = expf(xr[j] - m) * inv;
+}
+void softmax(const float* x, float* y, int M, int N) { softmax_rows<<<M, T>>>(x, y, M, N); }
+"""
+
+
+def test_chunks_become_block_stride_sweeps(tmp_path):
+    assert inverses("block_stride_to_chunks") == ["chunks_to_block_stride"]
+    mats = run_rewrite("chunks_to_block_stride", CHUNK_SOFTMAX)
+    assert len(mats) == 4 and mats[0].carrier == "grid_stride" and "3 loops" in mats[0].description
+    new = mats[0].source
+    assert "for (int j = tid; j < N; j += blockDim.x) m = fmaxf(m, xr[j]);" in new
+    assert "for (int j = tid; j < N; j += blockDim.x) {\n        const float e" in new
+    assert "for (int j = tid; j < N; j += blockDim.x) yr[j] = expf(xr[j] - m) * inv;" in new
+    assert "j < end" not in new and "tid * per;" in new  # only the headers change
+    assert cpu_gate("softmax", CHUNK_SOFTMAX, tmp_path / "a").passed  # the chunked kernel itself is right
+    assert cpu_gate("softmax", new, tmp_path / "b").passed
+    # each loop alone is a candidate too, and correct on its own
+    assert cpu_gate("softmax", mats[3].source, tmp_path / "c").passed
+
+
+def test_chunks_of_a_fixed_size_stop_where_the_chunks_did():
+    # C = 4 elements per thread: the threads cover [0, 4 * blockDim.x) only, so the sweep keeps that bound
+    src = CHUNK_SOFTMAX.replace("int per = (N + blockDim.x - 1) / blockDim.x;", "int per = 4;")
+    new = run_rewrite("chunks_to_block_stride", src)[0].source
+    assert "for (int j = tid; j < N && j < blockDim.x * per; j += blockDim.x) m = fmaxf(m, xr[j]);" in new
+
+
+def test_round_trip_through_the_operators_own_form(tmp_path):
+    # the backward half's chunk loop (ks_chunk declared in the header) is read back as a block-stride loop
+    strided = run_rewrite("chunks_to_block_stride", CHUNK_SOFTMAX)[0].source
+    back, n = to_fixpoint(CHUNKS, strided)
+    assert n == 3 and "ks_chunk = (N + blockDim.x - 1) / blockDim.x, j = tid * ks_chunk" in back
+    assert cpu_gate("softmax", back, tmp_path / "back").passed
+    again = run_rewrite("chunks_to_block_stride", back)[0].source
+    assert again == strided
+    assert cpu_gate("softmax", again, tmp_path / "fwd").passed
+
+
+@pytest.mark.parametrize("change", [
+    # the work depends on the thread, not only on j
+    ("yr[j] = expf(xr[j] - m) * inv;", "yr[j] = expf(xr[j] - m) * inv + (float)(tid & 0);"),
+    # a carried dependence: element j reads the element the previous iteration wrote
+    ("yr[j] = expf(xr[j] - m) * inv;", "yr[j] = expf(xr[j] - m) * inv + (j > 0 ? yr[j - 1] : 0.f);"),
+    # state carried from one iteration to the next in a thread-local (not an accumulation)
+    ("yr[j] = expf(xr[j] - m) * inv;", "{ yr[j] = prev; prev = xr[j]; }"),
+    # a chunk that does not start at the thread's own offset
+    ("j = tid * per; j < (tid + 1) * per", "j = (tid + 1) * per; j < (tid + 2) * per"),
+    # not a unit step through the chunk
+    ("j < N; j += 1)", "j < N; j += 2)"),
+    # leaves the chunk early
+    ("yr[j] = expf(xr[j] - m) * inv;", "{ if (xr[j] > 1e30f) break; yr[j] = expf(xr[j] - m) * inv; }"),
+])
+def test_refuses(change):
+    src = CHUNK_SOFTMAX.replace("const float inv", "float prev = 0.f;\n    const float inv")
+    assert change[0] in src
+    mats = run_rewrite("chunks_to_block_stride", src.replace(*change))
+    # the first two loops are still sites; the changed one is not
+    assert len(mats) == 3 and all("yr[j]" not in m.site_excerpt for m in mats[1:])
