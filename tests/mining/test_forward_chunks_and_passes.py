@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from _operator_support import cpu_gate, to_fixpoint
+from mining.carriers import detect_carriers
 from mining.operators import get_operator
 from mining.operators.forward import run_rewrite
 from mining.operators.registry import inverses
@@ -108,3 +109,100 @@ def test_refuses(change):
     mats = run_rewrite("chunks_to_block_stride", src.replace(*change))
     # the first two loops are still sites; the changed one is not
     assert len(mats) == 3 and all("yr[j]" not in m.site_excerpt for m in mats[1:])
+
+
+# --------------------------------------------------------------------------- merge_register_passes
+TILE = get_operator("shrink_register_tile")
+
+# a hand-written 2-pass GEMM: each thread computes 4 x 4 outputs as two passes of 2 rows (pass
+# variable `half`, rows `2 * half` .. `(half + 1) * 2`, `r++`, a zero-initialised tile, the row
+# index written `r - 2 * half`), the shared staging repeated in each pass
+HALVES = r"""
+#include <cuda_runtime.h>
+#define TS 64
+#define KS 16
+__global__ void gemm_halves(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float As[KS][TS];
+    __shared__ float Bs[KS][TS];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row0 = blockIdx.y * TS, col0 = blockIdx.x * TS;
+    for (int half = 0; half < 2; half++) {
+        float acc[2][4] = {};
+        for (int k0 = 0; k0 < K; k0 += KS) {
+            for (int l = ty * 16 + tx; l < KS * TS; l += 256) {
+                const int kk = l / TS, mm = l % TS;
+                As[kk][mm] = (row0 + mm < M && k0 + kk < K) ? A[(row0 + mm) * K + k0 + kk] : 0.0f;
+                Bs[kk][mm] = (k0 + kk < K && col0 + mm < N) ? B[(k0 + kk) * N + col0 + mm] : 0.0f;
+            }
+            __syncthreads();
+            for (int k = 0; k < KS; ++k)
+                for (int r = 2 * half; r < (half + 1) * 2; r++)
+                    for (int c = 0; c < 4; ++c)
+                        acc[r - 2 * half][c] += As[k][ty + 16 * r] * Bs[k][tx + 16 * c];
+            __syncthreads();
+        }
+        for (int r = 2 * half; r < (half + 1) * 2; r++)
+            for (int c = 0; c < 4; ++c) {
+                const int gr = row0 + ty + 16 * r, gc = col0 + tx + 16 * c;
+                if (gr < M && gc < N) C[gr * N + gc] = acc[r - 2 * half][c];
+            }
+    }
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 grid((N + TS - 1) / TS, (M + TS - 1) / TS);
+    gemm_halves<<<grid, dim3(16, 16)>>>(A, B, C, M, N, K);
+}
+"""
+
+
+def test_hand_written_passes_merge_into_one_tile(tmp_path):
+    assert inverses("shrink_register_tile") == ["merge_register_passes"]
+    mats = run_rewrite("merge_register_passes", HALVES)
+    assert len(mats) == 1 and mats[0].carrier == "register_tile"  # two passes: only the full merge
+    new = mats[0].source
+    assert "half" not in new and "float acc[4][4] = {};" in new
+    assert "for (int r = 0; r < 4; r++)\n                for (int c = 0; c < 4; ++c)\n" \
+           "                    acc[r][c] += As[k][ty + 16 * r] * Bs[k][tx + 16 * c];" in new
+    assert "C[gr * N + gc] = acc[r][c];" in new
+    assert cpu_gate("sgemm", HALVES, tmp_path / "a").passed
+    assert cpu_gate("sgemm", new, tmp_path / "b").passed
+    # one register tile of all the thread's rows
+    assert [s.excerpt for s in detect_carriers(new)["register_tile"]] == ["float acc[4][4] = {};"]
+
+
+def test_round_trip_through_the_operators_passes(tmp_path):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_operators_register_tile_passes import STRIDED
+    once = TILE.apply(STRIDED, TILE.find_sites(STRIDED)[0])  # 2 passes of 2 rows
+    twice = TILE.apply(once, TILE.find_sites(once)[0])  # 4 passes, the row dimension dropped
+    assert "float acc[4];" in twice
+    mats = run_rewrite("merge_register_passes", twice)
+    assert [m.description for m in mats] == ["acc: 4 passes of 1 rows become one register tile of 4 rows",
+                                             "acc: 4 passes of 1 rows become 2 passes of 2 rows"]
+    assert mats[0].source == STRIDED  # the register tile as it was written
+    assert mats[1].source == once  # one backward step undone
+    assert [m.source for m in run_rewrite("merge_register_passes", once)] == [STRIDED]
+    assert cpu_gate("sgemm", mats[1].source, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # the pass number is read outside the row loops: passes differ by more than their rows
+    ("float acc[2][4] = {};", "float acc[2][4] = {};\n        if (half == 1) __syncthreads();"),
+    # state carried from one pass to the next
+    ("float acc[2][4] = {};", "float acc[2][4] = {};\n        k_seen += K;"),
+    # a tile row that is not the pass's own row
+    ("C[gr * N + gc] = acc[r - 2 * half][c];", "C[gr * N + gc] = acc[0][c];"),
+    # a non-zero initialiser (only the first row would get it after the merge)
+    ("float acc[2][4] = {};", "float acc[2][4] = {1.0f};"),
+    # rows of the pass that do not tile the pass's range
+    ("for (int r = 2 * half; r < (half + 1) * 2; r++)\n            for (int c = 0; c < 4; ++c) {",
+     "for (int r = 2 * half; r < (half + 1) * 3; r++)\n            for (int c = 0; c < 4; ++c) {"),
+    # a pass count that is not a compile-time constant
+    ("half < 2;", "half < K / 64;"),
+])
+def test_merge_refuses(change):
+    src = HALVES.replace("const int tx", "int k_seen = 0;\n    const int tx")
+    assert change[0] in src and run_rewrite("merge_register_passes", src)
+    assert run_rewrite("merge_register_passes", src.replace(*change)) == []
