@@ -206,3 +206,104 @@ def test_merge_refuses(change):
     src = HALVES.replace("const int tx", "int k_seen = 0;\n    const int tx")
     assert change[0] in src and run_rewrite("merge_register_passes", src)
     assert run_rewrite("merge_register_passes", src.replace(*change)) == []
+
+
+# --------------------------------------------------------------------------- warp_reduce_per_block
+SERIAL = get_operator("block_reduce_to_serial")
+
+# a hand-written block-per-row softmax whose two block reductions are serial folds over one slot per
+# thread (a max with the partner first, a sum written `s = s + ...`), the block size a macro
+SERIAL_SOFTMAX = """
+#include <cuda_runtime.h>
+#include <float.h>
+#define THREADS 256
+__global__ void softmax_rows(const float* x, float* y, int M, int N) {
+    __shared__ float smax[THREADS];
+    __shared__ float ssum[THREADS];
+    const unsigned tid = threadIdx.x;
+    const float* xr = x + (size_t)blockIdx.x * N;
+    float* yr = y + (size_t)blockIdx.x * N;
+    float m = -FLT_MAX;
+    for (int j = tid; j < N; j += THREADS) m = fmaxf(m, xr[j]);
+    smax[tid] = m;
+    __syncthreads();
+    m = smax[0];
+    for (int w = 1; w < THREADS; w++) m = fmaxf(smax[w], m);
+    float s = 0.f;
+    for (int j = tid; j < N; j += THREADS) s += expf(xr[j] - m);
+    ssum[tid] = s;
+    __syncthreads();
+    s = ssum[0];
+    for (int w = 1; w < THREADS; w++) {
+        s = s + ssum[w];
+    }
+    for (int j = tid; j < N; j += THREADS) yr[j] = expf(xr[j] - m) / s;
+}
+void softmax(const float* x, float* y, int M, int N) { softmax_rows<<<M, THREADS>>>(x, y, M, N); }
+"""
+
+
+def test_serial_folds_become_warp_butterflies(tmp_path):
+    assert inverses("block_reduce_to_serial") == ["warp_reduce_per_block"]
+    mats = run_rewrite("warp_reduce_per_block", SERIAL_SOFTMAX)
+    assert len(mats) == 3 and mats[0].carrier == "block_reduce_shared" and mats[0].guards == []
+    new = mats[0].source
+    assert "        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, ks_off));\n" in new
+    assert "        s = s + __shfl_xor_sync(0xffffffffu, s, ks_off);\n" in new
+    assert "if (ks_lane_smax == 0) { smax[ks_warp_smax] = m; }" in new
+    assert "m = ks_lane_smax < (blockDim.x >> 5) ? smax[ks_lane_smax] : smax[0];" in new  # max: a repeat is harmless
+    assert "s = ks_lane_ssum < (blockDim.x >> 5) ? ssum[ks_lane_ssum] : 0;" in new  # sum: the identity
+    assert "w < THREADS" not in new
+    assert cpu_gate("softmax", SERIAL_SOFTMAX, tmp_path / "a").passed
+    assert cpu_gate("softmax", new, tmp_path / "b").passed
+    # round trip: the backward half folds both two-level reductions serially again
+    back, n = to_fixpoint(SERIAL, new)
+    assert n == 2 and "__shfl" not in back and "for (int ks_w = 1; ks_w < blockDim.x; ++ks_w)" in back
+    assert cpu_gate("softmax", back, tmp_path / "c").passed
+
+
+def test_round_trip_from_the_corpus_form_with_a_run_time_block(tmp_path):
+    # rmsnorm_residual launches a block computed at run time: the butterflies run behind a guard
+    from _operator_support import read_kernel
+    back = SERIAL.apply(read_kernel("rmsnorm_residual"), SERIAL.find_sites(read_kernel("rmsnorm_residual"))[0])
+    mats = run_rewrite("warp_reduce_per_block", back)
+    assert len(mats) == 1 and mats[0].guards and "if ((blockDim.x & 31) == 0) {" in mats[0].source
+    assert "ss += __shfl_xor_sync(0xffffffffu, ss, ks_off);" in mats[0].source
+    assert cpu_gate("rmsnorm_residual", mats[0].source, tmp_path).passed
+
+
+def test_round_trip_restores_the_slot_count(tmp_path):
+    # whole warps at every launch: no guard, and the backward half's `* 32` widening is undone
+    src = SERIAL_SOFTMAX.replace("__shared__ float ssum[THREADS];", "__shared__ float ssum[THREADS / 32 * 32];")
+    mats = run_rewrite("warp_reduce_per_block", src)
+    assert "__shared__ float ssum[THREADS / 32];" in mats[0].source
+    assert cpu_gate("softmax", mats[0].source, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # a step with no identity the padding lanes could use
+    ("s = s + ssum[w];", "s = s * 0.5f + ssum[w];"),
+    # a slot read outside the fold
+    ("yr[j] = expf(xr[j] - m) / s;", "yr[j] = expf(xr[j] - m) / s + 0.f * ssum[3];"),
+    # the fold starts at slot 0 again (counts it twice): not the serial fold
+    ("for (int w = 1; w < THREADS; w++) {", "for (int w = 0; w < THREADS; w++) {"),
+    # a fold over fewer slots than the block
+    ("for (int w = 1; w < THREADS; w++) {", "for (int w = 1; w < 128; w++) {"),
+    # the park under a condition: some lanes would miss the shuffles
+    ("    ssum[tid] = s;\n    __syncthreads();\n    s = ssum[0];\n    for (int w = 1; w < THREADS; w++) {\n"
+     "        s = s + ssum[w];\n    }\n",
+     "    if (N > 0) {\n    ssum[tid] = s;\n    __syncthreads();\n    s = ssum[0];\n    for (int w = 1; w < THREADS; w++) {\n"
+     "        s = s + ssum[w];\n    }\n    }\n"),
+])
+def test_warp_reduce_refuses(change):
+    assert change[0] in SERIAL_SOFTMAX
+    mats = run_rewrite("warp_reduce_per_block", SERIAL_SOFTMAX.replace(*change))
+    # the max fold is still a site, the changed sum fold is not
+    assert [m.site_excerpt for m in mats] == ["smax[tid] = m;"]
+
+
+def test_warp_reduce_refuses_a_two_dimensional_block_and_an_early_return():
+    two_d = SERIAL_SOFTMAX.replace("float* yr = y", "if (threadIdx.y > 0) return;\n    float* yr = y")
+    assert run_rewrite("warp_reduce_per_block", two_d) == []
+    early = SERIAL_SOFTMAX.replace("float* yr = y", "if (N == 0) return;\n    float* yr = y")
+    assert run_rewrite("warp_reduce_per_block", early) == []
