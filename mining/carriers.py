@@ -931,7 +931,9 @@ def pointer_roots(src: Source, f: FunctionSig) -> dict[str, set[str]]:
                         continue
                     name = declarator_name(inner)
                     value = text(d.child_by_field_name("value"))
-                    got = set().union(*[roots[g] for g in list(roots) if re.search(r"\b%s\b" % re.escape(g), value)] or [set()])
+                    # (a member named like a pointer, `blockIdx.x` or `p->x`, is not that pointer)
+                    got = set().union(*[roots[g] for g in list(roots)
+                                        if re.search(r"(?<![\w.])(?<!->)%s\b" % re.escape(g), value)] or [set()])
                     if name and got:
                         roots[name] = roots.get(name, set()) | got
     return roots

@@ -307,3 +307,115 @@ def test_warp_reduce_refuses_a_two_dimensional_block_and_an_early_return():
     assert run_rewrite("warp_reduce_per_block", two_d) == []
     early = SERIAL_SOFTMAX.replace("float* yr = y", "if (N == 0) return;\n    float* yr = y")
     assert run_rewrite("warp_reduce_per_block", early) == []
+
+
+# --------------------------------------------------------------------------- cache_sweep_in_registers
+RECOMPUTE = get_operator("register_array_to_recompute")
+
+# a hand-written three-sweep softmax: each sweep reloads the thread's SLOTS elements of the row
+# (`int j` then `float v = ... xr[j] ...`, `k++`, the bound a macro)
+SWEEPS = """
+#include <cuda_runtime.h>
+#include <float.h>
+#define SLOTS 16
+#define BLOCK 1024
+__global__ void softmax_sweeps(const float* x, float* y, int M, int N) {
+    __shared__ float red[BLOCK];
+    const int tid = threadIdx.x;
+    const float* xr = x + (size_t)blockIdx.x * N;
+    float* yr = y + (size_t)blockIdx.x * N;
+    float m = -FLT_MAX;
+    for (int k = 0; k < SLOTS; k++) {
+        int j = k * BLOCK + tid;
+        float v = j < N ? xr[j] : -FLT_MAX;
+        m = fmaxf(m, v);
+    }
+    red[tid] = m;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] = fmaxf(red[tid], red[tid + s]);
+        __syncthreads();
+    }
+    m = red[0];
+    __syncthreads();
+    float sum = 0.f;
+    for (int k = 0; k < SLOTS; k++) {
+        int j = k * BLOCK + tid;
+        float v = j < N ? xr[j] : -FLT_MAX;
+        sum += expf(v - m);
+    }
+    red[tid] = sum;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] += red[tid + s];
+        __syncthreads();
+    }
+    const float inv = 1.f / red[0];
+    for (int k = 0; k < SLOTS; k++) {
+        int j = k * BLOCK + tid;
+        float v = j < N ? xr[j] : -FLT_MAX;
+        if (j < N) yr[j] = expf(v - m) * inv;
+    }
+}
+void softmax(const float* x, float* y, int M, int N) { softmax_sweeps<<<M, BLOCK>>>(x, y, M, N); }
+"""
+
+
+def test_sweeps_load_once_into_registers(tmp_path):
+    assert inverses("register_array_to_recompute") == ["cache_sweep_in_registers"]
+    mats = run_rewrite("cache_sweep_in_registers", SWEEPS)
+    assert [m.description for m in mats] == [
+        "v: loaded once into ks_c_v[SLOTS] and read from registers by 2 later sweep(s)",
+        "v: loaded once into ks_c_v[SLOTS] and read from registers by 1 later sweep(s)"]
+    new = mats[0].source
+    assert mats[0].carrier == "register_cache"
+    assert "    float ks_c_v[SLOTS];  // v of every iteration, loaded once\n    for (int k = 0; k < SLOTS; k++) {" in new
+    assert "        float v = j < N ? xr[j] : -FLT_MAX;\n        ks_c_v[k] = v;\n        m = fmaxf(m, v);" in new
+    assert new.count("float v = ks_c_v[k];") == 2 and new.count("xr[j]") == 1
+    assert cpu_gate("softmax", SWEEPS, tmp_path / "a").passed
+    assert cpu_gate("softmax", new, tmp_path / "b").passed
+    # round trip: the backward half recomputes the cached value in every sweep again
+    back, n = to_fixpoint(RECOMPUTE, new)
+    assert n == 1 and "ks_c_v[" not in back
+    assert cpu_gate("softmax", back, tmp_path / "c").passed
+
+
+def test_round_trip_from_the_corpus_register_cache(tmp_path):
+    from _operator_support import read_kernel
+    corpus = read_kernel("softmax")
+    back = RECOMPUTE.apply(corpus, RECOMPUTE.find_sites(corpus)[0])  # the row reloaded in each of 3 sweeps
+    mats = run_rewrite("cache_sweep_in_registers", back)
+    assert mats and "float4 ks_c_ks_v_k[V];" in mats[0].source
+    assert mats[0].source.count("ks_v_k = ks_c_ks_v_k[k];") == 2
+    assert cpu_gate("softmax", mats[0].source, tmp_path).passed
+    assert len(RECOMPUTE.find_sites(mats[0].source)) == 1  # a register cache the backward half reads again
+
+
+@pytest.mark.parametrize("change,descriptions", [
+    # the row is written in place later: a reload would see the new values
+    ("if (j < N) yr[j] = expf(v - m) * inv;", []),
+    # a later sweep's local is computed another way: that sweep keeps its own load
+    ("        int j = k * BLOCK + tid;\n        float v = j < N ? xr[j] : -FLT_MAX;\n        if (j < N)",
+     ["v: loaded once into ks_c_v[SLOTS] and read from registers by 1 later sweep(s)"]),
+    # a variable the load reads changes between the sweeps
+    ("float sum = 0.f;", []),
+    # the first sweep may stop early (its slots would not all be filled): the second sweep caches
+    ("        m = fmaxf(m, v);\n", ["v: loaded once into ks_c_v[SLOTS] and read from registers by 1 later sweep(s)"]),
+    # a trip count only known at run time: no register array can hold it
+    ("k < SLOTS", []),
+])
+def test_cache_refuses(change, descriptions):
+    src = SWEEPS
+    assert change in src
+    new = {
+        "if (j < N) yr[j] = expf(v - m) * inv;": "if (j < N) ((float*)xr)[j] = expf(v - m) * inv;",
+        "float sum = 0.f;": "float sum = 0.f;\n    n_seen = N;",
+        "        m = fmaxf(m, v);\n": "        if (v > 1e30f) break;\n        m = fmaxf(m, v);\n",
+        "k < SLOTS": "k < (N + BLOCK - 1) / BLOCK",
+    }.get(change, change.replace("int j = k * BLOCK + tid;\n        float v = j < N ? xr[j] : -FLT_MAX;\n        if",
+                                       "int j = tid + k * BLOCK;\n        float v = j < N ? xr[j] : -FLT_MAX;\n        if"))
+    if change == "float sum = 0.f;":  # the load reads a variable that is reassigned between the sweeps
+        src = src.replace("const int tid = threadIdx.x;", "const int tid = threadIdx.x;\n    int n_seen = N;")
+        src = src.replace("float v = j < N ?", "float v = j < n_seen ?")
+    out = run_rewrite("cache_sweep_in_registers", src.replace(change, new))
+    assert [m.description for m in out] == descriptions
