@@ -780,6 +780,8 @@ def register_cache_sites(src: Source) -> list[Site]:
                           re.finditer(r"\b%s\s*\[[^]]+\]\s*=\s*([^;=][^;]*);" % n, text(lp)))]
             if not filled:
                 continue
+            # the innermost fill loop (an outer loop around both the fill and its readers is not the fill)
+            filled.sort(key=lambda lp: lp.end_byte - lp.start_byte)
             readers = [lp for lp in loops if lp.start_byte >= filled[0].end_byte and
                        re.search(r"\b%s\s*\[" % n, text(lp))]
             if readers:

@@ -419,3 +419,118 @@ def test_cache_refuses(change, descriptions):
         src = src.replace("float v = j < N ?", "float v = j < n_seen ?")
     out = run_rewrite("cache_sweep_in_registers", src.replace(change, new))
     assert [m.description for m in out] == descriptions
+
+
+# --------------------------------------------------------------------------- cache_operands_in_registers
+FRAGMENT = get_operator("fragment_to_shared_reads")
+RELOAD = get_operator("register_cache_to_reload")
+
+
+def _strided_gemm():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_operators_register_tile_passes import STRIDED
+    return STRIDED
+
+
+def _no_fragments(src: str) -> str:
+    """The strided GEMM with its operand fragments read from the shared tiles at every use."""
+    fills = ("            float af[4], bf[4];\n            for (int i = 0; i < 4; ++i) af[i] = As[k][ty + 16 * i];\n"
+             "            for (int j = 0; j < 4; ++j) bf[j] = Bs[k][tx + 16 * j];\n")
+    assert fills in src
+    return src.replace(fills, "").replace("af[i] * bf[j]", "As[k][ty + 16 * i] * Bs[k][tx + 16 * j]")
+
+
+def test_shared_operands_read_once_per_k(tmp_path):
+    assert "cache_operands_in_registers" in inverses("fragment_to_shared_reads")
+    assert inverses("register_cache_to_reload") == ["cache_operands_in_registers"]
+    plain = _no_fragments(_strided_gemm())
+    mats = run_rewrite("cache_operands_in_registers", plain)
+    assert [m.description.split(": ")[1] for m in mats] == [
+        "2 operands cached in registers",
+        "As[k][ty + 16 * i] read once per i into ks_r_As[4] (1 read(s) in the nest)",
+        "Bs[k][tx + 16 * j] read once per j into ks_r_Bs[4] (1 read(s) in the nest)"]
+    new = mats[0].source
+    assert "            float ks_r_As[4];  // As[k][ty + 16 * i] for every i, read once\n" \
+           "            for (int i = 0; i < 4; ++i) ks_r_As[i] = As[k][ty + 16 * i];\n" in new
+    assert "acc[i][j] += ks_r_As[i] * ks_r_Bs[j];" in new
+    assert cpu_gate("sgemm", new, tmp_path / "fwd").passed
+    # round trip: fragment_to_shared_reads reads the fill loops back
+    back, n = to_fixpoint(FRAGMENT, new)
+    assert n == 2 and back == plain
+    # the house spelling already caches its operands: nothing is read twice
+    assert run_rewrite("cache_operands_in_registers", _strided_gemm()) == []
+
+
+GLOBAL_GEMM = """
+#include <cuda_runtime.h>
+#define TM 4
+#define TN 4
+__global__ void gemm_regs(const float* __restrict__ A, const float* __restrict__ B, float* C, int M, int N, int K) {
+    const int r0 = (blockIdx.y * 16 + threadIdx.y) * TM, c0 = (blockIdx.x * 16 + threadIdx.x) * TN;
+    float acc[TM][TN] = {};
+    for (int k = 0; k < K; ++k)
+        for (int i = 0; i < TM; ++i)
+            for (int j = 0; j < TN; j++)
+                acc[i][j] += A[(r0 + i < M ? r0 + i : M - 1) * K + k] * B[k * N + (c0 + j < N ? c0 + j : N - 1)];
+    for (int i = 0; i < TM; ++i)
+        for (int j = 0; j < TN; ++j)
+            if (r0 + i < M && c0 + j < N) C[(r0 + i) * N + c0 + j] = acc[i][j];
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 grid((N + 16 * TN - 1) / (16 * TN), (M + 16 * TM - 1) / (16 * TM));
+    gemm_regs<<<grid, dim3(16, 16)>>>(A, B, C, M, N, K);
+}
+"""
+
+
+def test_global_operands_read_once_per_k(tmp_path):
+    mats = run_rewrite("cache_operands_in_registers", GLOBAL_GEMM)
+    assert len(mats) == 3
+    new = mats[0].source
+    # the nest was the unbraced body of the k loop: the fills and the nest share a block now
+    assert "    for (int k = 0; k < K; ++k)\n    {\n        float ks_r_A[TM];" in new and new.count("\n    }\n") == 1
+    assert "for (int j = 0; j < TN; j++) ks_r_B[j] = B[k * N + (c0 + j < N ? c0 + j : N - 1)];" in new
+    assert cpu_gate("sgemm", GLOBAL_GEMM, tmp_path / "a").passed
+    assert cpu_gate("sgemm", new, tmp_path / "b").passed
+    # round trip: register_cache_to_reload reloads from global memory at every use again
+    back, n = to_fixpoint(RELOAD, new)
+    assert n == 2 and "ks_r_" not in back
+    assert cpu_gate("sgemm", back, tmp_path / "c").passed
+
+
+@pytest.mark.parametrize("change", [
+    # the read is what a bound keeps in range: hoisting it would read out of bounds
+    ("acc[i][j] += A[", "if (r0 + i < M) acc[i][j] += A["),
+    # the matrix is written by the kernel (a reload could see another value)
+    ("float* C, int M", "float* C, int M", "const float* __restrict__ A", "float* __restrict__ A",
+     "if (r0 + i < M && c0 + j < N) C[", "if (r0 + i < M && c0 + j < N) A[0] = 0.f; if (r0 + i < M && c0 + j < N) C["),
+    # the index depends on both loops of the nest: each element is read once already
+    ("B[k * N + (c0 + j < N ? c0 + j : N - 1)]", "B[k * N + (c0 + j + i < N ? c0 + j : N - 1)]",
+     "A[(r0 + i < M ? r0 + i : M - 1) * K + k]", "A[(r0 + i + j < M ? r0 + i : M - 1) * K + k]"),
+    # the nest's trip count is not a compile-time constant: no register array can hold it
+    ("i < TM; ++i)\n            for", "i < M - r0; ++i)\n            for"),
+])
+def test_operand_cache_refuses(change):
+    src = GLOBAL_GEMM
+    for old, new in zip(change[::2], change[1::2]):
+        assert old in src
+        src = src.replace(old, new, 1)
+    mats = run_rewrite("cache_operands_in_registers", src)
+    # only B stays an operand to cache where A alone was written; nothing otherwise
+    want = ["B"] if "A[0] = 0.f" in src else []
+    assert [m.site_excerpt[0] for m in mats] == want
+
+
+def test_operand_cache_refuses_a_tile_rewritten_in_the_nest():
+    plain = _no_fragments(_strided_gemm())
+    # a barrier inside the nest: the tile may change under the cache
+    synced = plain.replace("acc[i][j] += As[k][ty + 16 * i] * Bs[k][tx + 16 * j];",
+                           "{ acc[i][j] += As[k][ty + 16 * i] * Bs[k][tx + 16 * j]; __syncthreads(); }")
+    assert synced != plain and run_rewrite("cache_operands_in_registers", synced) == []
+    # the tile written inside the nest
+    written = plain.replace("acc[i][j] += As[k][ty + 16 * i] * Bs[k][tx + 16 * j];",
+                            "{ acc[i][j] += As[k][ty + 16 * i] * Bs[k][tx + 16 * j]; As[k][0] = 0.f; }")
+    assert written != plain
+    assert [m.site_excerpt for m in run_rewrite("cache_operands_in_registers", written)] == ["Bs[k][tx + 16 * j]"]
