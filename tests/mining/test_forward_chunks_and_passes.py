@@ -534,3 +534,45 @@ def test_operand_cache_refuses_a_tile_rewritten_in_the_nest():
                             "{ acc[i][j] += As[k][ty + 16 * i] * Bs[k][tx + 16 * j]; As[k][0] = 0.f; }")
     assert written != plain
     assert [m.site_excerpt for m in run_rewrite("cache_operands_in_registers", written)] == ["Bs[k][tx + 16 * j]"]
+
+
+# --------------------------------------------------------------------------- slide_register_window
+WINDOW = get_operator("sliding_window_to_reload")
+
+
+def test_window_rows_reloaded_each_iteration_slide_again(tmp_path):
+    from _operator_support import read_kernel
+    assert inverses("sliding_window_to_reload") == ["slide_register_window"]
+    corpus = read_kernel("conv2d_3x3")
+    reload = WINDOW.apply(corpus, WINDOW.find_sites(corpus)[0])  # a, b, cc loaded in every iteration
+    mats = run_rewrite("slide_register_window", reload)
+    assert len(mats) == 1 and mats[0].carrier == "register_tile"
+    new = mats[0].source
+    assert "    load_row(tile, r0, tx, lane, a);\n    load_row(tile, r0 + 1, tx, lane, b);\n#pragma unroll\n" \
+           "    for (int k = 0; k < RPT; ++k) {\n        load_row(tile, r0 + k + 2, tx, lane, cc);\n" in new
+    assert "for (int ks_q = 0; ks_q < 6; ++ks_q) { a[ks_q] = b[ks_q]; b[ks_q] = cc[ks_q]; }\n    }\n" in new
+    assert cpu_gate("conv2d_3x3", new, tmp_path / "fwd").passed
+    # round trip: the backward half reloads every row again
+    back = WINDOW.apply(new, WINDOW.find_sites(new)[0])
+    assert back.count("load_row(tile, r0 + k") == 3 and "ks_q" not in back
+    assert cpu_gate("conv2d_3x3", back, tmp_path / "back").passed
+
+
+@pytest.mark.parametrize("change", [
+    # the body writes the window itself
+    ("float o[4];", "float o[4];\n        a[0] = 0.f;"),
+    # the rows are not consecutive
+    ("load_row(tile, r0 + k + 1, tx, lane, b);", "load_row(tile, r0 + k + 3, tx, lane, b);"),
+    # the window is read after the loop (it would end one row further along)
+    ("    }\n}\n\n", "    }\n    if (gj < 0) yc[0] = a[0];\n}\n\n"),
+    # a shared store in the body: the rows could change under the window
+    ("float o[4];", "float o[4];\n        if (k == RPT) tile[0][0] = 0.f;"),
+    # the loop can leave an iteration early: the shift would be skipped
+    ("float o[4];", "float o[4];\n        if (r0 + k >= H) continue;"),
+])
+def test_slide_refuses(change):
+    from _operator_support import read_kernel
+    corpus = read_kernel("conv2d_3x3")
+    reload = WINDOW.apply(corpus, WINDOW.find_sites(corpus)[0])
+    assert change[0] in reload and run_rewrite("slide_register_window", reload)
+    assert run_rewrite("slide_register_window", reload.replace(change[0], change[1], 1)) == []
