@@ -780,6 +780,8 @@ def register_cache_sites(src: Source) -> list[Site]:
                           re.finditer(r"\b%s\s*\[[^]]+\]\s*=\s*([^;=][^;]*);" % n, text(lp)))]
             if not filled:
                 continue
+            # the innermost fill loop (an outer loop around both the fill and its readers is not the fill)
+            filled.sort(key=lambda lp: lp.end_byte - lp.start_byte)
             readers = [lp for lp in loops if lp.start_byte >= filled[0].end_byte and
                        re.search(r"\b%s\s*\[" % n, text(lp))]
             if readers:
@@ -931,7 +933,9 @@ def pointer_roots(src: Source, f: FunctionSig) -> dict[str, set[str]]:
                         continue
                     name = declarator_name(inner)
                     value = text(d.child_by_field_name("value"))
-                    got = set().union(*[roots[g] for g in list(roots) if re.search(r"\b%s\b" % re.escape(g), value)] or [set()])
+                    # (a member named like a pointer, `blockIdx.x` or `p->x`, is not that pointer)
+                    got = set().union(*[roots[g] for g in list(roots)
+                                        if re.search(r"(?<![\w.])(?<!->)%s\b" % re.escape(g), value)] or [set()])
                     if name and got:
                         roots[name] = roots.get(name, set()) | got
     return roots

@@ -29,9 +29,25 @@ and written nowhere else, a one-dimensional block (the slots are indexed by thre
 `return` before the site (every slot is written), and the slot dimension D with
 blockDim.x <= 32 * D (what the per-warp layout already needed).
 
-Forward: none here; skills of the block_reduce_shared carrier are served by `warp_per_row`
-(block_reduce_to_warp_atomics' inverse), which reduces a row in a warp rather than rebuilding the
-tree.
+Forward, `warp_reduce_per_block`: the reverse. Every thread parks its value(s) in a slot of its own
+(`A[tid] = v;`, one array per value, braced or not), a barrier, and every thread folds all slots
+serially (`v = A[0]; for (int w = 1; w < B; ++w) COMBINE`, B `blockDim.x` or the block size of every
+launch) becomes the two-level form: the same combining step over a warp-shuffle butterfly
+(`__shfl_xor_sync` for the partner's slot), lane 0 parks the warp's value in slot `warp`, a
+barrier, each lane below the warp count reads a warp's slot, the rest the combine's identity, and
+the same butterfly again. COMBINE may hold, for each parked value, one step the identity of which
+is known: a sum (`v += A[w]`, `v = v + A[w]`; identity 0) or an idempotent max / min (`v =
+fmaxf(v, A[w])`, `max`, `fminf`, `min`, ...; the spare lanes read slot 0 again, which changes
+nothing). Why it is sound: the butterfly leaves every lane of a whole warp with the combine over
+the warp's 32 values (commutative and associative steps); the second butterfly, over the warps'
+values padded with the identity, leaves every lane of every warp with the block's total, which is
+what the serial fold gave every thread (float rounding differs: the gate's tolerance judges it).
+Preconditions: a one-dimensional block; the arrays used nowhere but the park, the first read
+and the fold; no `return` before the park and the park not under a condition (every lane reaches
+the shuffles and the barrier); whole warps: when some launch's block size is not a constant multiple
+of 32, the two-level form runs under `if ((blockDim.x & 31) == 0)` with the serial fold as the
+fallback (a guard the materialization lists). A slot array sized `X * 32` (the backward half's
+widening) is sized X again where the guard is not needed.
 """
 from __future__ import annotations
 
@@ -43,8 +59,9 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name, same
 from corpora.code.source import Source
 from mining.carriers import block_reduce_shared_sites
-from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import norm, rename_identifiers
+from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, candidate
+from mining.operators.nodes import FunctionIndex, kernels, norm, rename_identifiers, split_top, strip_parens
+from mining.operators.reduction_tree import fresh, is_thread, kernel_launches, thread_names
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -290,4 +307,184 @@ class BlockReduceToSerial(Operator):
         return out or None
 
 
-PAIR = Pair(BlockReduceToSerial)
+# --------------------------------------------------------------------------- forward
+_IDEM = {"fmaxf", "fmax", "max", "fminf", "fmin", "min"}
+_SHFL_TYPES = {"float", "double", "int", "unsigned", "unsigned int", "long long", "unsigned long long", "long",
+               "unsigned long"}
+
+
+def _fold_step(stmt: str, arrays: dict[str, str], w: str) -> Optional[tuple[str, str, str]]:
+    """One statement of the serial fold: (value, 'sum' | 'idem', the step with `{P}` for the partner)."""
+    for a, v in arrays.items():
+        slot = norm(f"{a} [ {w} ]")
+        t = norm(stmt)
+        if t.count(norm(a)) != 1 or slot not in t:
+            continue
+        vv = re.escape(norm(v))
+        if re.fullmatch(r"%s \+= %s ;" % (vv, re.escape(slot)), t):
+            return v, "sum", f"{v} += {{P}};"
+        m = re.fullmatch(r"%s = (.+) ;" % vv, t)
+        if m is None:
+            return None
+        rhs = m.group(1)
+        if rhs in (f"{norm(v)} + {slot}", f"{slot} + {norm(v)}"):
+            return v, "sum", f"{v} = {v} + {{P}};"
+        f = re.fullmatch(r"(?:std :: )?(\w+) \( (.+) \)", rhs)
+        if f and f.group(1) in _IDEM:
+            args = [norm(x) for x in split_top(f.group(2), ",")]
+            if sorted(args) == sorted([norm(v), slot]):
+                return v, "idem", f"{v} = {f.group(1)}({v}, {{P}});"
+        return None
+    return None
+
+
+def _parks(src: Source, stmt: Node, names: set[str]) -> Optional[dict[str, str]]:
+    """`A[tid] = v;` or `{ A1[tid] = v1; ... }` with A shared arrays: {array: value}."""
+    inner = _stmts(stmt)
+    out: dict[str, str] = {}
+    for s in inner:
+        m = re.fullmatch(r"(\w+)\s*\[\s*([\w.]+)\s*\]\s*=\s*(\w+)\s*;", " ".join(text(s).split()))
+        if m is None or m.group(1) not in src.shared_names or not is_thread(m.group(2), names) or \
+                m.group(1) in out or m.group(3) in out.values():
+            return None
+        out[m.group(1)] = m.group(3)
+    return out or None
+
+
+def warp_reduce_per_block(source: str, ctx: Context) -> list[Materialization]:
+    """A serial fold of one slot per thread -> warp butterflies around one slot per warp (see the
+    module docstring)."""
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        names = thread_names(src, k.node)
+        if not names:
+            continue
+        launches = kernel_launches(src, k.node)
+        blocks = {la.block for la in launches} if launches else set()
+        whole = bool(blocks) and all(b % 32 == 0 and b >= 32 for b in blocks)
+        found = []
+        for blk in walk(k.body):
+            if blk.type != "compound_statement":
+                continue
+            sibs = [c for c in blk.named_children if c.type != "comment"]
+            for i, s1 in enumerate(sibs):
+                if s1.type in ("expression_statement", "compound_statement") and \
+                        (m := _site(src, k, sibs, i, names, blocks, whole)) is not None:
+                    found.append(m)
+        if len(found) > 1:  # every fold of the kernel at once first, then each alone
+            out.append(candidate(src, [e for _, es, _ in found for e in es], "warp_reduce_per_block",
+                                 f"{k.name}: {len(found)} serial folds over one slot per thread become warp "
+                                 f"butterflies around one slot per warp", guards=[g for _, _, gs in found for g in gs]))
+        out += [m for m, _, _ in found]
+    return out
+
+
+def _site(src: Source, k, sibs: list[Node], i: int, names: set[str], blocks: set[int], whole: bool):
+    parks = _parks(src, sibs[i], names)
+    if parks is None or i + 3 >= len(sibs) or \
+            not re.fullmatch(r"__syncthreads\s*\(\s*\)\s*;", " ".join(text(sibs[i + 1]).split())):
+        return None
+    # the first slot read into each value, then the fold over the rest
+    firsts = set()
+    j = i + 2
+    while j < len(sibs) and len(firsts) < len(parks):
+        m = re.fullmatch(r"(\w+)\s*=\s*(\w+)\s*\[\s*0\s*\]\s*;", " ".join(text(sibs[j]).split()))
+        if m is None or parks.get(m.group(2)) != m.group(1) or m.group(2) in firsts:
+            return None
+        firsts.add(m.group(2))
+        j += 1
+    loop = sibs[j] if j < len(sibs) else None
+    if len(firsts) != len(parks) or loop is None or loop.type != "for_statement":
+        return None
+    init, cond = loop.child_by_field_name("initializer"), loop.child_by_field_name("condition")
+    upd, body = loop.child_by_field_name("update"), loop.child_by_field_name("body")
+    mi = re.fullmatch(r"(?:unsigned\s+)?int\s+(\w+)\s*=\s*1\s*;?", " ".join(text(init).split())) if init else None
+    if mi is None or cond is None or upd is None or body is None:
+        return None
+    w = mi.group(1)
+    mc = re.fullmatch(r"%s\s*<\s*(.+)" % w, " ".join(text(cond).split()))
+    if mc is None or norm(text(upd)) not in (f"++ {w}", f"{w} ++", f"{w} += 1"):
+        return None
+    bound = strip_parens(mc.group(1))
+    if norm(bound) != norm("blockDim.x"):
+        from mining.operators.nodes import int_value
+        b = int_value(src, bound)
+        if b is None or blocks != {b}:
+            return None
+    steps = {}
+    for st in _stmts(body):
+        r = _fold_step(ctext_of(src, st), parks, w)
+        if r is None or r[0] in steps:
+            return None
+        steps[r[0]] = r
+    if set(steps) != set(parks.values()):
+        return None
+    # the arrays: nothing else reads or writes them
+    fn = k.node
+    for a in parks:
+        decl = src.shared_names[a]
+        uses = [n for n in walk(fn) if n.type == "identifier" and text(n) == a and
+                not (decl.start_byte <= n.start_byte < decl.end_byte)]
+        if len(uses) != 3 or any(not (sibs[i].start_byte <= u.start_byte < loop.end_byte) for u in uses):
+            return None
+    # every lane reaches the shuffles: no return before, no condition around
+    if re.search(rb"\breturn\b", src.code[fn.start_byte:sibs[i].start_byte]):
+        return None
+    p = sibs[i].parent
+    while p is not None and not same(p, k.body):
+        if p.type in ("if_statement", "while_statement", "do_statement", "switch_statement", "case_statement",
+                      "conditional_expression", "else_clause"):
+            return None
+        p = p.parent
+    idx = FunctionIndex(src, fn)
+    for v in parks.values():
+        var = idx.visible(v, sibs[i].start_byte)
+        tnode = var.decl.child_by_field_name("type") if var is not None else None
+        if var is None or var.shape != "scalar" or tnode is None or \
+                " ".join(text(tnode).split()) not in _SHFL_TYPES:
+            return None
+    tag = next(iter(parks))  # names of their own per site: several folds may share a scope
+    off, lane, warp = fresh(src, fn, "ks_off"), fresh(src, fn, f"ks_lane_{tag}"), fresh(src, fn, f"ks_warp_{tag}")
+    shfl = {v: f"__shfl_xor_sync(0xffffffffu, {v}, {off})" for v in parks.values()}
+    butterfly = [f"for (int {off} = 16; {off} > 0; {off} >>= 1) {{"] + \
+        [f"    {steps[v][2].replace('{P}', shfl[v])}" for v in parks.values()] + ["}"]
+    reads = []
+    for a, v in parks.items():
+        other = "0" if steps[v][1] == "sum" else f"{a}[0]"
+        reads.append(f"{v} = {lane} < (blockDim.x >> 5) ? {a}[{lane}] : {other};")
+    new = butterfly + [f"const int {lane} = threadIdx.x & 31, {warp} = threadIdx.x >> 5;",
+                       f"if ({lane} == 0) {{ " + " ".join(f"{a}[{warp}] = {v};" for a, v in parks.items()) + " }",
+                       "__syncthreads();"] + reads + butterfly
+    ind = line_indent(src, sibs[i].start_byte)
+    a0 = src.raw.rfind(b"\n", 0, sibs[i].start_byte) + 1
+    if src.code[a0:sibs[i].start_byte].strip():
+        return None
+    edits, guards = [], []
+    if whole:
+        text_new = "\n".join(ind + ln for ln in new)
+        for a in parks:  # the backward half's widening undone
+            dims = [d for d_, n_, d in src.shared_decls if n_ == a and same(d_, src.shared_names[a])]
+            if len(dims) == 1 and len(dims[0]) == 1:
+                dm = re.fullmatch(r"(.+?)\s*\*\s*32", " ".join(text(dims[0][0]).split()))
+                if dm:
+                    edits.append(Edit(dims[0][0].start_byte, dims[0][0].end_byte, strip_parens(dm.group(1))))
+    else:
+        old = src.raw[a0:loop.end_byte].decode("utf-8", "replace")
+        old = "\n".join(("    " + ln if ln.strip() else ln) for ln in old.split("\n"))
+        text_new = (f"{ind}if ((blockDim.x & 31) == 0) {{  // whole warps: the butterflies' full mask holds\n" +
+                    "\n".join(ind + "    " + ln for ln in new) + f"\n{ind}}} else {{\n{old}\n{ind}}}")
+        guards.append(f"{k.name}: the block is whole warps (blockDim.x % 32 == 0), else the serial fold runs")
+    edits.append(Edit(a0, loop.end_byte, text_new))
+    what = ", ".join(f"{v} ({steps[v][1]})" for v in parks.values())
+    return candidate(src, edits, "warp_reduce_per_block",
+                     f"{k.name}: the serial fold of {what} over one slot per thread becomes warp butterflies "
+                     f"around one slot per warp", guards=guards, excerpt=" ".join(text(sibs[i]).split())), edits, guards
+
+
+def ctext_of(src: Source, node: Node) -> str:
+    return " ".join(src.code[node.start_byte:node.end_byte].decode("utf-8", "replace").split())
+
+
+PAIR = Pair(BlockReduceToSerial, (Rewrite("warp_reduce_per_block", "block_reduce_shared", warp_reduce_per_block,
+                                          prior=2.0),))

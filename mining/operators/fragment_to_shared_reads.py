@@ -21,10 +21,13 @@ the groups fill elements 0 .. n-1 without gaps, so a read of any other element r
 unwritten value before. Every read of the array is a plain `frag[x]` after a group in the same
 block; from that group to the end of the block nothing writes the shared array, synchronizes, or
 assigns a variable of the copies' address expressions, so the source still holds what was copied.
-The declaration, the copies and every read are rewritten, nothing else.
+The declaration, the copies and every read are rewritten, nothing else. A fill loop `for (int i =
+0; i < n; ++i) frag[i] = sh[..i..];` (scalar, any index, what `cache_operands_in_registers`
+writes) is a group of its own: a read `frag[x]` becomes the loop's source element at i = x.
 
-Forward: none here; the tile rewrites of shared_tile_to_global.py load fragments when they stage
-tiles.
+Forward: `cache_operands_in_registers` (register_cache_to_reload.py) caches operands a loop nest
+reads again on every trip of an inner loop; the tile rewrites of shared_tile_to_global.py also load
+fragments when they stage tiles.
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from corpora.code.source import Source
 from mining.carriers import local_arrays
 from mining.carriers_meaning import norm_type, type_bytes, wide_access
 from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
+from mining.operators.nodes import FunctionIndex, int_value, rename_identifiers, subscript_chain
 from mining.operators.rewrite_util import has_side_effects, splice_range, structural, type_text
 
 _SYNC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__threadfence\w*|__pipeline\w*|asm|atomic\w+|cp\.async)\b")
@@ -111,6 +114,39 @@ class FragmentToSharedReads(Operator):
             return None
         return c, w // s, rw.view_arg
 
+    def _loop_copy(self, src: Source, st: Node, name: str) -> Optional[tuple[Node, int, Node, str]]:
+        """(the fill loop, element count, source element, loop variable) of `for (int i = 0; i < n; ++i)
+        name[i] = sh[..i..];` with sh a shared array of the array's element type."""
+        loop = st.parent
+        if loop is not None and loop.type == "compound_statement" and \
+                len([c for c in loop.named_children if c.type != "comment"]) == 1:
+            loop = loop.parent
+        if loop is None or loop.type != "for_statement" or not st.named_children:
+            return None
+        init, cond, upd = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+        m = re.fullmatch(r"(?:const\s+)?(?:unsigned\s+)?int\s+(\w+)\s*=\s*0\s*;?", " ".join(text(init).split())) \
+            if init is not None else None
+        if m is None or cond is None or upd is None:
+            return None
+        i = m.group(1)
+        c = re.fullmatch(r"%s\s*<\s*(\w+)" % i, " ".join(text(cond).split()))
+        n = int_value(src, c.group(1)) if c else None
+        if n is None or n < 1 or " ".join(text(upd).split()).replace(" ", "") not in (f"++{i}", f"{i}++", f"{i}+=1"):
+            return None
+        a = st.named_children[0]
+        if a.type != "assignment_expression" or text(a.child_by_field_name("operator")) != "=":
+            return None
+        left, right = a.child_by_field_name("left"), a.child_by_field_name("right")
+        if left.type != "subscript_expression" or text(left.child_by_field_name("argument")) != name or \
+                " ".join(text(left.child_by_field_name("indices")).split()) != f"[{i}]" or \
+                right.type != "subscript_expression" or has_side_effects(right, allow_calls=False):
+            return None
+        base = _base(right)
+        if base is None or text(base) not in src.shared_names or \
+                not any(n_.type == "identifier" and text(n_) == i for n_ in walk(right)):
+            return None
+        return loop, n, right, i
+
     def _rewrite(self, src: Source, fn: Node, decl: Node, name: str) -> Optional[list[Edit]]:
         idx = FunctionIndex(src, fn)
         var = next((v for v in idx.vars if v.name == name and same(v.decl, decl)), None)
@@ -136,7 +172,12 @@ class FragmentToSharedReads(Operator):
                 st = st.parent
             if st is None:
                 continue
-            cp = self._copy(src, st, name)
+            cp, fill_var = self._copy(src, st, name), None
+            if cp is None and (lc := self._loop_copy(src, st, name)) is not None:
+                st, cp, fill_var = lc[0], (0, lc[1], lc[2]), lc[3]  # a fill loop: one group of its own
+                elem_t = type_text(src, decl)
+                if norm_type(elem_t or "") != norm_type(type_text(src, src.shared_names[text(_base(lc[2]))]) or "-"):
+                    return None
             if cp is None:
                 continue
             copy_uses.add(u.start_byte)
@@ -148,10 +189,10 @@ class FragmentToSharedReads(Operator):
             g = next((g for g in groups if same(g[0], blk) and g[1] == i - len(g[2])), None)
             if any(same(g2[0], blk) and any(same(x[0], st) for x in g2[2]) for g2 in groups):
                 continue
-            if g is None:
-                groups.append((blk, i, [(st, cp[0], cp[1], cp[2])]))
+            if g is None or fill_var is not None or any(c[4] is not None for c in g[2]):
+                groups.append((blk, i, [(st, cp[0], cp[1], cp[2], fill_var)]))
             else:
-                groups[groups.index(g)] = (blk, g[1], g[2] + [(st, cp[0], cp[1], cp[2])])
+                groups[groups.index(g)] = (blk, g[1], g[2] + [(st, cp[0], cp[1], cp[2], fill_var)])
         if not groups:
             return None
         # every group fills elements 0 .. n-1 contiguously; its block stays quiet after it
@@ -159,13 +200,14 @@ class FragmentToSharedReads(Operator):
         for blk, i0, copies in groups:
             copies = sorted(copies, key=lambda c: c[1])
             at = 0
-            for _, c, n, _ in copies:
+            for _, c, n, _, _ in copies:
                 if c != at:
                     return None
                 at += n
             last = max(c[0].end_byte for c in copies)
-            names = {text(n) for _, _, _, v in copies for n in walk(v) if n.type == "identifier"}
-            roots = {text(_base(v)) for _, _, _, v in copies if _base(v) is not None}
+            # (a fill loop's own variable is not an address variable after the loop)
+            names = {text(n) for _, _, _, v, fv in copies for n in walk(v) if n.type == "identifier" and text(n) != fv}
+            roots = {text(_base(v)) for _, _, _, v, _ in copies if _base(v) is not None}
             tail = src.code[last:blk.end_byte].decode("utf-8", "replace")
             if _SYNC.search(tail):
                 return None
@@ -202,15 +244,18 @@ class FragmentToSharedReads(Operator):
             x = text(ind[0]).strip()
             xa = x if re.fullmatch(r"[\w.]+", x) else f"({x})"
             parts = []
-            for k, (_, c, n, view) in enumerate(copies):
+            for k, (_, c, n, view, fv) in enumerate(copies):
                 off = xa if c == 0 else f"{xa} - {c}"
-                parts.append((c + n, f"(&{text(view)})[{off}]"))
+                if fv is not None:  # the fill loop's element at x
+                    parts.append((c + n, rename_identifiers(" ".join(text(view).split()), {fv: xa})))
+                else:
+                    parts.append((c + n, f"(&{text(view)})[{off}]"))
             expr = parts[-1][1]
             for end_, item in reversed(parts[:-1]):
                 expr = f"{xa} < {end_} ? {item} : {expr}"
             reads.append(Edit(sub.start_byte, sub.end_byte, expr if len(parts) == 1 else f"({expr})"))
         # delete the copies and the declaration, a whole line each where they stand alone
-        dels = [Edit(*self._line(src, st), "") for _, _, copies in plans for st, _, _, _ in copies]
+        dels = [Edit(*self._line(src, st), "") for _, _, copies in plans for st, _, _, _, _ in copies]
         if len(ds) == 1:
             dels.append(Edit(*self._line(src, decl), ""))
         elif k + 1 < len(ds):  # `float r[8], q[8];`: this declarator and its comma
@@ -234,4 +279,4 @@ class FragmentToSharedReads(Operator):
         return a, min(b + 1, len(src.raw))
 
 
-PAIR = Pair(FragmentToSharedReads)
+PAIR = Pair(FragmentToSharedReads, inverted_by=("cache_operands_in_registers",))

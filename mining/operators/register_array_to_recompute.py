@@ -30,8 +30,19 @@ nothing but the element and their own locals, read no array and no memory this f
 and every outer variable they read keeps its value from the replayed loop to the last reader.
 The fill's slice must read global memory (a register cache of global data).
 
-Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
-this operator's skills through the LLM materializer only (the pair's forward half is empty).
+Forward, `cache_sweep_in_registers`: the reverse. Sibling loops with the same header over a
+compile-time trip count V (a literal, macro or template parameter; V <= 64) that each load the same
+value for iteration k - a declaration `T y = E;` at the top of the loop body, or `T y; { ...; y =
+E; }` as this operator leaves it, with E reading global memory - load it once: `T ks_c_y[V];`
+before the first loop, `ks_c_y[k] = y;` right after the first loop's load, and every later loop's
+E becomes `ks_c_y[k]`. Why it is sound: E in a later loop's iteration k computes what it did in
+the first loop's iteration k when everything it reads is the same there - checked: the loop
+variable, variables declared before the loops and never assigned after their declaration, and
+locals of the loop body declared before the load with the same text in both loops (`const int j
+= k * 32 + lane;`), over the same; the memory E reads (its pointer roots) is not written anywhere in
+the function; the first loop stores slot k on every iteration (no `break`, `continue`, `return`
+in it) and runs whenever a later loop runs (siblings with no exit between them). The value a
+later loop modifies after its load is its own copy: the slot keeps the loaded value.
 """
 from __future__ import annotations
 
@@ -44,8 +55,10 @@ from tree_sitter import Node
 from corpora.code.nodes import call_name, contains, same, writer_of
 from corpora.code.source import Source
 from mining.carriers import pointer_roots
-from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import FunctionIndex, loops_around, reads_global, subscript_chain, tokens
+from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, candidate
+from mining.operators.nodes import (FunctionIndex, int_value, kernels, loops_around, norm, reads_global, rename_identifiers,
+                                    subscript_chain, tokens)
+from mining.operators.reduction_tree import fresh, template_params
 from mining.operators.rewrite_util import (after_open_brace, body_indent, line_indent, pragma_before, splice_range,
                                            structural)
 from corpora.code.parse import text, walk
@@ -430,4 +443,177 @@ class RegisterArrayToRecompute(Operator):
         return written
 
 
-PAIR = Pair(RegisterArrayToRecompute)
+# --------------------------------------------------------------------------- forward
+MAX_CACHE = 64  # slots per thread: more would spill the cache to local memory
+
+
+@dataclass
+class _Load:
+    """One load of a sweep: `T y = E;` (or `T y; { ...; y = E; }`)."""
+    type: str
+    name: str
+    value: Node  # E
+    after: Node  # the statement after which the first sweep stores the slot
+    prelude: dict[str, tuple[str, Node]]  # body locals declared before E: name -> (text, `@` for k; node)
+    key: str  # E normalized, the loop variable written `@`
+
+
+def _trip(src: Source, fn: Node, loop: Node, var: str) -> Optional[str]:
+    """The bound V of `for (int k = 0; k < V; ++k)` when it is a compile-time constant <= MAX_CACHE."""
+    init, cond, upd = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    if init is None or cond is None or upd is None or \
+            not re.fullmatch(r"(?:const\s+)?(?:unsigned\s+)?int\s+%s\s*=\s*0\s*;?" % var, " ".join(text(init).split())):
+        return None
+    m = re.fullmatch(r"%s\s*<\s*(\w+)" % var, " ".join(text(cond).split()))
+    if m is None or norm(text(upd)) not in (f"++ {var}", f"{var} ++", f"{var} += 1"):
+        return None
+    v = int_value(src, m.group(1))
+    if v is not None:
+        return m.group(1) if 1 <= v <= MAX_CACHE else None
+    return m.group(1) if m.group(1) in template_params(src, fn) else None
+
+
+def _key(s: str, var: str) -> str:
+    return norm(rename_identifiers(s, {var: "@"}))
+
+
+def _declared(st: Node, var: str) -> dict[str, tuple[str, Node]]:
+    out = {}
+    for d in st.named_children:
+        if d.type in ("init_declarator", "identifier"):
+            n = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            if n is not None and n.type == "identifier":
+                out[text(n)] = (_key(text(st), var), st)
+    return out
+
+
+def _loads(src: Source, loop: Node, var: str) -> list[_Load]:
+    body = loop.child_by_field_name("body")
+    stmts = _statements(body) if body is not None else []
+    out: list[_Load] = []
+    prelude: dict[str, tuple[str, Node]] = {}
+    for i, st in enumerate(stmts):
+        if st.type != "declaration":
+            continue
+        ds = [d for d in st.named_children if d.type in ("init_declarator", "identifier")]
+        tnode = st.child_by_field_name("type")
+        if len(ds) != 1 or tnode is None or text(tnode) == "auto":
+            prelude.update(_declared(st, var))
+            continue
+        d = ds[0]
+        ttext = " ".join(text(tnode).split())
+        if d.type == "init_declarator":
+            name_node, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+            if name_node is not None and name_node.type == "identifier" and value is not None and \
+                    value.type != "initializer_list":
+                out.append(_Load(ttext, text(name_node), value, st, dict(prelude), _key(text(value), var)))
+            prelude.update(_declared(st, var))
+            continue
+        # `T y; { locals; y = E; }`
+        nxt = stmts[i + 1] if i + 1 < len(stmts) else None
+        if nxt is None or nxt.type != "compound_statement":
+            continue
+        inner = _statements(nxt)
+        last = inner[-1] if inner else None
+        m = re.fullmatch(r"%s\s*=\s*(.+);" % re.escape(text(d)), " ".join(text(last).split())) if last is not None else None
+        if m is None or not all(c.type == "declaration" for c in inner[:-1]):
+            continue
+        a = last.named_children[0] if last.named_children else None
+        value = a.child_by_field_name("right") if a is not None and a.type == "assignment_expression" else None
+        if value is not None:
+            pre = dict(prelude)
+            for c in inner[:-1]:
+                pre.update(_declared(c, var))
+            out.append(_Load(ttext, text(d), value, nxt, pre, _key(text(value), var)))
+    return out
+
+
+def cache_sweep_in_registers(source: str, ctx: Context) -> list[Materialization]:
+    """A value every sweep reloads -> loaded once into a register array (see the module docstring)."""
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        f = src.function_at(k.node.start_byte)
+        idx = FunctionIndex(src, k.node)
+        roots = pointer_roots(src, f)
+        written = RegisterArrayToRecompute._written_roots(src, k.node, roots)
+        for blk in walk(k.body):
+            if blk.type != "compound_statement":
+                continue
+            loops = [c for c in blk.named_children if c.type == "for_statement"]
+            for i, first in enumerate(loops):
+                m = _cache_site(src, k.node, idx, roots, written, first, loops[i + 1:])
+                if m is not None:
+                    out.append(m)
+    return out
+
+
+def _steady(idx: FunctionIndex, roots, written, node: Node, var: str, prelude, before: int,
+            used: set[str], depth: int = 0) -> bool:
+    """Everything `node` reads is the same in every sweep's iteration k: the loop variable, body locals
+    of `prelude` (collected into `used`; never assigned, themselves steady), or variables declared before
+    the first sweep that are never assigned; pointers among them reach no memory the function writes."""
+    for n in walk(node):
+        if n.type != "identifier" or text(n) == var:
+            continue
+        nm = text(n)
+        if nm in prelude:
+            v = idx.visible(nm, prelude[nm][1].end_byte)
+            if v is None or v.assigned or depth > 3 or v.value is None or \
+                    not _steady(idx, roots, written, v.value, var, prelude, before, used, depth + 1):
+                return False
+            used.add(nm)
+            continue
+        v = idx.visible(nm, n.start_byte)
+        if v is None:
+            continue  # a function, macro or constant
+        if v.assigned or v.shape == "array" or v.decl.start_byte >= before:
+            return False
+        if roots.get(nm, set()) & written:
+            return False
+    return True
+
+
+def _cache_site(src: Source, fn: Node, idx: FunctionIndex, roots, written, first: Node, later: list[Node]):
+    var = _loop_var(first)
+    if var is None or (bound := _trip(src, fn, first, var)) is None or \
+            any(n.type in _EXITS for n in walk(first.child_by_field_name("body"))):
+        return None
+    key = _header_key(first, var)
+    for ld in _loads(src, first, var):
+        used: set[str] = set()
+        if not reads_global(src, fn, text(ld.value)) or _IMPURE_CALL.search(text(ld.value)) or \
+                not _steady(idx, roots, written, ld.value, var, ld.prelude, first.start_byte, used):
+            continue
+        hits = []
+        for lp in later:
+            lv = _loop_var(lp)
+            if lv is None or _header_key(lp, lv) != key or not RegisterArrayToRecompute._always_before(first, lp):
+                continue
+            for other in _loads(src, lp, lv):
+                # the same expression over body locals declared the same way (and never assigned there)
+                if other.key == ld.key and other.type == ld.type and \
+                        all(nm in other.prelude and other.prelude[nm][0] == ld.prelude[nm][0] and
+                            (v := idx.visible(nm, other.prelude[nm][1].end_byte)) is not None and not v.assigned
+                            for nm in used):
+                    hits.append((other, lv))
+                    break
+        if not hits:
+            continue
+        slot = fresh(src, fn, f"ks_c_{ld.name}")
+        ind = line_indent(src, first.start_byte)
+        at = pragma_before(src, first.start_byte) or first.start_byte
+        a = src.raw.rfind(b"\n", 0, at) + 1
+        typ = re.sub(r"^const\s+", "", ld.type)
+        edits = [Edit(a, a, f"{ind}{typ} {slot}[{bound}];  // {ld.name} of every iteration, loaded once\n"),
+                 Edit(ld.after.end_byte, ld.after.end_byte,
+                      f"\n{line_indent(src, ld.after.start_byte)}{slot}[{var}] = {ld.name};")]
+        edits += [Edit(o.value.start_byte, o.value.end_byte, f"{slot}[{lv}]") for o, lv in hits]
+        return candidate(src, edits, "cache_sweep_in_registers",
+                         f"{ld.name}: loaded once into {slot}[{bound}] and read from registers by {len(hits)} later "
+                         f"sweep(s)", excerpt=" ".join(text(ld.value).split())[:160])
+    return None
+
+
+PAIR = Pair(RegisterArrayToRecompute, (Rewrite("cache_sweep_in_registers", "register_cache", cache_sweep_in_registers,
+                                               prior=1.5),))

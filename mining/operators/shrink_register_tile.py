@@ -19,8 +19,22 @@ region could not run twice: it returns, breaks or jumps out, uses atomics, or up
 (`+=`, `++`) a variable declared before it; or when some use of the tile is not indexed by such a
 loop variable.
 
-Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
-this operator's skills through the LLM materializer only (the pair's forward half is empty).
+Forward, `merge_register_passes`: the reverse. A loop `for (int p = 0; p < P; ++p) { REGION }` over
+passes (any name, `p++` or `p += 1`, P a compile-time constant >= 2) whose region declares a
+thread-local array `acc[H][...]` used only as `acc[i - p * H][...]` inside row loops `for (int i =
+p * H; i < p * H + H; ++i)` (`H * p`, `(p + 1) * H` spelled either way; at H = 1 also the form with
+the row dimension dropped: `acc[...]` inside `for (int i = p; i < p + 1; ++i)`), with p read
+nowhere else (no initialiser, or a zero one `= {}`), becomes one pass over all P * H rows: the wrapper goes, the tile is declared
+`acc[P * H][...]`, the row loops run `for (int i = 0; i < P * H; ++i)` and the tile is indexed
+`acc[i][...]` (a second candidate, for even P >= 4, merges pairs of passes: P / 2 passes of 2 * H
+rows). Why it is sound: the passes are the same region run again with only the rows of the tile
+changing (p appears nowhere but in the row loops and the tile's row index); each row's work reads
+the same inputs in every pass (loads and staging repeated per pass, no state carried from one pass
+to the next: the region is one `repeatable_region` would accept, checked here the same way), so
+doing every row's work at each point of one run of the region gives each row the same values. The
+barrier that closed each pass goes with the wrapper when nothing follows the loop in its block;
+otherwise it stays (it ran once after the last pass already). Correctness is still the gate's
+call.
 """
 from __future__ import annotations
 
@@ -31,9 +45,9 @@ from tree_sitter import Node
 
 from corpora.code.source import Source
 from mining.carriers import local_arrays, register_tile_sites
-from mining.operators.base import Edit, Operator, Pair
+from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, candidate
 from corpora.code.nodes import declarator_shape, same
-from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
+from mining.operators.nodes import FunctionIndex, int_value, kernels, norm, strip_parens, subscript_chain
 from mining.operators.rewrite_util import line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
@@ -318,4 +332,218 @@ def _dedupe(subs):
     return subs
 
 
-PAIR = Pair(ShrinkRegisterTile)
+# --------------------------------------------------------------------------- forward
+def _pass_loop(src: Source, loop: Node) -> Optional[tuple[str, int]]:
+    """(p, P) for `for (int p = 0; p < P; ++p) { ... }` with P a compile-time constant >= 2."""
+    init, cond = loop.child_by_field_name("initializer"), loop.child_by_field_name("condition")
+    upd, body = loop.child_by_field_name("update"), loop.child_by_field_name("body")
+    if init is None or cond is None or upd is None or body is None or body.type != "compound_statement":
+        return None
+    m = re.fullmatch(r"(?:const\s+)?(?:unsigned\s+)?(?:int|long|size_t|unsigned)\s+(\w+)\s*=\s*0\s*;?", " ".join(text(init).split()))
+    if m is None:
+        return None
+    p = m.group(1)
+    c = re.fullmatch(r"%s\s*<\s*(.+)" % p, " ".join(text(cond).split()))
+    if c is None or norm(text(upd)) not in (f"++ {p}", f"{p} ++", f"{p} += 1"):
+        return None
+    n = int_value(src, c.group(1))
+    return (p, n) if n and n >= 2 else None
+
+
+def _scaled(e: str, p: str, h: int) -> bool:
+    """`e` is p * H (`H * p`; `p` when H = 1)."""
+    e = norm(strip_parens(e))
+    return e in {norm(f"{p} * {h}"), norm(f"{h} * {p}")} | ({p} if h == 1 else set())
+
+
+def _row_range(src: Source, loop: Node, p: str, h: int) -> Optional[str]:
+    """The variable of a row loop `for (int i = p * H; i < p * H + H; ++i)`, else None."""
+    init, cond, upd = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    if init is None or cond is None or upd is None:
+        return None
+    m = re.fullmatch(r"(?:const\s+)?\w+\s+(\w+)\s*=\s*(.+?)\s*;?", " ".join(text(init).split()))
+    if m is None or not _scaled(m.group(2), p, h):
+        return None
+    i = m.group(1)
+    c = re.fullmatch(r"%s\s*<\s*(.+)" % i, " ".join(text(cond).split()))
+    if c is None or norm(text(upd)) not in (f"++ {i}", f"{i} ++", f"{i} += 1"):
+        return None
+    hi = norm(strip_parens(c.group(1)))
+    forms = {f"{a} + {h}" for a in (f"{p} * {h}", f"{h} * {p}")} | {f"{h} + {a}" for a in (f"{p} * {h}", f"{h} * {p}")}
+    forms |= {f"({p} + 1) * {h}", f"{h} * ({p} + 1)"} | ({f"{p} + 1", f"1 + {p}"} if h == 1 else set())
+    return i if hi in {norm(f) for f in forms} else None
+
+
+def merge_register_passes(source: str, ctx: Context) -> list[Materialization]:
+    """Passes over a register tile's rows -> one pass over all of them (see the module docstring)."""
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        idx = FunctionIndex(src, k.node)
+        for loop in walk(k.body):
+            if loop.type != "for_statement" or (pp := _pass_loop(src, loop)) is None:
+                continue
+            site = _tile_in_passes(src, idx, loop, *pp)
+            if site is None:
+                continue
+            for merged in ([1, 2] if pp[1] >= 4 and pp[1] % 2 == 0 else [1]):
+                m = _merged(src, loop, site, *pp, passes=1 if merged == 1 else pp[1] // 2)
+                if m is not None:
+                    out.append(m)
+    return out
+
+
+class _Tile:
+    def __init__(self, name, decl, dims, h, rows, uses):
+        self.name, self.decl, self.dims, self.h = name, decl, dims, h
+        self.rows = rows  # row loops: [(loop node, var)]
+        self.uses = uses  # [(use identifier, the row index node or None when the row dimension is dropped, row var)]
+
+
+def _tile_in_passes(src: Source, idx: FunctionIndex, loop: Node, p: str, npass: int) -> Optional[_Tile]:
+    body = loop.child_by_field_name("body")
+    for decl in body.named_children:
+        if decl.type != "declaration" or re.search(rb"\b(__shared__|static|extern)\b",
+                                                   src.code[decl.start_byte:decl.end_byte]):
+            continue
+        for d in decl.named_children:
+            node = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            sizes = []
+            while node is not None and node.type == "array_declarator":
+                sz = node.child_by_field_name("size")
+                sizes.insert(0, int_value(src, text(sz)) if sz is not None else None)
+                node = node.child_by_field_name("declarator")
+            zero = d.type != "init_declarator" or re.fullmatch(r"\{\s*(?:0(?:\.0*)?f?\s*)?\}",
+                                                               " ".join(text(d.child_by_field_name("value")).split()))
+            if node is None or node.type != "identifier" or not sizes or None in sizes or not zero:
+                continue  # (a zero initialiser zeroes every row, whatever the extent)
+            t = _tile_uses(src, loop, decl, text(node), sizes, p)
+            if t is not None:
+                return t
+    return None
+
+
+def _tile_uses(src: Source, loop: Node, decl: Node, name: str, sizes: list, p: str) -> Optional[_Tile]:
+    body = loop.child_by_field_name("body")
+    for h, dropped in ([(sizes[0], False)] if len(sizes) >= 2 else []) + [(1, True)]:
+        rows: dict[int, tuple[Node, str]] = {}
+        uses = []
+        ok = True
+        for n in walk(body):
+            if n.type != "identifier" or text(n) != name or decl.start_byte <= n.start_byte < decl.end_byte:
+                continue
+            # the innermost enclosing row loop
+            q, row = n.parent, None
+            while q is not None and not same(q, loop):
+                if q.type == "for_statement" and (v := _row_range(src, q, p, h)) is not None:
+                    row = (q, v)
+                    break
+                q = q.parent
+            outer, indices = subscript_chain(n)
+            if row is None or not indices or None in indices:
+                ok = False
+                break
+            if dropped:
+                if len(indices) != len(sizes):
+                    ok = False
+                    break
+                uses.append((n, None, row[1]))
+            else:
+                i0 = " ".join(text(indices[0]).split())
+                mm = re.fullmatch(r"%s\s*-\s*(.+)" % re.escape(row[1]), i0)
+                if mm is None or not _scaled(mm.group(1), p, h) or len(indices) != len(sizes):
+                    ok = False
+                    break
+                uses.append((n, indices[0], row[1]))
+            rows[row[0].start_byte] = row
+        if not ok or not uses:
+            continue
+        # p is read only by the row loops' headers and the tile's row index
+        allowed = []
+        for rl, _ in rows.values():
+            allowed += [(rl.child_by_field_name(f).start_byte, rl.child_by_field_name(f).end_byte)
+                        for f in ("initializer", "condition")]
+        allowed += [(i0.start_byte, i0.end_byte) for _, i0, _ in uses if i0 is not None]
+        if any(n.type == "identifier" and text(n) == p and not any(a <= n.start_byte < b for a, b in allowed)
+               for n in walk(body)):
+            continue
+        # nothing carried from one pass to the next: the region reruns as a whole
+        if re.search(rb"\b(goto|atomic\w*|return)\b", src.code[body.start_byte:body.end_byte]):
+            return None
+        f = src.function_at(loop.start_byte)
+        fidx = FunctionIndex(src, src.func_node(f))
+        for v in fidx.vars:  # a thread-local from before the loop written in a pass: state across passes
+            if v.decl.start_byte < loop.start_byte and v.kind != "param" and \
+                    not re.search(rb"\b__shared__\b", src.code[v.decl.start_byte:v.decl.end_byte]) and \
+                    any(body.start_byte <= a.start_byte < body.end_byte for a in v.assigned):
+                return None
+        return _Tile(name, decl, sizes, h, list(rows.values()), uses)
+    return None
+
+
+def _merged(src: Source, loop: Node, t: _Tile, p: str, npass: int, passes: int) -> Optional[Materialization]:
+    rows_total = npass * t.h
+    h2 = rows_total // passes
+    name_node = next(n for n in walk(t.decl) if n.type == "identifier" and text(n) == t.name)
+    subs: list[Edit] = []
+    # the declaration: the row extent grows (a dropped row dimension comes back)
+    if t.h == 1 and t.uses[0][1] is None:
+        subs.append(Edit(name_node.end_byte, name_node.end_byte, f"[{h2}]"))
+    else:
+        d = name_node.parent
+        sz = d.child_by_field_name("size")
+        subs.append(Edit(sz.start_byte, sz.end_byte, str(h2)))
+    ph = lambda k: p if k == 1 else f"{p} * {k}"  # noqa: E731
+    for rl, i in t.rows:
+        init, cond = rl.child_by_field_name("initializer"), rl.child_by_field_name("condition")
+        m = re.match(r"(\s*(?:const\s+)?\w+\s+%s\s*=\s*)" % re.escape(i), text(init))
+        semi = ";" if text(init).rstrip().endswith(";") else ""
+        lo, hi = ("0", str(rows_total)) if passes == 1 else (ph(h2), f"{ph(h2)} + {h2}")
+        subs.append(Edit(init.start_byte, init.end_byte, f"{m.group(1)}{lo}{semi}"))
+        subs.append(Edit(cond.start_byte, cond.end_byte, f"{i} < {hi}"))
+    for use, i0, i in t.uses:
+        row = i if passes == 1 else f"{i} - {ph(h2)}"
+        if i0 is None:
+            subs.append(Edit(use.end_byte, use.end_byte, f"[{row}]"))
+        else:
+            subs.append(Edit(i0.start_byte, i0.end_byte, row))
+    if passes > 1:
+        cond = loop.child_by_field_name("condition")
+        subs.append(Edit(cond.start_byte, cond.end_byte, f"{p} < {passes}"))
+        return candidate(src, subs, "merge_register_passes",
+                         f"{t.name}: {npass} passes of {t.h} rows become {passes} passes of {h2} rows",
+                         excerpt=" ".join(text(t.decl).split()))
+    # one pass: the wrapper goes, its body moves out one level
+    body = loop.child_by_field_name("body")
+    stmts = [c for c in body.named_children if c.type != "comment"]
+    last = stmts[-1] if stmts else None
+    parent = loop.parent
+    follows = parent is not None and any(c.start_byte >= loop.end_byte and c.type not in ("comment", "}")
+                                         for c in parent.named_children)
+    if last is not None and re.fullmatch(r"__syncthreads\s*\(\s*\)\s*;", " ".join(text(last).split())) and \
+            not follows:
+        a, b = src.line_span(last.start_byte, last.end_byte)
+        if src.code[a:last.start_byte].strip():
+            return None
+        subs.append(Edit(a, b, ""))
+    a = src.raw.rfind(b"\n", 0, loop.start_byte) + 1
+    if src.code[a:loop.start_byte].strip():
+        return None
+    open_brace = body.start_byte + 1
+    close = body.end_byte - 1
+    for e in subs:
+        if not (open_brace <= e.start and e.end <= close):
+            return None
+    inner = splice_range(src, open_brace, close, subs)
+    ind = line_indent(src, loop.start_byte)
+    lines = inner.strip("\n").split("\n") if inner.strip() else []
+    cut = min((len(ln) - len(ln.lstrip(" \t")) for ln in lines if ln.strip()), default=0)
+    cut = max(0, cut - len(ind))
+    new = "\n".join(ln[cut:] if ln.strip() else "" for ln in lines).rstrip()
+    b = body.end_byte
+    return Materialization(src.raw[:a].decode("utf-8") + new + src.raw[b:].decode("utf-8"), "merge_register_passes", "",
+                           f"{t.name}: {npass} passes of {t.h} rows become one register tile of {rows_total} rows",
+                           site_excerpt=" ".join(text(t.decl).split()))
+
+
+PAIR = Pair(ShrinkRegisterTile, (Rewrite("merge_register_passes", "register_tile", merge_register_passes, prior=2.0),))
