@@ -323,7 +323,8 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
     from corpora.backends.tree import BackendInputError, parse_definition
     from eval.backend_stats import bootstrap, define_figures
     from mining.backend.gate import GateInputError, GateUnavailable
-    from prompts.backend.generate import AdaptCache, candidates_with_adaptations, fit_declared, fused_fork
+    from mining.backend.drift import apply_rules
+    from prompts.backend.generate import AdaptCache, candidates_with_adaptations, drift_rules, fit_declared, fused_fork
     from retrieval.backend.adapt import fit_definition, fork_flow
     from retrieval.backend.index import build_indexes
     from retrieval.backend.search import DEPTH, MODES, BackendIndex
@@ -408,6 +409,11 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         dst = cache.profile(T)
         src_ff = cache.profile(fork_flow_source) if fork_flow_source in known else None
         per_fn = []
+        # API drift rules when T's tree is newer than the donors' (learned without T's and the held-out targets' code)
+        drift = drift_rules(store, T, log=log)
+        drift_used: dict = {}
+        if drift is not None:
+            out.setdefault("api_drift_rules", drift.to_dict())
         for r in rows:
             real = store.query("SELECT qualified_name, in_class, statements, signature, body, path, start_byte, "
                                "end_byte, identifiers FROM functions WHERE func_id = ?", [r["func_id"]])[0]
@@ -427,6 +433,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
 
             def fork_code(k: int) -> tuple[str, list, dict, str]:
                 code, added = fused_fork(hits, adapted, k, known=cache.target_names(T))
+                code, drift_used[k] = apply_rules(code, drift)  # T's LLVM newer than the donors': its API
                 donor = fit_definition(code, real["qualified_name"], bool(real["in_class"]))
                 # out of line: the parameters T's own header declares (its types and names)
                 code, renamed = fit_declared(store, T, real["qualified_name"], donor) if not real["in_class"] \
@@ -438,7 +445,8 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             entry["signature_same"] = _signature(donor_code) == _signature(real["signature"] + " {}")
             entry["fork_adapt"] = {"source": best.func_id, "mappability": round(a.mappability, 3),
                                    "unmapped": [m.source for m in a.mappings if m.how == "unmapped"],
-                                   "code": fa_code, "fused_statements": len(added), "parameters_renamed": renamed}
+                                   "code": fa_code, "fused_statements": len(added), "parameters_renamed": renamed,
+                                   "api_drift": drift_used[fuse_donors]}
             for name, k in variants.items():
                 code, added, _, _ = fork_code(k)
                 entry[name] = {"source": best.func_id, "code": code, "fused_statements": len(added)}
@@ -737,6 +745,8 @@ def fork_adapt_diagnostics(per_fn: list[dict]) -> dict:
         "signature_drift": _split(per_fn, lambda e: not e.get("signature_same", True)),
         # out-of-line functions whose parameters T's own header declaration renamed
         "parameters_from_declaration": _split(per_fn, lambda e: bool(e["fork_adapt"].get("parameters_renamed"))),
+        # forks that API drift rules (donors' LLVM -> T's, mining/backend/drift.py) rewrote
+        "api_drift_rewritten": _split(per_fn, lambda e: bool(e["fork_adapt"].get("api_drift"))),
         "sources": dict(Counter(e["fork_adapt"]["source"].split(":", 1)[0] for e in per_fn).most_common()),
         "unmapped_identifiers": dict(unmapped.most_common(25)),
     }

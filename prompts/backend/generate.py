@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +37,7 @@ from corpora.backends.profile import TargetProfile, load_profile
 from retrieval.backend.adapt import (
     adapt, definition_parameters, fit_definition, fit_parameters, fork_flow, rename_target,
 )
+from mining.backend.drift import apply_rules
 from retrieval.backend.fuse import DEFAULT_DONORS, fuse_top
 from retrieval.backend.search import BackendIndex, SearchError
 
@@ -181,10 +183,10 @@ def _file_declarations(path: str, mtime: float) -> list:
     return function_declarations(Path(path).read_bytes())
 
 
-def target_declaration(store, target: str, qualified_name: str, arity: int) -> Optional[list]:
+def target_declaration(store, target: str, qualified_name: str, arity: Optional[int]) -> Optional[list]:
     """The parameters T's own headers (``*.h`` under its tree) declare for ``qualified_name`` with
-    ``arity`` parameters (``corpora.backends.tree.parameters_of``), or None: T declares no such
-    function, or several overloads of that arity differ."""
+    ``arity`` parameters (``corpora.backends.tree.parameters_of``; None: any number), or None: T
+    declares no such function, or several overloads of that arity differ."""
     qn = qualified_name[len("llvm::"):] if qualified_name.startswith("llvm::") else qualified_name
     root = store.scalar("SELECT root FROM targets WHERE target = ?", [target])
     if not root or not Path(root).is_dir():
@@ -192,7 +194,7 @@ def target_declaration(store, target: str, qualified_name: str, arity: int) -> O
     found = set()
     for f in sorted(Path(root).rglob("*.h")):
         for name, params in _file_declarations(str(f), f.stat().st_mtime):
-            if name == qn and params is not None and len(params) == arity:
+            if name == qn and params is not None and (arity is None or len(params) == arity):
                 found.add(tuple(params))
     return list(found.pop()) if len(found) == 1 else None
 
@@ -201,12 +203,19 @@ def fit_declared(store, target: str, qualified_name: str, code: str) -> tuple[st
     """``code`` (a definition out of line) with the parameters T's own declaration of the function
     gives it (retrieval.backend.adapt.fit_parameters): T's types and names, the body's uses
     renamed. A porter writes the header first, so the declaration is what the definition must
-    match. Unchanged where T declares no such function. Returns (code, {old: new name})."""
+    match. The declaration of the same arity first; else T's one declaration of the function of
+    any arity (the API gained or lost a parameter between the donor's LLVM and T's: LLVM 19's
+    ``loadRegFromStackSlot(.., Register VReg)``), its parameters paired with the donor's by type
+    and position. Unchanged where T declares no such function or several differing overloads.
+    Returns (code, {old: new name})."""
     own = definition_parameters(code)
-    if not own:
+    if own is None:
         return code, {}
-    decl = target_declaration(store, target, qualified_name, len(own))
-    return fit_parameters(code, decl) if decl else (code, {})
+    decl = target_declaration(store, target, qualified_name, len(own)) if own else None
+    if decl:
+        return fit_parameters(code, decl)
+    decl = target_declaration(store, target, qualified_name, None)
+    return fit_parameters(code, decl, any_arity=True) if decl is not None else (code, {})
 
 
 def relevant_attributes(store, prof: TargetProfile, role: str, kinds_used: Sequence[str]) -> dict[str, list[str]]:
@@ -348,6 +357,35 @@ def llvm_version(store, target: str) -> str:
     return "15"
 
 
+def _major(version: str) -> int:
+    m = re.match(r"\d+", version or "")
+    return int(m.group()) if m else 0
+
+
+def drift_rules(store, target: str, log=None):
+    """The API drift rules (``mining.backend.drift``) from the donors' LLVM version to T's, when T's
+    tree is newer than the donors' (else None). Learned from the targets that both ``lib/Target``
+    folders hold, but T and every other target the store indexed from T's tree (the queries held
+    out beside it): their code is never read. Cached in the store."""
+    from mining.backend.drift import cached_rules
+
+    roots = {r["target"]: Path(r["root"]) for r in store.query("SELECT target, root FROM targets")}
+    if target not in roots:
+        return None
+    new_lib = roots[target].parent
+    donors = [t for t, r in roots.items() if r.parent != new_lib]
+    if not donors:
+        return None
+    old_lib = Counter(roots[t].parent for t in donors).most_common(1)[0][0]
+    if _major(llvm_version(store, target)) <= _major(llvm_version(store, donors[0])):
+        return None
+    queries = {t for t, r in roots.items() if r.parent == new_lib}
+    both = [d.name for d in old_lib.iterdir() if d.is_dir() and (new_lib / d.name).is_dir()] \
+        if old_lib.is_dir() and new_lib.is_dir() else []
+    learn = sorted(set(both) - queries)
+    return cached_rules(store.cache_dir, old_lib, new_lib, learn, log) if learn else None
+
+
 def make_gate(store, target: str):
     """A CompileGate for the corpus T was indexed from (its LLVM version's toolchain), or
     (None, reason)."""
@@ -387,6 +425,8 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
     best = hits[0]
     best_adapt = adapted[best.func_id]
     fused_text, fused_added = fused_fork(ranked, adapted, req.fuse_donors, known=cache.target_names(req.target))
+    # donors of an older LLVM than T's: their API as T's LLVM spells it (rules from the donors' two versions)
+    fused_text, drift = apply_rules(fused_text, drift_rules(store, req.target))
     qualified = rename_target(best.qualified_name, cache.profile(best.target), dst)
     host = host_location(store, req.target, role, qualified)
     in_class = bool(host and host["in_class"])
@@ -440,6 +480,7 @@ def generate(store, req: GenerateRequest, index: Optional[BackendIndex] = None, 
         "mappings": [asdict(m) for m in best_adapt.mappings],
         "fusion": {"donors": min(req.fuse_donors, len(ranked)), "added": fused_added},
         "parameters_renamed": declared,
+        "api_drift": drift,
         "prompt": prompt if (req.prompt_only or req.strategy == "llm" or (req.model and skill_res is not None)) else None,
     }
     if skill_res is not None:

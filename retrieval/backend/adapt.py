@@ -509,13 +509,44 @@ def definition_parameters(text: str) -> Optional[list[tuple[str, Optional[str]]]
     return parameters_of(fdecl) if fdecl is not None else None
 
 
-def fit_parameters(text: str, declared: Sequence[tuple[str, Optional[str]]]) -> tuple[str, dict[str, str]]:
+def _type_key(param: tuple[str, Optional[str]]) -> str:
+    """A parameter's type as written: its text without its name, tokens single-spaced."""
+    text, name = param
+    toks = re.findall(r"\w+|::|\S", text)
+    if name and name in toks:
+        i = len(toks) - 1 - toks[::-1].index(name)
+        toks = toks[:i] + toks[i + 1:]
+    return " ".join(toks)
+
+
+def pair_parameters(own: Sequence[tuple[str, Optional[str]]],
+                    declared: Sequence[tuple[str, Optional[str]]]) -> list[tuple[int, int]]:
+    """(donor index, declared index) pairs of two parameter lists of different lengths: parameters
+    of the same type in order (longest matching blocks: LLVM 19's ``loadRegFromStackSlot`` keeps
+    LLVM 15's six parameters and appends ``Register VReg``), then, where a stretch of unmatched
+    parameters has the same length on both sides, by position (a changed type: ``unsigned`` ->
+    ``Register``). A parameter in an uneven stretch stays unpaired."""
+    sm = difflib.SequenceMatcher(None, [_type_key(p) for p in own], [_type_key(p) for p in declared],
+                                 autojunk=False)
+    pairs = []
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+            pairs.extend(zip(range(i1, i2), range(j1, j2)))
+    return pairs
+
+
+def fit_parameters(text: str, declared: Sequence[tuple[str, Optional[str]]],
+                   any_arity: bool = False) -> tuple[str, dict[str, str]]:
     """The definition's parameters as the target declares the function (``declared``: its own
-    header's parameters, ``corpora.backends.tree.declared_parameters``): each parameter's text
+    header's parameters, ``corpora.backends.tree.function_declarations``): each parameter's text
     becomes the declaration's (the target's types, for an API the donor's LLVM version spelled
     otherwise) and each renamed parameter is renamed in the body too. A parameter the declaration
-    leaves unnamed keeps the donor's text (the body may read it). Only when the counts agree and
-    no new name is already another name of the function; else the text is returned unchanged.
+    leaves unnamed keeps the donor's text (the body may read it). When the counts agree; with
+    ``any_arity`` also when they differ (the API gained or lost a parameter between the donor's
+    LLVM and the target's): the list becomes the declaration's and the donor's parameters are
+    paired with it by ``pair_parameters`` for the renaming (an unpaired donor parameter's uses stay
+    as they are; a declared parameter left unnamed that the body reads gets the donor's name). Never
+    when a new name is already another name of the function; then the text is returned unchanged.
     Returns (text, {old name: new name})."""
     from corpora.backends.tree import parameters_of
 
@@ -525,17 +556,30 @@ def fit_parameters(text: str, declared: Sequence[tuple[str, Optional[str]]]) -> 
     decl = fn.child_by_field_name("declarator") if fn is not None else None
     fdecl, _ = function_declarator(decl) if decl is not None else (None, None)
     own = parameters_of(fdecl) if fdecl is not None else None
-    if own is None or len(own) != len(declared) or not declared:
+    same = own is not None and len(own) == len(declared)
+    if own is None or (not same and not any_arity) or (same and not declared) or own == list(declared):
         return text, {}
-    nodes = [c for c in fdecl.child_by_field_name("parameters").named_children if c.type != "comment"]
-    renames = {o[1]: d[1] for o, d in zip(own, declared) if o[1] and d[1] and o[1] != d[1]}
-    kept = {o[1] for o, d in zip(own, declared) if o[1] and not d[1]}
+    pairs = list(zip(range(len(own)), range(len(declared)))) if same else pair_parameters(own, declared)
+    renames = {own[i][1]: declared[j][1] for i, j in pairs
+               if own[i][1] and declared[j][1] and own[i][1] != declared[j][1]}
+    kept = {own[i][1] for i, j in pairs if own[i][1] and not declared[j][1]}
+    paired_decl = {j for _, j in pairs}
+    unpaired_own = {own[i][1] for i in range(len(own)) if own[i][1]} - {own[i][1] for i, _ in pairs}
+    added = {d[1] for j, d in enumerate(declared) if d[1] and j not in paired_decl}
     params = fdecl.child_by_field_name("parameters")
     names = {data[n.start_byte:n.end_byte].decode(errors="replace") for n in walk(fn)
              if n.type == "identifier" and not (params.start_byte <= n.start_byte < params.end_byte)}
-    if len(set(renames.values())) != len(renames) or (set(renames.values()) & ((names | kept) - set(renames))):
+    if len(set(renames.values())) != len(renames) or (set(renames.values()) & ((names | kept) - set(renames))) \
+            or (added & (names - unpaired_own - set(renames))) or (added & set(renames.values())):
         return text, {}
-    edits = [(n.start_byte, n.end_byte, d[0]) for n, o, d in zip(nodes, own, declared) if d[1] or not o[1]]
+    if same:
+        nodes = [c for c in params.named_children if c.type != "comment"]
+        edits = [(n.start_byte, n.end_byte, d[0]) for n, o, d in zip(nodes, own, declared) if d[1] or not o[1]]
+    else:
+        by_decl = {j: i for i, j in pairs}
+        texts = [d[0] if d[1] or j not in by_decl or not own[by_decl[j]][1] or own[by_decl[j]][1] not in names
+                 else f"{d[0]} {own[by_decl[j]][1]}" for j, d in enumerate(declared)]
+        edits = [(params.start_byte, params.end_byte, "(" + ", ".join(texts) + ")")]
     for n in walk(fn):
         if n.type == "identifier" and not (params.start_byte <= n.start_byte < params.end_byte):
             name = data[n.start_byte:n.end_byte].decode(errors="replace")

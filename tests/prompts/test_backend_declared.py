@@ -54,6 +54,40 @@ def test_fit_parameters_takes_the_declaration_and_renames_the_uses():
     assert renamed2 == {"OpNo": "Op"} and "(const MCInst *MI, unsigned Op, raw_ostream &OS)" in new2
 
 
+def test_fit_parameters_of_another_arity_pairs_by_type_then_position():
+    from retrieval.backend.adapt import definition_parameters, fit_parameters, pair_parameters
+
+    # LLVM 15's loadRegFromStackSlot against LLVM 19's declaration, which appends Register VReg
+    code = ("void KiteInstrInfo::loadRegFromStackSlot(MachineBasicBlock &MBB, MachineBasicBlock::iterator I, "
+            "unsigned DstReg, int FI, const TargetRegisterClass *RC, const TargetRegisterInfo *TRI) const {\n"
+            "  BuildMI(MBB, I, DL, get(Kite::LDW), DstReg).addFrameIndex(FI);\n}")
+    decl = [("MachineBasicBlock &MBB", "MBB"), ("MachineBasicBlock::iterator MI", "MI"),
+            ("Register DestReg", "DestReg"), ("int FrameIndex", "FrameIndex"),
+            ("const TargetRegisterClass *RC", "RC"), ("const TargetRegisterInfo *TRI", "TRI"),
+            ("Register VReg", "VReg")]
+    own = definition_parameters(code)
+    # same types pair in order; the unsigned -> Register stretch pairs by position (same length)
+    assert pair_parameters(own, decl) == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]
+    assert fit_parameters(code, decl) == (code, {})  # without any_arity: unchanged
+    new, renamed = fit_parameters(code, decl, any_arity=True)
+    assert renamed == {"I": "MI", "DstReg": "DestReg", "FI": "FrameIndex"}
+    assert definition_parameters(new) == decl
+    assert "BuildMI(MBB, MI, DL, get(Kite::LDW), DestReg).addFrameIndex(FrameIndex);" in new
+    # a parameter the target dropped: its uses stay as they were (the porter sees the old name)
+    code2 = "bool KiteAsmBackend::fixupNeedsRelaxation(const MCFixup &Fixup, uint64_t Value, const MCAsmLayout &L) const {\n  return use(Value, L);\n}"
+    new2, renamed2 = fit_parameters(code2, [("const MCFixup &Fixup", "Fixup"), ("uint64_t Val", "Val")],
+                                    any_arity=True)
+    assert renamed2 == {"Value": "Val"} and "(const MCFixup &Fixup, uint64_t Val) const {" in new2
+    assert "return use(Val, L);" in new2
+    # an added parameter whose name the body already uses for something else: unchanged
+    code3 = "void KiteX::f(int A) {\n  int VReg = A;\n}"
+    assert fit_parameters(code3, [("int A", "A"), ("Register VReg", "VReg")], any_arity=True) == (code3, {})
+    # an unnamed declared parameter the body reads: T's type, the donor's name
+    code4 = "KiteInstrInfo::KiteInstrInfo(const KiteSubtarget &ST) {\n  init(ST);\n}"
+    new4, _ = fit_parameters(code4, [("const KiteSubtarget &", None), ("int Mode", "Mode")], any_arity=True)
+    assert "KiteInstrInfo::KiteInstrInfo(const KiteSubtarget & ST, int Mode) {" in new4
+
+
 def test_fit_declared_reads_the_targets_own_header(toy_store):
     from prompts.backend.generate import GenerateRequest, fit_declared, generate, target_declaration
 
@@ -67,6 +101,11 @@ def test_fit_declared_reads_the_targets_own_header(toy_store):
         ("const MachineFunction &MF", "MF")]
     assert target_declaration(st, "Lark", "LarkRegisterInfo::getReservedRegs", 2) is None  # no such overload
     assert fit_declared(st, "Lark", "LarkRegisterInfo::noSuchFunction", code) == (code, {})
+    # a donor with another parameter count: T's one declaration of any arity gives the list
+    code1 = ("BitVector LarkRegisterInfo::getReservedRegs(const MachineFunction &Fn, bool Extra) const {\n"
+             "  BitVector Reserved(getNumRegs());\n  (void)Fn;\n  return Reserved;\n}")
+    new1, renamed1 = fit_declared(st, "Lark", "LarkRegisterInfo::getReservedRegs", code1)
+    assert renamed1 == {"Fn": "MF"} and "getReservedRegs(const MachineFunction &MF) const {" in new1
     # Lark's definition names its iterator II and has a local MI; the header says MI: a clash, unchanged
     elim = next(f for f in load_target(TOY_TARGETS / "Lark").functions if f.role == "RegisterInfo::eliminateFrameIndex")
     assert fit_declared(st, "Lark", "LarkRegisterInfo::eliminateFrameIndex", elim.text) == (elim.text, {})
