@@ -27,8 +27,12 @@ before the nest (run R x C times now) touch no tile element, write only variable
 themselves, and synchronize nothing; nothing there or in the loop header can see an outer
 variable named like the nest's loop variables (they become the new outer loops).
 
-Forward: none here; `stage_matmul_tiles` (shared_tile_to_global.py) writes register tiles of
-R x R outputs per thread for one-output-per-thread matmuls, as part of staging shared tiles.
+Forward: `fuse_output_passes` (register_tile_per_output.py) inverts this operator's form: the
+output nest around the reduction loop goes, the accumulator becomes a tile `ks_dot_s[R][C]` with its
+initialisation nest, the reduction's per-output statements become the accumulation nest again, and
+`s[r][c] = ks_dot_s[r][c]` copies the tile after the loop. `stage_matmul_tiles`
+(shared_tile_to_global.py) writes register tiles of R x R outputs per thread for
+one-output-per-thread matmuls, as part of staging shared tiles.
 """
 from __future__ import annotations
 
@@ -302,4 +306,4 @@ def _inside(node: Node, outer: Node) -> bool:
     return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
 
 
-PAIR = Pair(RegisterTileToDot)
+PAIR = Pair(RegisterTileToDot, inverted_by=("fuse_output_passes",))  # register_tile_per_output.py

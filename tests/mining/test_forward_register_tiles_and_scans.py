@@ -1,0 +1,164 @@
+"""Forward rewrites of the register-tile and tile-layout operators, on kernels in spellings they were
+not written for: fuse_output_passes (mining/operators/register_tile_per_output.py, inverting
+register_tile_per_output and register_tile_to_dot) and transpose_operand_tile
+(mining/operators/untranspose_tile.py): the sites each takes and refuses, the round trip through the
+operators' backward halves, and the real CPU gate on every result."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from _operator_support import cpu_gate, read_kernel
+from mining.carriers import detect_carriers
+from mining.operators import get_operator
+from mining.operators.forward import run_rewrite
+from mining.operators.registry import inverses, rewrites_for
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_operators_register_tile_passes import CONTIG, STRIDED  # noqa: E402
+
+PER_OUTPUT = get_operator("register_tile_per_output")
+TO_DOT = get_operator("register_tile_to_dot")
+
+
+@pytest.fixture(scope="module")
+def gate_store(tmp_path_factory):
+    return tmp_path_factory.mktemp("forward-register-tiles-gate-store")
+
+
+def _back(op, src: str) -> str:
+    sites = op.find_sites(src)
+    assert len(sites) == 1
+    return op.apply(src, sites[0])
+
+
+# --------------------------------------------------------------------------- fuse_output_passes
+# a hand-written thread that computes its 2 x 2 outputs one after the other over global memory: a
+# `while` over k with the index declared before it, the operands in per-output locals, `fmaf`, a
+# guarded store; the grid already covers 2 x 2 outputs per thread
+QUADS = r"""
+#include <cuda_runtime.h>
+#define RM 2
+#define RN 2
+__global__ void sgemm_quads(const float* __restrict__ A, const float* __restrict__ B, float* C, int M, int N, int K) {
+    const int r0 = (blockIdx.y * blockDim.y + threadIdx.y) * RM;
+    const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * RN;
+    for (int a = 0; a < RM; a++) {
+        for (int b = 0; b < RN; b++) {
+            float dot = 0.f;
+            int kk = 0;
+            while (kk < K) {
+                const float x = r0 + a < M ? A[(r0 + a) * K + kk] : 0.f;
+                const float y = c0 + b < N ? B[kk * N + c0 + b] : 0.f;
+                dot = fmaf(x, y, dot);
+                kk++;
+            }
+            if (r0 + a < M && c0 + b < N) C[(r0 + a) * N + c0 + b] = dot;
+        }
+    }
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 block(8, 8);
+    dim3 grid((N + 15) / 16, (M + 15) / 16);
+    sgemm_quads<<<grid, block>>>(A, B, C, M, N, K);
+}
+"""
+
+
+def test_registered_as_the_inverse_of_both_register_tile_operators():
+    assert inverses("register_tile_per_output") == ["fuse_output_passes"]
+    assert inverses("register_tile_to_dot") == ["fuse_output_passes"]
+    assert rewrites_for("register_tile_to_dot", "register_tile")[0] == "fuse_output_passes"
+
+
+def test_round_trip_through_per_output_restores_the_tile(gate_store):
+    back = _back(PER_OUTPUT, STRIDED)
+    mats = run_rewrite("fuse_output_passes", back)
+    assert len(mats) == 1 and mats[0].carrier == "register_tile"
+    assert mats[0].source == STRIDED  # the register tile as it was written, barrier of each pass gone
+    back = _back(PER_OUTPUT, CONTIG)
+    mats = run_rewrite("fuse_output_passes", back)
+    assert len(mats) == 1
+    new = mats[0].source
+    # the tile as written but for the row-pointer read, which comes back as the element it read
+    assert new == CONTIG.replace("= (&sum[m][0])[n];", "= sum[m][n];")
+    assert "register_tile" in detect_carriers(new)
+    assert cpu_gate("sgemm", new, gate_store / "contig").passed
+    # and the operator takes the fused tile apart again
+    assert PER_OUTPUT.find_sites(new)
+
+
+def test_round_trip_through_to_dot(gate_store):
+    src = read_kernel("attention_fwd")
+    back = _back(TO_DOT, src)
+    assert "float ks_dot_s = 0.0f;" in back
+    mats = run_rewrite("fuse_output_passes", back)
+    assert len(mats) == 1
+    new = mats[0].source
+    # the reduction loop runs once, every output's update inside it: an outer product again
+    assert "float ks_dot_s[4][4];" in new
+    assert "ks_dot_s[r][c] = fmaf(qf[r].x, kf[c].x, ks_dot_s[r][c]);" in new
+    assert new.count("for (int k = 0; k < HEAD_DIM; k += 4) {") == 1
+    assert "#pragma unroll  // carrier: unroll_pragma\n        for (int k = 0;" in new  # pragmas stay
+    assert "s[r][c] = ks_dot_s[r][c];" in new
+    assert cpu_gate("attention_fwd", new, gate_store / "dot").passed
+    assert TO_DOT.find_sites(new)  # the backward half finds the tile it made
+
+
+def test_hand_written_outputs_one_at_a_time_become_a_tile(gate_store):
+    mats = run_rewrite("fuse_output_passes", QUADS)
+    assert len(mats) == 1
+    new = mats[0].source
+    assert "float dot[RM][RN];" in new and "dot[a][b] = 0.f;" in new
+    assert new.count("while (kk < K)") == 1 and "kk++;" in new
+    assert "dot[a][b] = fmaf(x, y, dot[a][b]);" in new
+    assert "C[(r0 + a) * N + c0 + b] = dot[a][b];" in new
+    assert cpu_gate("sgemm", QUADS, gate_store / "quads").passed
+    assert cpu_gate("sgemm", new, gate_store / "quads-fused").passed
+
+
+@pytest.mark.parametrize("change", [
+    # a barrier that depends on the output: the passes would no longer meet it together
+    ("dot = fmaf(x, y, dot);", "dot = fmaf(x, y, dot);\n                if (c0 + b < N) __syncthreads();"),
+    # the output store is read back inside the nest: passes would see each other's stores
+    ("const float x = r0 + a < M ? A[(r0 + a) * K + kk] : 0.f;",
+     "const float x = r0 + a < M ? A[(r0 + a) * K + kk] + C[0] : 0.f;"),
+    # state from before the nest updated in place by work that now runs once instead of four times
+    ("kk++;", "kk++;\n                seen += 1;"),
+    # an early exit after an output was stored (the first pass stored one output, now all would be)
+    ("= dot;\n", "= dot;\n            if (kk > 4096) return;\n"),
+    # an atomic among the work
+    ("dot = fmaf(x, y, dot);", "dot = fmaf(x, y, dot);\n                atomicAdd(C, 0.f);"),
+    # a pass count that is not a compile-time constant
+    ("a < RM;", "a < K / 64;"),
+    # a per-output local read after its output's work
+    ("            if (r0 + a < M && c0 + b < N)", "            seen = (int)x;\n            if (r0 + a < M && c0 + b < N)"),
+    # the pass variable written inside
+    ("kk++;", "kk++;\n                b += 0;"),
+    # shared memory written with one output's value: every pass would overwrite it, now in another order
+    ("dot = fmaf(x, y, dot);", "dot = fmaf(x, y, dot);\n                sh[0] = x;"),
+])
+def test_fuse_refuses(change):
+    src = QUADS.replace("    const int r0", "    int seen = 0;\n    __shared__ float sh[1];\n    const int r0")
+    assert change[0] in src and run_rewrite("fuse_output_passes", src)
+    assert run_rewrite("fuse_output_passes", src.replace(*change)) == []
+
+
+def test_a_barrier_of_the_shared_work_stays_one_barrier(gate_store):
+    """A barrier that every pass met at the same point of the reduction is met once per step for all
+    outputs: still uniform, and no per-output work writes shared memory."""
+    src = QUADS.replace("kk++;", "kk++;\n                __syncthreads();")
+    mats = run_rewrite("fuse_output_passes", src)
+    assert len(mats) == 1 and mats[0].source.count("__syncthreads();") == 1
+    assert cpu_gate("sgemm", mats[0].source, gate_store / "barrier").passed
+
+
+def test_fuse_refuses_loops_with_nothing_to_fuse():
+    # outputs written straight to memory: no per-output accumulator, no register tile to make
+    direct = QUADS.replace("dot = fmaf(x, y, dot);", "C[(r0 + a) * N + c0 + b] += x * y;")
+    assert run_rewrite("fuse_output_passes", direct) == []
+    # the naive one-output-per-thread kernel has no pass nest
+    naive = (Path(__file__).resolve().parents[2] / "corpora" / "kernels" / "sgemm" / "naive.cu").read_text()
+    assert run_rewrite("fuse_output_passes", naive) == []
