@@ -162,3 +162,60 @@ def test_fuse_refuses_loops_with_nothing_to_fuse():
     # the naive one-output-per-thread kernel has no pass nest
     naive = (Path(__file__).resolve().parents[2] / "corpora" / "kernels" / "sgemm" / "naive.cu").read_text()
     assert run_rewrite("fuse_output_passes", naive) == []
+
+
+# --------------------------------------------------------------------------- transpose_operand_tile
+UNTRANSPOSE = get_operator("untranspose_tile")
+
+# STRIDED with its A tile in the natural (m-major) layout: the fill writes `As[mm][kk]`, the
+# fragment loop reads a column `As[ty + 16 * i][k]` (16 rows apart) - written here, not by an operator
+NATURAL = STRIDED.replace("__shared__ float As[KS][TS];", "__shared__ float As[TS][KS];") \
+    .replace("As[kk][mm] = ", "As[mm][kk] = ").replace("af[i] = As[k][ty + 16 * i];", "af[i] = As[ty + 16 * i][k];")
+
+
+def test_transpose_registered_as_the_inverse_of_untranspose():
+    assert inverses("untranspose_tile") == ["transpose_operand_tile"]
+    assert rewrites_for("llm", "transposed_tile")[0] == "transpose_operand_tile"
+
+
+def test_natural_fragment_columns_become_k_major(gate_store):
+    assert NATURAL != STRIDED and "transposed_tile" not in detect_carriers(NATURAL)
+    mats = run_rewrite("transpose_operand_tile", NATURAL)
+    assert [m.description for m in mats] == ["gemm_strided: As stored transposed, its fragment reads contiguous"]
+    assert mats[0].source == STRIDED  # k-major: the fragment's 4 values per k are one row
+    assert cpu_gate("sgemm", NATURAL, gate_store / "natural").passed
+
+
+def test_round_trip_from_the_corpus_sgemm(gate_store):
+    src = read_kernel("sgemm")
+    assert run_rewrite("transpose_operand_tile", src) == []  # already k-major
+    back = UNTRANSPOSE.apply(src, UNTRANSPOSE.find_sites(src)[0])
+    mats = run_rewrite("transpose_operand_tile", back)
+    assert len(mats) == 1
+    new = mats[0].source
+    # the layout as written; the vector fragment reads come back as four contiguous scalars
+    assert "__shared__ __align__(16) float As[2][BK][BM + APAD];" in new
+    assert "As[s][a_k + 0][a_r] = ra.x;" in new
+    assert "make_float4(As[cur][k][ty * 4], As[cur][k][ty * 4 + 1], As[cur][k][ty * 4 + 2], As[cur][k][ty * 4 + 3])" in new
+    assert "transposed_tile" in detect_carriers(new)
+    assert cpu_gate("sgemm", new, gate_store / "sgemm").passed
+
+
+@pytest.mark.parametrize("change", [
+    # the tile's address escapes
+    ("        for (int k = 0; k < KS; ++k) {", "        sink(&As[0][0]);\n        for (int k = 0; k < KS; ++k) {"),
+    # the element passed to a function that may take it by reference
+    ("af[i] = As[ty + 16 * i][k];", "af[i] = pick(As[ty + 16 * i][k]);"),
+    # the fragment is one row (the same row for every i): nothing becomes contiguous
+    ("af[i] = As[ty + 16 * i][k];", "af[i] = As[ty][k] * i;"),
+])
+def test_transpose_refuses(change):
+    src = NATURAL.replace("__global__ void gemm_strided", "__device__ void sink(float*) {}\n"
+                          "__device__ float pick(const float& v) { return v; }\n__global__ void gemm_strided")
+    assert change[0] in src and run_rewrite("transpose_operand_tile", src)
+    assert run_rewrite("transpose_operand_tile", src.replace(*change)) == []
+
+
+def test_transpose_refuses_a_one_row_fragment_and_a_one_dimensional_tile():
+    tiled = read_kernel("tiled_matmul")  # `As[ty][k]`: one row per thread, a broadcast either way
+    assert run_rewrite("transpose_operand_tile", tiled) == []
