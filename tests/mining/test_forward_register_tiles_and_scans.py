@@ -1,8 +1,9 @@
-"""Forward rewrites of the register-tile and tile-layout operators, on kernels in spellings they were
-not written for: fuse_output_passes (mining/operators/register_tile_per_output.py, inverting
-register_tile_per_output and register_tile_to_dot) and transpose_operand_tile
-(mining/operators/untranspose_tile.py): the sites each takes and refuses, the round trip through the
-operators' backward halves, and the real CPU gate on every result."""
+"""Forward rewrites of the register-tile, tile-layout and block-scan operators, on kernels in spellings
+they were not written for: fuse_output_passes (mining/operators/register_tile_per_output.py,
+inverting register_tile_per_output and register_tile_to_dot), transpose_operand_tile
+(mining/operators/untranspose_tile.py) and warp_totals_block_scan
+(mining/operators/block_scan_to_thread_totals.py): the sites each takes and refuses, the round trip
+through the operators' backward halves, and the real CPU gate on every result."""
 from __future__ import annotations
 
 import sys
@@ -219,3 +220,98 @@ def test_transpose_refuses(change):
 def test_transpose_refuses_a_one_row_fragment_and_a_one_dimensional_tile():
     tiled = read_kernel("tiled_matmul")  # `As[ty][k]`: one row per thread, a broadcast either way
     assert run_rewrite("transpose_operand_tile", tiled) == []
+
+
+# --------------------------------------------------------------------------- warp_totals_block_scan
+SCAN = get_operator("block_scan_to_thread_totals")
+
+# a hand-written block sum: every thread publishes its grid-stride partial in its own slot
+# (`part[tid]`, tid an unsigned copy of threadIdx.x), thread 0 folds all 128 slots (`u++`) and
+# adds the block's total atomically; the block size is a macro
+BLOCK_SUMS = r"""
+#include <cuda_runtime.h>
+#define BLOCK 128
+__global__ void block_sums(const float* x, float* y, int n) {
+    __shared__ float part[BLOCK];
+    const unsigned tid = threadIdx.x;
+    float mine = 0.0f;
+    for (int i = blockIdx.x * BLOCK + tid; i < n; i += gridDim.x * BLOCK) mine += x[i];
+    part[tid] = mine;
+    __syncthreads();
+    if (tid == 0) {
+        float block_total = 0.0f;
+        for (int u = 0; u < BLOCK; u++) {
+            const float v = part[u];
+            block_total += v;
+        }
+        atomicAdd(y, block_total);
+    }
+}
+void reduce_sum(const float* x, float* y, int N) {
+    cudaMemset(y, 0, sizeof(float));
+    block_sums<<<64, BLOCK>>>(x, y, N);
+}
+"""
+
+
+def test_block_scan_registered_as_its_inverse():
+    assert inverses("block_scan_to_thread_totals") == ["warp_totals_block_scan"]
+    assert rewrites_for("llm", "block_scan")[:2] == ["warp_totals_block_scan", "warp_scan"]
+
+
+def test_round_trip_through_thread_totals(gate_store):
+    src = read_kernel("exclusive_scan")
+    assert run_rewrite("warp_totals_block_scan", src) == []  # one total per warp already
+    back = _back(SCAN, src)
+    mats = run_rewrite("warp_totals_block_scan", back)
+    assert len(mats) == 1
+    new = mats[0].source
+    # the warp scan's lane 31 publishes again; the block step folds THREADS / 32 values
+    assert "if (lane == 31) ks_warp_total[warp] = incl;" in new
+    assert "__shared__ int ks_warp_total[THREADS / 32];" in new
+    assert "for (int ks_u = 0; ks_u < THREADS / 32; ++ks_u) {\n        const int v = ks_warp_total[ks_u];\n" \
+           "        warp_prefix += ks_u < warp ? v : 0;" in new
+    assert new == src.replace("warp_total", "ks_warp_total").replace(
+        "for (int w = 0; w < THREADS / 32; ++w)", "for (int ks_u = 0; ks_u < THREADS / 32; ++ks_u)").replace(
+        "ks_warp_total[w];", "ks_warp_total[ks_u];").replace("warp_prefix += w < warp", "warp_prefix += ks_u < warp")
+    assert cpu_gate("exclusive_scan", new, gate_store / "scan").passed
+    assert SCAN.find_sites(new)  # and the operator takes it back
+
+
+def test_hand_written_thread_totals_become_warp_totals(gate_store):
+    mats = run_rewrite("warp_totals_block_scan", BLOCK_SUMS)
+    assert len(mats) == 1
+    new = mats[0].source
+    assert "__shared__ float ks_warp_total[BLOCK / 32];" in new
+    assert "ks_ws += __shfl_xor_sync(0xffffffffu, ks_ws, ks_o);" in new
+    assert "if ((tid & 31) == 0) ks_warp_total[(tid >> 5)] = ks_ws;" in new
+    assert "for (int u = 0; u < BLOCK / 32; u++) {\n            const float v = ks_warp_total[u];" in new
+    assert cpu_gate("reduce_sum", BLOCK_SUMS, gate_store / "sums").passed
+    assert cpu_gate("reduce_sum", new, gate_store / "sums-warps").passed
+
+
+def test_a_condition_on_the_warp_of_the_slot_folds_per_warp():
+    per_warp = BLOCK_SUMS.replace("block_total += v;", "block_total += (u / 32) < 2 ? v : 0;")
+    mats = run_rewrite("warp_totals_block_scan", per_warp)
+    assert len(mats) == 1 and "block_total += u < 2 ? v : 0;" in mats[0].source
+
+
+@pytest.mark.parametrize("change", [
+    # a per-thread prefix: the slot's own index, not its warp, decides
+    ("block_total += v;", "block_total += u < tid ? v : 0;"),
+    # a value that is not linear in the slot read
+    ("block_total += v;", "block_total += v * v;"),
+    # a block that is not the array's size: slots beyond the block would be folded as warps
+    ("block_sums<<<64, BLOCK>>>", "block_sums<<<64, 64>>>"),
+    # a thread that leaves before the shuffles
+    ("    part[tid] = mine;", "    if (blockIdx.x > 64) return;\n    part[tid] = mine;"),
+    # the publication is not every thread's (a shuffle there would miss lanes)
+    ("    part[tid] = mine;", "    if (mine != 0.0f) part[tid] = mine;"),
+    # a slot that is not the thread's own
+    ("    part[tid] = mine;", "    part[(tid + 1) % BLOCK] = mine;"),
+    # the array written twice
+    ("    __syncthreads();\n    if (tid == 0)", "    part[0] = mine;\n    __syncthreads();\n    if (tid == 0)"),
+])
+def test_block_scan_refuses(change):
+    assert change[0] in BLOCK_SUMS and run_rewrite("warp_totals_block_scan", BLOCK_SUMS)
+    assert run_rewrite("warp_totals_block_scan", BLOCK_SUMS.replace(*change)) == []
