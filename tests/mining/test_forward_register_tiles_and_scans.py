@@ -315,3 +315,71 @@ def test_a_condition_on_the_warp_of_the_slot_folds_per_warp():
 def test_block_scan_refuses(change):
     assert change[0] in BLOCK_SUMS and run_rewrite("warp_totals_block_scan", BLOCK_SUMS)
     assert run_rewrite("warp_totals_block_scan", BLOCK_SUMS.replace(*change)) == []
+
+
+# --------------------------------------------------------------------------- decoupled_lookback
+CHAIN = get_operator("lookback_to_chained")
+
+
+def _chained() -> str:
+    src = read_kernel("exclusive_scan")
+    return CHAIN.apply(src, CHAIN.find_sites(src)[0])
+
+
+def test_lookback_registered_as_its_inverse():
+    assert inverses("lookback_to_chained") == ["decoupled_lookback"]
+    assert rewrites_for("llm", "decoupled_lookback") == ["decoupled_lookback"]
+
+
+def test_round_trip_through_the_chained_scan(gate_store):
+    src = read_kernel("exclusive_scan")
+    assert run_rewrite("decoupled_lookback", src) == []  # a look-back already
+    chained = _chained()
+    mats = run_rewrite("decoupled_lookback", chained)
+    assert len(mats) == 1
+    new = mats[0].source
+    assert "int ks_pred = (tile - 1) - lane;" in new
+    assert "if (__any_sync(0xffffffffu, ks_flag != FLAG_AGGREGATE && ks_flag != FLAG_PREFIX)) continue;" in new
+    assert "exclusive += ks_warp_sum_int(lane <= ks_stop ? ks_value : 0);\n" \
+           "                        break;" in new
+    assert "__device__ __forceinline__ int ks_warp_sum_int(int v) {" in new
+    assert "decoupled_lookback" in detect_carriers(new)
+    assert cpu_gate("exclusive_scan", new, gate_store / "lookback").passed
+    assert CHAIN.find_sites(new)  # the operator chains it again
+
+
+def test_a_hand_written_chained_wait_gets_the_look_back(gate_store):
+    # the same protocol, the wait spelled by hand: another word name, `(tile - 1)`, `(int)st`
+    hand = _chained().replace(
+        "unsigned long long word;", "unsigned long long st;").replace(
+        "word = (tile - 1 - 0) >= 0 ? *reinterpret_cast<volatile unsigned long long*>(status + (tile - 1 - 0))",
+        "st = tile - 1 >= 0 ? *reinterpret_cast<volatile unsigned long long*>(status + (tile - 1))").replace(
+        "} while ((word >> 32) != FLAG_PREFIX);", "} while ((st >> 32) != FLAG_PREFIX);").replace(
+        "exclusive += (int)(unsigned)word;", "exclusive += (int)st;")
+    assert "unsigned long long st;" in hand and "exclusive += (int)st;" in hand
+    mats = run_rewrite("decoupled_lookback", hand)
+    assert len(mats) == 1
+    assert "const unsigned long long st = ks_pred >= 0 ? *reinterpret_cast<volatile unsigned long long*>(status + ks_pred)" \
+        in mats[0].source
+    assert cpu_gate("exclusive_scan", mats[0].source, gate_store / "lookback-hand").passed
+
+
+@pytest.mark.parametrize("change", [
+    # a status word written outside the packing helper (flag and value no longer one word)
+    ("            if (lane == 0) publish(status + tile, FLAG_AGGREGATE, aggregate);",
+     "            if (lane == 0) publish(status + tile, FLAG_AGGREGATE, aggregate);\n            status[tile] = 0ull;"),
+    # an aggregate that is not what the tile's prefix adds
+    ("publish(status + tile, FLAG_AGGREGATE, aggregate);", "publish(status + tile, FLAG_AGGREGATE, aggregate + 1);"),
+    # no aggregate published: nothing to look back over
+    ("            if (lane == 0) publish(status + tile, FLAG_AGGREGATE, aggregate);\n", ""),
+    # the helper stores flag and value as two writes
+    ("atomicExch(slot, (flag << 32) | (unsigned)value);", "slot[0] = flag << 32; atomicOr(slot, (unsigned)value);"),
+    # part of the warp waits
+    ("            {  // chained: wait", "            if (lane < 16) {  // chained: wait"),
+    # the wait runs in a loop
+    ("            {  // chained: wait", "            for (int again = 0; again < 1; ++again) {  // chained: wait"),
+])
+def test_lookback_refuses(change):
+    src = _chained()
+    assert change[0] in src and run_rewrite("decoupled_lookback", src)
+    assert run_rewrite("decoupled_lookback", src.replace(*change)) == []
