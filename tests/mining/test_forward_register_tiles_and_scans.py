@@ -70,7 +70,7 @@ void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
 
 def test_registered_as_the_inverse_of_both_register_tile_operators():
     assert inverses("register_tile_per_output") == ["fuse_output_passes"]
-    assert inverses("register_tile_to_dot") == ["fuse_output_passes"]
+    assert inverses("register_tile_to_dot") == ["fuse_output_passes", "register_tile_outputs"]
     assert rewrites_for("register_tile_to_dot", "register_tile")[0] == "fuse_output_passes"
 
 
@@ -163,6 +163,70 @@ def test_fuse_refuses_loops_with_nothing_to_fuse():
     # the naive one-output-per-thread kernel has no pass nest
     naive = (Path(__file__).resolve().parents[2] / "corpora" / "kernels" / "sgemm" / "naive.cu").read_text()
     assert run_rewrite("fuse_output_passes", naive) == []
+
+
+# --------------------------------------------------------------------------- register_tile_outputs
+# one output per thread, spelled by hand: index locals written `threadIdx + blockIdx * blockDim`,
+# the bounds test in the other order, `sum` and `kk`, a dim3 grid and block written in the launch
+PER_THREAD = r"""
+#include <cuda_runtime.h>
+__global__ void mm_per_thread(const float* A, const float* B, float* C, int M, int N, int K) {
+    const int c = threadIdx.x + blockIdx.x * blockDim.x;
+    const int r = threadIdx.y + blockIdx.y * blockDim.y;
+    if (c >= N || r >= M) return;
+    float sum = 0.f;
+    for (int kk = 0; kk < K; kk++) {
+        sum += A[r * K + kk] * B[kk * N + c];
+    }
+    C[r * N + c] = sum;
+}
+void sgemm(const float* A, const float* B, float* C, int M, int N, int K) {
+    mm_per_thread<<<dim3((N + 7) / 8, (M + 7) / 8), dim3(8, 8)>>>(A, B, C, M, N, K);
+}
+"""
+
+
+def test_one_output_per_thread_becomes_a_register_tile(gate_store):
+    assert inverses("register_tile_to_dot") == ["fuse_output_passes", "register_tile_outputs"]
+    mats = run_rewrite("register_tile_outputs", PER_THREAD)
+    assert [m.description.split(":")[1].split(",")[0].strip() for m in mats] == \
+        ["4 x 4 outputs per thread in a register tile", "2 x 2 outputs per thread in a register tile"]
+    new = mats[0].source
+    assert "const int ks_row0 = blockIdx.y * 32 + threadIdx.y;" in new
+    assert "ks_a[ks_i] = !(r >= M) ? A[r * K + kk] : float();" in new
+    assert "ks_acc[ks_i][ks_j] += ks_a[ks_i] * ks_b[ks_j];" in new
+    assert "mm_per_thread<<<dim3((((N + 7) / 8) + 3) / 4, (((M + 7) / 8) + 3) / 4), dim3(8, 8)>>>" in new
+    assert "register_tile" in detect_carriers(new)
+    assert cpu_gate("sgemm", PER_THREAD, gate_store / "per-thread").passed
+    for i, m in enumerate(mats):
+        assert cpu_gate("sgemm", m.source, gate_store / f"per-thread-{i}").passed
+    # round trip: the operator computes the tile one output per pass; fusing the passes gives it back
+    back = _back(PER_OUTPUT, new)
+    assert cpu_gate("sgemm", back, gate_store / "per-thread-back").passed
+    assert [m.source for m in run_rewrite("fuse_output_passes", back)] == [new]
+
+
+@pytest.mark.parametrize("change", [
+    # the grid is not a dim3 the rewrite can divide
+    ("<<<dim3((N + 7) / 8, (M + 7) / 8), dim3(8, 8)>>>", "<<<grid_of(M, N), dim3(8, 8)>>>"),
+    # the loop writes more than the accumulator
+    ("sum += A[r * K + kk] * B[kk * N + c];", "sum += A[r * K + kk] * B[kk * N + c]; C[0] = 0.f;"),
+    # a bounds term that mixes the row and the column
+    ("if (c >= N || r >= M) return;", "if (r * N + c >= M * N) return;"),
+    # the epilogue updates state from before it (it would run once per output)
+    ("    C[r * N + c] = sum;\n", "    C[r * N + c] = sum;\n    M += 0;\n"),
+    # the operand read uses the row outside its subscript
+    ("sum += A[r * K + kk] * B[kk * N + c];", "sum += A[r * K + kk] * B[kk * N + c] * r;"),
+])
+def test_register_tile_outputs_refuses(change):
+    src = PER_THREAD.replace("void sgemm(", "dim3 grid_of(int M, int N) { return dim3((N + 7) / 8, (M + 7) / 8); }\n"
+                             "void sgemm(")
+    assert change[0] in src and run_rewrite("register_tile_outputs", src)
+    assert run_rewrite("register_tile_outputs", src.replace(*change)) == []
+
+
+def test_register_tile_outputs_leaves_staged_kernels_to_the_staging_rewrite():
+    assert run_rewrite("register_tile_outputs", read_kernel("tiled_matmul")) == []  # shared tiles already
 
 
 # --------------------------------------------------------------------------- transpose_operand_tile
