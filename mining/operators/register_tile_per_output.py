@@ -65,9 +65,10 @@ wrapper read after the wrapper is refused. The barrier that closed each pass goe
 follows the nest in the kernel. Not fused (no candidate): nothing per output inside a loop that now
 runs once (nothing would be gained), no private scalar (no tile), a pass count that is not a
 constant. The launch is not changed: the thread keeps its outputs. Turning one output per thread
-into R x C (the grid divided) is `stage_matmul_tiles`' (shared_tile_to_global.py) for the plain
-global-memory dot product; for kernels that already stage shared tiles per output it is not
-written: the tile fills would have to grow with the thread's outputs.
+into R x R (the grid divided) is `register_tile_outputs` (register_tile_to_dot.py) for a plain
+global-memory dot product and `stage_matmul_tiles` (shared_tile_to_global.py) with shared staging;
+for kernels that already stage shared tiles per output it is not written: each thread's share of
+the tile fills would have to grow with its outputs (a new fill mapping, not a local rewrite).
 """
 from __future__ import annotations
 

@@ -27,7 +27,9 @@ is stored transposed: its last two extents swap and every access `T[..][a][b]` b
 access moves with it (all accesses are plain subscripts or the vector forms above; an address that
 escapes otherwise, a side effect in an index, or a tile not written through subscripts refuses).
 Not a site: a tile already flagged transposed (its fill's last index is a row of the global
-operand), one-dimensional tiles, `extern` tiles (their extents are not in the declaration).
+operand), a tile already read with wide (vector) loads along its rows (attention's `Qs`: the
+transposed layout would split them), one-dimensional tiles, `extern` tiles (their extents are not
+in the declaration).
 `stage_matmul_tiles` (shared_tile_to_global.py) lists transposed_tile in `serves` but stages
 tiles in the natural layout; after it, this rewrite is the one that transposes them.
 """
@@ -205,6 +207,9 @@ def _row_walking_reads(fn: Node, name: str, nd: int) -> bool:
         outer, indices = subscript_chain(u)
         if len(indices) != nd or any(i is None for i in indices) or _is_lhs(outer) is not None:
             continue
+        p = _up(outer)
+        if p is not None and p.type == "pointer_expression" and text(p.children[0]) == "&":
+            return False  # a wide read along the row already: transposing would split it
         a, b = indices[-2], indices[-1]
         ia = {text(n) for n in walk(a) if n.type == "identifier"}
         ib = {text(n) for n in walk(b) if n.type == "identifier"}

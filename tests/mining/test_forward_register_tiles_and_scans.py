@@ -281,9 +281,11 @@ def test_transpose_refuses(change):
     assert run_rewrite("transpose_operand_tile", src.replace(*change)) == []
 
 
-def test_transpose_refuses_a_one_row_fragment_and_a_one_dimensional_tile():
+def test_transpose_refuses_a_one_row_fragment_and_wide_row_reads():
     tiled = read_kernel("tiled_matmul")  # `As[ty][k]`: one row per thread, a broadcast either way
     assert run_rewrite("transpose_operand_tile", tiled) == []
+    # attention's Qs / Ks fragments are float4 reads along k already: transposing would split them
+    assert run_rewrite("transpose_operand_tile", read_kernel("attention_fwd")) == []
 
 
 # --------------------------------------------------------------------------- warp_totals_block_scan
