@@ -617,8 +617,8 @@ class _Fuser:
             if nm in self.private and same(base, t):
                 continue
             v = self.idx.visible(nm, base.start_byte)
-            if v is not None and _inside(v.decl, s):
-                continue  # its own local
+            if v is not None and _inside(v.decl, s) and (v.shape != "pointer" or same(base, t)):
+                continue  # its own local (a store through a local pointer is a store to memory)
             if v is not None and v.kind == "param" and v.shape == "pointer" and not same(base, t) and \
                     n.type == "assignment_expression" and text(n.child_by_field_name("operator")) == "=":
                 self.global_writes.append(s)
@@ -665,7 +665,7 @@ class _Fuser:
                 if base is None:
                     raise _Refuse("write through an expression")
                 v = self.idx.visible(text(base), base.start_byte)
-                if v is not None and _inside(v.decl, self.body):
+                if v is not None and _inside(v.decl, self.body) and (v.shape != "pointer" or same(base, t)):
                     continue
                 if v is not None and _is_shared(self.src, v.decl) and n.type == "assignment_expression" and \
                         text(n.child_by_field_name("operator")) == "=":

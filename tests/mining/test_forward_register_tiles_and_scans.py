@@ -140,6 +140,10 @@ def test_hand_written_outputs_one_at_a_time_become_a_tile(gate_store):
     ("kk++;", "kk++;\n                b += 0;"),
     # shared memory written with one output's value: every pass would overwrite it, now in another order
     ("dot = fmaf(x, y, dot);", "dot = fmaf(x, y, dot);\n                sh[0] = x;"),
+    # a store through a local pointer in the shared work (it ran once per output, now once)
+    ("kk++;", "kk++;\n                { float* p = C + kk; p[0] += 1.f; }"),
+    # and in one output's work: a second store that is not tracked as the output's
+    ("dot = fmaf(x, y, dot);", "dot = fmaf(x, y, dot);\n                { float* q = C + a; q[0] = x; }"),
 ])
 def test_fuse_refuses(change):
     src = QUADS.replace("    const int r0", "    int seen = 0;\n    __shared__ float sh[1];\n    const int r0")
