@@ -54,7 +54,8 @@ from mining.walk import Candidate as WalkCandidate
 from mining.walk import Verdict, WalkEvent, WalkResult, backward_walk
 from mining.records import Anchor, Skill
 from retrieval.applicability import CODE_TOKEN
-from prompts.optimize_plan import candidate_key, expand_hits, fit_to_deadline, library_records, order_retrieved
+from prompts.optimize_plan import (candidate_key, expand_hits, fit_to_deadline, is_qualifier, library_records,
+                                   order_retrieved)
 
 MODES = ("skills", "no_skills", "flat_memory")
 
@@ -756,10 +757,15 @@ class _Run:
         cands += self._llm_candidates(cur, step, cands, unmaterialized)
         uniq = self._fresh(cands)
         fallback = None
-        if self._fallback_on() and not any(c.materializer == "deterministic" for c in uniq.values()):
-            # the skill plan is exhausted: the library's untried rewrites, after every skill candidate
+        if self._fallback_on() and not any(c.materializer == "deterministic" and not is_qualifier(c)
+                                           for c in uniq.values()):
+            # the skill plan has no structural step left: the library's untried rewrites, its structural
+            # ones before the skills' qualifiers, its qualifiers after every skill candidate
             n_det = sum(1 for c in cands if c.materializer == "deterministic")
-            why = (f"library fallback: none of the {len(retrieved)} retrieved skills has a materialization left on "
+            n_qual = sum(1 for c in uniq.values() if c.materializer == "deterministic")
+            why = (f"library fallback: none of the {len(retrieved)} retrieved skills has a structural "
+                   f"materialization left on this kernel ({n_qual} qualifier-level left)" if n_qual else
+                   f"library fallback: none of the {len(retrieved)} retrieved skills has a materialization left on "
                    f"this kernel ({n_det} materialized, all tried, failing or not faster)" if n_det else
                    f"library fallback: none of the {len(retrieved)} retrieved skills materializes on this kernel")
             lib, _ = self._materialize(retrieve(self._library(), cur, self.axes, config.k), cur, "library")

@@ -94,18 +94,32 @@ def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
     return out
 
 
-# candidate_key's tiers: a skill's deterministic materializations, then LLM ones, then the library fallback
-LLM_TIER, FALLBACK_TIER = 10 ** 6, 2 * 10 ** 6
+# candidate_key's tiers: a skill's structural materializations (by plan rank), then the library's
+# structural rewrites (the fallback), then a skill's qualifier-level ones (restrict, unroll, ldg, launch
+# bounds, fast math), then LLM ones, then the library's qualifiers (issue 20: the budget goes to
+# structural steps first; a qualifier skill kept first used to hold the library's structural rewrites
+# back until every qualifier was spent)
+LIB_STRUCT_TIER, QUAL_TIER, LLM_TIER, FALLBACK_TIER = 4 * 10 ** 5, 5 * 10 ** 5, 10 ** 6, 2 * 10 ** 6
+
+
+def is_qualifier(c: Any) -> bool:
+    """A candidate whose rewrite introduces a qualifier-level carrier (retrieval/value.py QUALIFIERS)."""
+    try:
+        return get_rewrite(c.rewrite).carrier in QUALIFIERS
+    except KeyError:  # an LLM job: no registered rewrite
+        return c.carrier in QUALIFIERS
 
 
 def candidate_key(c: Any) -> tuple:
     """Sort key of a materialized candidate: the rank of its skill in the plan (structural steps
-    come first there), then the rewrite's prior (expected effect). LLM candidates (rank 0) follow
-    the plan's steps; library-fallback candidates follow everything, in library order."""
+    come first there), then the rewrite's prior (expected effect). A skill's qualifier-level
+    candidates follow the library fallback's structural ones; LLM candidates (rank 0) follow the
+    plan's steps; the library's qualifiers come last, in library order."""
     if getattr(c, "fallback", False):
-        return (FALLBACK_TIER + c.rank, -c.prior)
-    rank = c.rank if c.rank else LLM_TIER
-    return (rank, -c.prior)
+        return ((FALLBACK_TIER if is_qualifier(c) else LIB_STRUCT_TIER) + c.rank, -c.prior)
+    if not c.rank:
+        return (LLM_TIER, -c.prior)
+    return ((QUAL_TIER if is_qualifier(c) and c.materializer == "deterministic" else 0) + c.rank, -c.prior)
 
 
 def library_records() -> list[Skill]:

@@ -255,7 +255,9 @@ class OneElement:
     unwrap: Optional[Node] = None  # `if (i < n) S` whose only condition is the bound: the loop body is S
 
 
-def one_element(src: Source, k: Kernel) -> Optional[OneElement]:
+def one_element(src: Source, k: Kernel, loops: bool = False) -> Optional[OneElement]:
+    """`loops`: the element's work may hold a loop of its own (a word's bytes, a row's entries); the
+    grid-stride loop wraps it unchanged. Off for grid_stride itself, whose gain is in a flat body."""
     c = code(src, k.body)
     if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|__syncthreads|__shared__|__shfl", c):
         return None
@@ -282,7 +284,7 @@ def one_element(src: Source, k: Kernel) -> Optional[OneElement]:
             if not m:
                 return None
             body = rest[1:]
-            if not body or any(returns_or_syncs(src, s) or bare_jumps(src, s) or has_loop(s) for s in body):
+            if not body or any(returns_or_syncs(src, s) or bare_jumps(src, s) or (has_loop(s) and not loops) for s in body):
                 return None
             return OneElement(k, d, m.group(1), body[0].start_byte, body[-1].end_byte, first)
     # guard form: the last statement is `if (i < n && ...) ...` and everything is inside the loop
@@ -296,7 +298,8 @@ def one_element(src: Source, k: Kernel) -> Optional[OneElement]:
         if m:
             bound = m.group(1)
             break
-    if bound is None or any(returns_or_syncs(src, s) or bare_jumps(src, s) or has_loop(s) for s in rest):
+    if bound is None or any(returns_or_syncs(src, s) or bare_jumps(src, s) or (has_loop(s) and not loops)
+                                for s in rest):
         return None
     unwrap = last if len(split_top(cond, "&&")) == 1 else None
     return OneElement(k, d, bound, rest[0].start_byte, rest[-1].end_byte, None, unwrap)

@@ -16,11 +16,27 @@ consecutive elements, an inclusive `__shfl_up_sync` scan gives every lane its pr
 running value before its update see the exclusive prefix and later ones the inclusive one, and
 lane 31's total carries into the next pass. Sound because a prefix sum over consecutive chunks
 with a carried total is the serial running sum, element by element.
+
+A kernel that recomputes each element's prefix (`i = gidx; if (i >= n) return; T s = 0;
+for (j = 0; j < i; ++j) s += E(j); y[i] = s;`, O(n^2) work; `j <= i` inclusive) is the same
+running sum written per element: it is read as that serial loop in one thread
+(`for (i = 0; i < n; ++i) { y[i] = s; s += E(i); }` launched `<<<1, 1>>>`, the per-element
+statements before the update for `<`, after it for `<=`) and turned into one warp's scan in the
+same step. Sound when E reads only what the kernel does not write and has no side effects: every
+element then gets the same sum of the same terms, in the same order.
 """
 from __future__ import annotations
 
+import re
+from typing import Optional
+
+from corpora.code.parse import text, walk
+from corpora.code.source import Source
 from mining.carriers import warp_scan_sites
-from mining.operators.base import Context, Materialization, Operator, Pair, Rewrite
+from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits
+from mining.operators.grid_stride import one_element
+from mining.operators.nodes import (code, has_loop, indent_at, kernels, launches, loop_var, raw, reindent,
+                                    returns_or_syncs, statements, strip_parens, unit_update)
 from mining.operators.rewrite_util import node_at, structural
 from mining.operators.shuffle_to_shared import all_kernels_too, first_hoist_per_scope
 
@@ -42,7 +58,87 @@ def warp_scan(source: str, ctx: Context) -> list[Materialization]:
     consecutive elements, an inclusive `__shfl_up_sync` scan gives every lane its prefix, reads
     of the running value before its update see the exclusive prefix and later ones the
     inclusive one, and lane 31's total carries to the next pass."""
-    return [m for m in all_kernels_too(source, ctx, True) if "scan" in m.description]
+    out = [m for m in all_kernels_too(source, ctx, True) if "scan" in m.description]
+    staged = _prefix_to_running_sum(source)
+    if staged is not None:
+        for m in all_kernels_too(staged[0], ctx, True):
+            if "scan" in m.description and m.description.startswith(staged[1] + ":"):
+                m.description += " (its per-element prefix sums read as one running sum)"
+                out.append(m)
+    return out
+
+
+_SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
+
+
+def _prefix_to_running_sum(source: str) -> Optional[tuple[str, str]]:
+    """(the source with one per-element prefix-sum kernel as a single-thread running-sum loop, its
+    name), or None. See the module docstring."""
+    src = Source(source)
+    for k in kernels(src):
+        oe = one_element(src, k, loops=True)
+        if oe is None:
+            continue
+        i = oe.decl.name
+        if oe.drop_guard is not None:  # `if (i >= n) return; ...`
+            sts = [st for st in statements(k.body) if oe.rest_start <= st.start_byte and st.end_byte <= oe.rest_end]
+        elif oe.unwrap is not None and oe.unwrap.start_byte == oe.rest_start:  # `if (i < n) { ... }`
+            cons = oe.unwrap.child_by_field_name("consequence")
+            sts = statements(cons) if cons.type == "compound_statement" else [cons]
+        else:
+            continue
+        li = next((n for n, st in enumerate(sts) if st.type == "for_statement"), None)
+        if li is None or li < 1 or any(has_loop(st) or returns_or_syncs(src, st) for st in sts[li + 1:]):
+            continue
+        acc_decl, loop, after = sts[li - 1], sts[li], sts[li + 1:]
+        m = re.fullmatch(r"((?:const\s+)?(?:unsigned\s+)?[\w:]+)\s+(\w+)\s*=\s*0[\.0]*[fFuUlL]*\s*;", code(src, acc_decl))
+        if acc_decl.type != "declaration" or not m or sts[:li - 1] or not after:
+            continue
+        acc = m.group(2)
+        lv = loop_var(src, loop)
+        cond = loop.child_by_field_name("condition")
+        body = loop.child_by_field_name("body")
+        if lv is None or cond is None or body is None or lv[2].strip() != "0" or not unit_update(src, loop, lv[1]):
+            continue
+        j = lv[1]
+        cm = re.fullmatch(r"%s\s*(<=?)\s*%s" % (re.escape(j), re.escape(i)), strip_parens(code(src, cond)))
+        inner = statements(body) if body.type == "compound_statement" else [body]
+        if cm is None or len(inner) != 1 or inner[0].type != "expression_statement":
+            continue
+        e = inner[0].named_children[0] if inner[0].named_children else None
+        if e is None or e.type != "assignment_expression" or e.children[1].type != "+=" or \
+                text(e.child_by_field_name("left")) != acc:
+            continue
+        term = e.child_by_field_name("right")
+        t = code(src, term)
+        if _SIDE_EFFECT.search(t) or re.search(r"\w\s*\(", t) or re.search(r"\b%s\b" % re.escape(i), t):
+            continue
+        # the term reads nothing the element's statements write
+        written = {text(w.child_by_field_name("left")).split("[")[0].strip("*( ")
+                   for st in after for w in walk(st) if w.type in ("assignment_expression", "update_expression")
+                   and w.child_by_field_name("left") is not None}
+        if any(re.search(r"\b%s\b" % re.escape(w), t) for w in written if w):
+            continue
+        ls = launches(src, k.name)
+        if not ls:
+            continue
+        # E(j) -> E(i): the term's identifiers named j
+        term_i = apply_edits(src.raw[term.start_byte:term.end_byte], [
+            Edit(n.start_byte - term.start_byte, n.end_byte - term.start_byte, i)
+            for n in walk(term) if n.type == "identifier" and text(n) == j])
+        ind = indent_at(src, oe.decl.stmt.start_byte)
+        i2 = ind + "    "
+        per_elem = "\n".join(i2 + reindent(raw(src, st), i2).strip() for st in after)
+        update = f"{i2}{acc} += {term_i};"
+        ty = " ".join(oe.decl.type.replace("const", "").split()) or "int"
+        loop_txt = (f"{raw(src, acc_decl).strip()}\n{ind}for ({ty} {i} = 0; {i} < {oe.bound}; ++{i}) {{\n"
+                    + (f"{per_elem}\n{update}" if cm.group(1) == "<" else f"{update}\n{per_elem}") + f"\n{ind}}}")
+        edits = [Edit(oe.decl.stmt.start_byte, oe.rest_end, loop_txt)]
+        for launch in ls:
+            edits += [Edit(launch.grid.start_byte, launch.grid.end_byte, "1"),
+                      Edit(launch.block.start_byte, launch.block.end_byte, "1")]
+        return apply_edits(src.raw, edits), k.name
+    return None
 
 
 PAIR = Pair(ScanShuffleToShared, (Rewrite("warp_scan", "warp_scan", warp_scan, prior=9.0, serves=("block_scan",)),))

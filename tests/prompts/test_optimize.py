@@ -3,6 +3,7 @@ with a mocked endpoint, budgets, leave-one-out and bad input."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shutil
 from pathlib import Path
 
@@ -215,6 +216,23 @@ def test_library_fallback_order_and_key():
     assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill", "llm", "lib"]
 
 
+def test_structural_steps_before_qualifiers():
+    """Issue 20: the library's structural rewrites are gated before a skill's qualifier-level
+    candidate (restrict, unroll, ...), after the skills' structural ones; the library's qualifiers last."""
+    from prompts.optimize import Candidate
+    from prompts.optimize_plan import candidate_key, is_qualifier
+
+    cands = [Candidate("add_ldg", "ldg", "lib-qual", "deterministic", rank=1, prior=1.1, origin="library", fallback=True),
+             Candidate("add_restrict", "restrict", "skill-qual", "deterministic", rank=1, prior=1.1),
+             Candidate("llm_skill", "", "llm", "llm", rank=0, prior=1.5),
+             Candidate("privatize_atomics", "privatized_atomics", "lib-struct", "deterministic", rank=2, prior=8.0,
+                       origin="library", fallback=True),
+             Candidate("stage_matmul_tiles", "shared_tile", "skill-struct", "deterministic", rank=4, prior=6.0)]
+    assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill-struct", "lib-struct", "skill-qual", "llm",
+                                                                    "lib-qual"]
+    assert [is_qualifier(c) for c in cands] == [True, True, False, False, False]
+
+
 @needs_cpu_gate
 def test_library_fallback_when_no_skill_applies(tmp_path, cache):
     """The store holds a skill no rewrite materializes: the skills arm used to stop at once with its
@@ -239,19 +257,26 @@ def test_library_fallback_when_no_skill_applies(tmp_path, cache):
 
 
 @needs_cpu_gate
-def test_library_fallback_after_the_skills(tmp_path, cache):
-    """A skill that applies is taken first, as without the fallback; the library gets the step the
-    skills leave (the restrict skill, then the library's vectorization)."""
+def test_library_structure_before_a_skills_qualifier(tmp_path, cache):
+    """Issue 20: the budget goes to structural steps first. The store's only skill is a qualifier
+    (restrict): the library's vectorization is gated and kept before it, and the skill's restrict
+    comes next. A structural skill that applies keeps the step for the skills (no fallback)."""
     store = tmp_path / "restrict.json"
     store.write_text(json.dumps([skill("restrict", "drop_restrict")]))
     cfg = OptimizeConfig(executor="cpu", budget_steps=2, seeds=(0,), jobs=1, store=store, cache=cache)
     res = optimize(VECTOR_ADD, Path("naive.cu"), cfg)
-    assert [(s["rewrite"], s["origin"]) for s in res.lineage[1:]] == [("add_restrict", "skill"),
-                                                                      ("vectorize_elementwise", "library")]
-    assert res.lineage[1]["skill_id"] == "sk-restrict" and not res.lineage[1]["origin_why"]
-    assert res.lineage[2]["origin_why"].startswith("library fallback: none of the 1 retrieved skills")
-    assert [a.origin for a in res.attempts if a.step == 1] == ["skill"] and "library_fallback" not in res.step_log[0]
-    assert res.library_fallback["proposed_at_steps"] == [2]
+    assert [(s["rewrite"], s["origin"]) for s in res.lineage[1:]] == [("vectorize_elementwise", "library"),
+                                                                      ("add_restrict", "skill")]
+    assert res.lineage[1]["origin_why"].startswith("library fallback: none of the 1 retrieved skills has a structural")
+    assert res.lineage[2]["skill_id"] == "sk-restrict" and not res.lineage[2]["origin_why"]
+    first = [a for a in res.attempts if a.step == 1]
+    assert first[0].origin == "library" and first[0].rewrite == "vectorize_elementwise"
+    assert 1 in res.library_fallback["proposed_at_steps"]
+
+    store.write_text(json.dumps([skill("restrict", "drop_restrict"), skill("vector_load", "vector_load_to_scalar")]))
+    res = optimize(VECTOR_ADD, Path("naive.cu"), replace(cfg, budget_steps=1))
+    assert [(s["rewrite"], s["origin"]) for s in res.lineage[1:]] == [("vectorize_elementwise", "skill")]
+    assert "library_fallback" not in res.step_log[0]
 
 
 REPLY = ("CARRIER: restrict\nDESCRIPTION: promise no aliasing\n<<<<<<< SEARCH\n"
