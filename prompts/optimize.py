@@ -15,8 +15,8 @@ candidate that beats the current kernel by `min_gain`, on the CPU executor (no t
 claim) the first correct one in priority order. The steps are the walk of mining/walk.py run
 forward (strategy `fastest` or `priority`, `keep_going`), with the kernel gate checker of
 mining/checker.py that mining uses too (one definition of a kernel's time). Every candidate is an
-attempt in the log, kept or dropped with the reason. When no retrieved skill has a deterministic
-materialization left (every one tried, or none applies), the step falls back to the rewrite library
+attempt in the log, kept or dropped with the reason. When no retrieved skill has a structural
+deterministic materialization left (every one tried, or none applies), the step falls back to the rewrite library
 (`library_fallback`, on by default): its rewrites not tried yet, in the no-skills baseline's order,
 recorded as coming from the library, not from a skill. It stops when the step budget (or the token
 / dollar / attempt budget) is spent or when nothing applies any more. Skills are read as records
@@ -142,7 +142,7 @@ class Candidate(WalkCandidate):
     cost_usd: float = 0.0
     llm: dict = field(default_factory=dict)
     origin: str = "skill"  # skill | library | model (see Attempt.origin)
-    fallback: bool = False  # proposed by the library fallback (after every skill candidate)
+    fallback: bool = False  # proposed by the library fallback (after the skills' structural candidates)
     origin_why: str = ""
 
     @property
@@ -998,9 +998,11 @@ class _Run:
             library_fallback={"enabled": self._fallback_on(), "proposed_at_steps": self.fallback_steps,
                               "kept_steps": [s["step"] for s in self.lineage[1:] if s.get("origin") == "library"
                                              and s.get("origin_why")],
-                              "why": "when no retrieved skill has a deterministic materialization left, the rewrite "
-                                     "library's untried rewrites are gated (no-skills order), after every skill "
-                                     "candidate; a kept one is recorded with origin 'library', not a skill"})
+                              "why": "when no retrieved skill has a structural deterministic materialization left, "
+                                     "the rewrite library's untried rewrites are gated (no-skills order): its "
+                                     "structural ones after the skills' structural candidates and before their "
+                                     "qualifiers, its qualifiers last; a kept one is recorded with origin 'library', "
+                                     "not a skill"})
 
 
 def _gated(attempts: list[Attempt]) -> int:

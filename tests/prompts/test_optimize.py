@@ -198,8 +198,8 @@ def test_budget_and_nothing_applies(skills_file, cache):
 
 # --------------------------------------------------------------------------- the library fallback (issue 20)
 def test_library_fallback_order_and_key():
-    """The fallback ranks the library as the no-skills baseline does, and its candidates come after
-    every skill candidate (deterministic and LLM)."""
+    """The fallback ranks the library as the no-skills baseline does, and its qualifier candidates
+    come after every skill candidate (deterministic and LLM)."""
     from mining.operators.registry import get_rewrite
     from prompts.optimize import Candidate, library_source, retrieve
     from prompts.optimize_plan import candidate_key
@@ -213,12 +213,14 @@ def test_library_fallback_order_and_key():
     cands = [Candidate("add_ldg", "ldg", "lib", "deterministic", rank=1, prior=9.0, origin="library", fallback=True),
              Candidate("llm_skill", "", "llm", "llm", rank=0, prior=1.5),
              Candidate("add_restrict", "restrict", "skill", "deterministic", rank=7, prior=1.1)]
-    assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill", "llm", "lib"]
+    # an LLM materialization of a structural skill before a qualifier skill's rewrite (issue 20)
+    assert [c.source for c in sorted(cands, key=candidate_key)] == ["llm", "skill", "lib"]
 
 
 def test_structural_steps_before_qualifiers():
     """Issue 20: the library's structural rewrites are gated before a skill's qualifier-level
-    candidate (restrict, unroll, ...), after the skills' structural ones; the library's qualifiers last."""
+    candidate (restrict, unroll, ...), after the skills' structural ones (deterministic, then LLM);
+    the library's qualifiers last."""
     from prompts.optimize import Candidate
     from prompts.optimize_plan import candidate_key, is_qualifier
 
@@ -228,9 +230,12 @@ def test_structural_steps_before_qualifiers():
              Candidate("privatize_atomics", "privatized_atomics", "lib-struct", "deterministic", rank=2, prior=8.0,
                        origin="library", fallback=True),
              Candidate("stage_matmul_tiles", "shared_tile", "skill-struct", "deterministic", rank=4, prior=6.0)]
-    assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill-struct", "lib-struct", "skill-qual", "llm",
+    assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill-struct", "llm", "lib-struct", "skill-qual",
                                                                     "lib-qual"]
     assert [is_qualifier(c) for c in cands] == [True, True, False, False, False]
+    # an LLM candidate is placed by its skill's carrier, whatever carrier its reply names
+    llm_qual = Candidate("llm_skill", "shared_tile", "llm-qual", "llm", rank=0, prior=1.5, skill=record("restrict", ""))
+    assert is_qualifier(llm_qual) and candidate_key(llm_qual) > candidate_key(cands[1])
 
 
 @needs_cpu_gate
