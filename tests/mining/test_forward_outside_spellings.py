@@ -237,3 +237,72 @@ def test_warp_scan_refuses_prefixes_that_are_not_a_scan(change):
     src = SCAN_EXCL.replace("const int* x", "int* x") if "++" in change[1] else SCAN_EXCL
     assert change[0] in src
     assert run_rewrite("warp_scan", src.replace(*change)) == []
+
+
+# ---------------------------------------------------------------------------- vectorize_elementwise, 2- and 8-byte types
+ADD_HALF = """#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+
+__global__ void add_h(half *a, half *b, half *c, int N) {
+  int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx < N)
+    c[idx] = __hadd(a[idx], b[idx]);
+}
+
+void vector_add(const half* a, const half* b, half* y, int N) {
+    add_h<<<(N + 255) / 256, 256>>>(const_cast<half*>(a), const_cast<half*>(b), y, N);
+}
+"""
+
+ADD_DOUBLE = """#include <cuda_runtime.h>
+
+__global__ void add_d(const double* a, const double* b, double* y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[i];
+}
+
+void vector_add(const double* a, const double* b, double* y, int N) {
+    add_d<<<(N + 255) / 256, 256>>>(a, b, y, N);
+}
+"""
+
+
+def _vector_add_gate(tmp_path, source, dtype):
+    """vector_add in another element type, on sizes the CPU runs in seconds (odd and tiny ones too)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from mining.gate import GateConfig, run_gate
+    from tests._operator_support import KERNELS
+
+    prob = tmp_path / f"vector_add_{dtype}"
+    shutil.copytree(KERNELS / "vector_add", prob, dirs_exist_ok=True)
+    d = json.loads((prob / "definition.json").read_text())
+    for t in (*d["inputs"].values(), *d["outputs"].values()):
+        t["dtype"] = dtype
+    (prob / "definition.json").write_text(json.dumps(d))
+    (prob / "workloads.jsonl").write_text('{"axes": {"N": 4096}}\n{"axes": {"N": 1003}, "tags": ["odd"]}\n'
+                                          '{"axes": {"N": 7}, "tags": ["tiny"]}\n')
+    cfg = GateConfig(executor="cpu", stages=("correctness",), store=tmp_path / "store", seeds=(0,))
+    return run_gate(prob, kernel=Path("kernel.cu"), config=cfg, source=source)
+
+
+@pytest.mark.parametrize("naive, dtype, lanes", [(ADD_HALF, "float16", 8), (ADD_DOUBLE, "float64", 2)])
+def test_vectorize_elementwise_other_widths(tmp_path, naive, dtype, lanes):
+    assert _vector_add_gate(tmp_path, naive, dtype).passed
+    mats = run_rewrite("vectorize_elementwise", naive)
+    assert len(mats) == 1 and f"16-byte ({lanes} x " in mats[0].description
+    new = mats[0].source
+    assert f"ks_k < {lanes}" in new and "reinterpret_cast<const uint4*>(a)[ks_v]" in new
+    assert _vector_add_gate(tmp_path, new, dtype).passed
+
+
+def test_vectorize_elementwise_refuses_mixed_widths():
+    # half in, float out: no one 16-byte access per iteration covers both
+    mixed = ADD_HALF.replace("half *c, int N", "float *c, int N").replace("__hadd(a[idx], b[idx])",
+                                                                         "__half2float(a[idx]) + __half2float(b[idx])")
+    assert run_rewrite("vectorize_elementwise", mixed) == []
+    # the 4-byte form is unchanged: float4 accesses
+    f4 = run_rewrite("vectorize_elementwise", read_kernel("vector_add", "naive.cu"))
+    assert f4 and "float4" in f4[0].source and "alignas" not in f4[0].source
