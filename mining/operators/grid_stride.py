@@ -305,6 +305,29 @@ def one_element(src: Source, k: Kernel, loops: bool = False) -> Optional[OneElem
     return OneElement(k, d, bound, rest[0].start_byte, rest[-1].end_byte, None, unwrap)
 
 
+def unguarded_element(src: Source, k: Kernel) -> Optional[OneElement]:
+    """`T i = gidx; S1; S2; ...` with no bound at all (the launch sizes the data: every thread of the
+    grid has an element): straight-line statements (declarations and expressions, no control flow),
+    no thread or block index outside the declaration, no cooperation. Its bound is the grid's
+    thread count, `(long long)gridDim.x * blockDim.x`: valid as long as the launch stays as it is
+    (the caller must not clamp the grid)."""
+    c = code(src, k.body)
+    if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|__syncthreads|__shared__|__shfl|\breturn\b", c):
+        return None
+    decls = [d for d in index_decls(src, k) if d.axis == "x"]
+    if len(decls) != 1:
+        return None
+    d = decls[0]
+    sts = statements(k.body)
+    pos = next(i for i, s in enumerate(sts) if s.start_byte == d.stmt.start_byte)
+    rest = sts[pos + 1:]
+    if not rest or any(s.type not in ("expression_statement", "declaration") for s in sts):
+        return None
+    if any(re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b|[?]", code(src, s)) for s in sts if s is not d.stmt):
+        return None
+    return OneElement(k, d, "(long long)gridDim.x * blockDim.x", rest[0].start_byte, rest[-1].end_byte, None)
+
+
 def _stride_expr(ty: str) -> str:
     t = " ".join(ty.replace("const", "").split())
     if t in ("int", "unsigned", "unsigned int", ""):

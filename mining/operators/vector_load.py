@@ -34,7 +34,7 @@ from mining.carriers import vector_accesses
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
                                    rewrite_range)
 from mining.operators.grid_clamp import clamp_edits
-from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
+from mining.operators.grid_stride import unguarded_element, grid_stride_edits, grid_stride_x_loops, one_element
 from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents, in_ldg,
                                     indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var, mentions,
                                     raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
@@ -264,6 +264,16 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
                             f" accesses of {', '.join(ptrs)} in the grid-stride loop, scalar tail",
                             guards=[f"16-byte alignment of {', '.join(ptrs)} (runtime check; scalar loop otherwise)"],
                             excerpt=code(src, loop)[:160]))
+    if not out:
+        # kernels with no bound (the launch's every thread has an element): grid-stride loops over the
+        # same grid first, all of them in one staging (so the recursion sees no unguarded kernel)
+        edits = [e for k in kernels(src) if not grid_stride_x_loops(src, k) and one_element(src, k) is None
+                 for ue in [unguarded_element(src, k)] if ue is not None for e in grid_stride_edits(src, ue)]
+        if edits:
+            for m in vectorize_elementwise(apply_edits(src.raw, edits), ctx):
+                m.description += " (an unguarded element per thread first read as a grid-stride loop over the same grid)"
+                m.guards.append("the launch's grid is the element count (unchanged)")
+                out.append(m)
     return out
 
 

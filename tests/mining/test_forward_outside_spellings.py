@@ -267,7 +267,7 @@ void vector_add(const double* a, const double* b, double* y, int N) {
 """
 
 
-def _vector_add_gate(tmp_path, source, dtype):
+def _vector_add_gate(tmp_path, source, dtype, sizes=(4096, 1003, 7)):
     """vector_add in another element type, on sizes the CPU runs in seconds (odd and tiny ones too)."""
     import json
     import shutil
@@ -282,8 +282,7 @@ def _vector_add_gate(tmp_path, source, dtype):
     for t in (*d["inputs"].values(), *d["outputs"].values()):
         t["dtype"] = dtype
     (prob / "definition.json").write_text(json.dumps(d))
-    (prob / "workloads.jsonl").write_text('{"axes": {"N": 4096}}\n{"axes": {"N": 1003}, "tags": ["odd"]}\n'
-                                          '{"axes": {"N": 7}, "tags": ["tiny"]}\n')
+    (prob / "workloads.jsonl").write_text("".join(json.dumps({"axes": {"N": n}}) + "\n" for n in sizes))
     cfg = GateConfig(executor="cpu", stages=("correctness",), store=tmp_path / "store", seeds=(0,))
     return run_gate(prob, kernel=Path("kernel.cu"), config=cfg, source=source)
 
@@ -306,3 +305,45 @@ def test_vectorize_elementwise_refuses_mixed_widths():
     # the 4-byte form is unchanged: float4 accesses
     f4 = run_rewrite("vectorize_elementwise", read_kernel("vector_add", "naive.cu"))
     assert f4 and "float4" in f4[0].source and "alignas" not in f4[0].source
+
+
+# no bound in the kernel: the launch gives every thread an element (sizes are multiples of the block)
+UNGUARDED = """#include <cuda_runtime.h>
+
+template <typename T>
+__global__ void add_all(const T* a, const T* b, T* y) {
+    const int t = threadIdx.x + blockDim.x * blockIdx.x;
+    const T s = a[t] + b[t];
+    y[t] = s;
+}
+
+void vector_add(const float* a, const float* b, float* y, int N) {
+    add_all<float><<<N / 128, 128>>>(a, b, y);
+}
+"""
+
+
+def test_vectorize_an_unguarded_element_per_thread(tmp_path):
+    sizes = (4096, 128 * 37, 128)
+    assert _vector_add_gate(tmp_path, UNGUARDED, "float32", sizes).passed
+    concrete = UNGUARDED.replace("template <typename T>\n", "").replace("const T", "const float").replace(
+        "T* y", "float* y").replace("add_all<float>", "add_all")
+    for naive in (UNGUARDED, concrete):
+        mats = run_rewrite("vectorize_elementwise", naive)
+        assert len(mats) == (0 if naive is UNGUARDED else 1)  # a template element type is not known to be 4 bytes
+    new = run_rewrite("vectorize_elementwise", concrete)[0].source
+    assert "t < (long long)gridDim.x * blockDim.x" in new and "add_all<<<N / 128, 128>>>" in new  # the grid kept
+    assert _vector_add_gate(tmp_path, new, "float32", sizes).passed
+
+
+@pytest.mark.parametrize("change", [
+    # control flow: not a plain element per thread
+    ("    y[t] = s;", "    if (s > 0) y[t] = s;"),
+    # the grid's size read in the body: a grid-stride loop would change what it reads
+    ("    y[t] = s;", "    y[t] = s + gridDim.x;"),
+])
+def test_vectorize_unguarded_refuses(change):
+    concrete = UNGUARDED.replace("template <typename T>\n", "").replace("const T", "const float").replace(
+        "T* y", "float* y").replace("add_all<float>", "add_all")
+    assert change[0] in concrete
+    assert run_rewrite("vectorize_elementwise", concrete.replace(*change)) == []
