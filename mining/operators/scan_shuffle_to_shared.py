@@ -77,7 +77,7 @@ def _prefix_to_running_sum(source: str) -> Optional[tuple[str, str]]:
     src = Source(source)
     for k in kernels(src):
         oe = one_element(src, k, loops=True)
-        if oe is None:
+        if oe is None or oe.hoist:  # declarations before the guard: not read here
             continue
         i = oe.decl.name
         if oe.drop_guard is not None:  # `if (i >= n) return; ...`

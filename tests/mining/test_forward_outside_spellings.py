@@ -347,3 +347,43 @@ def test_vectorize_unguarded_refuses(change):
         "T* y", "float* y").replace("add_all<float>", "add_all")
     assert change[0] in concrete
     assert run_rewrite("vectorize_elementwise", concrete.replace(*change)) == []
+
+
+# the bound computed between the index and the early return; the second operand gathered (not `p[i]`)
+TOTAL_FIRST = """#include <cuda_runtime.h>
+
+__global__ void add_total(const float* a, const float* b, float* y, int n) {
+    long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long total = (long long)n;
+    if (o >= total) return;
+    long long q = o / 2;
+    y[o] = a[o] + b[q * 2 + (o % 2)];
+}
+
+void vector_add(const float* a, const float* b, float* y, int N) {
+    add_total<<<(N + 255) / 256, 256>>>(a, b, y, N);
+}
+"""
+
+
+def test_grid_stride_and_vectorize_hoist_the_bound(tmp_path):
+    gs = run_rewrite("grid_stride", TOTAL_FIRST)
+    assert len(gs) == 1
+    assert "const long long total = (long long)n;\n    for (long long o = " in gs[0].source
+    vec = run_rewrite("vectorize_elementwise", TOTAL_FIRST)
+    assert len(vec) == 1 and "accesses of a, y in" in vec[0].description  # b is a gather: scalar
+    for m in gs + vec:
+        assert cpu_gate("vector_add", m.source, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # a per-thread value written after the guard: hoisting it would carry it across elements
+    ("    y[o] = a[o] + b[q * 2 + (o % 2)];", "    s += a[o];\n    y[o] = s + b[q * 2 + (o % 2)];"),
+    # a declaration with a call: not known to be free of side effects
+    ("const long long total = (long long)n;", "const long long total = (long long)min(n, 1 << 30);"),
+])
+def test_grid_stride_refuses_to_hoist(change):
+    src = TOTAL_FIRST.replace("const long long total = (long long)n;\n",
+                              "const long long total = (long long)n;\n    float s = 0.0f;\n")
+    assert change[0] in src
+    assert run_rewrite("grid_stride", src.replace(*change)) == []
