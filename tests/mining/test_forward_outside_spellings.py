@@ -217,10 +217,20 @@ def _small_scan_gate(tmp_path, source):
 def test_warp_scan_on_per_element_prefixes(tmp_path, naive):
     assert _small_scan_gate(tmp_path, naive).passed  # the input is an exclusive scan
     mats = run_rewrite("warp_scan", naive)
-    assert len(mats) == 1 and "per-element prefix sums read as one running sum" in mats[0].description
+    assert len(mats) == 2 and "per-element prefix sums read as one running sum" in mats[0].description
     new = mats[0].source
     assert "__shfl_up_sync" in new and "<<<1, 32>>>" in new
     assert _small_scan_gate(tmp_path, new).passed
+    block = mats[1].source  # one block of 1024 threads, warp totals through shared memory
+    assert "one block of 1024 threads" in mats[1].description and "<<<1, 1024>>>" in block
+    assert "__shared__ int ks_wsum[32];" in block
+    assert _small_scan_gate(tmp_path, block).passed
+
+
+def test_scan_needs_a_read_only_prefix():
+    # the element's statements change its prefix: carried to the next element in a running sum
+    src = SCAN_INCL.replace("y[k] = s - x[k];", "s -= x[k];\n        y[k] = s;")
+    assert run_rewrite("warp_scan", src) == []
 
 
 @pytest.mark.parametrize("change", [
