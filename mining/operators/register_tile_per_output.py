@@ -36,8 +36,39 @@ when the region has one (the next pass's first shared writes must not overtake t
 reads). Not a site: the tile's address escapes, or an element is read where no statement can be
 guarded (a declaration's initialiser, a loop header) outside such a loop.
 
-Forward: none here, as for `shrink_register_tile`; `stage_matmul_tiles` (shared_tile_to_global.py)
-writes register tiles of R x R outputs per thread for one-output-per-thread matmuls.
+Forward, `fuse_output_passes` (also the inverse of `register_tile_to_dot`): a thread that computes
+its R x C outputs one after another - `for (int P = 0; P < R; ++P) for (int Q = 0; Q < C; ++Q) {
+BODY }`, R and C compile-time constants, written by hand or by either backward operator - runs BODY
+once over an R x C register tile. The body's *private* scalars (declared at its top level, with an
+initialiser or a write that reads P, Q or another per-output value) become `T x[R][C]`; the body's
+inner locals computed from per-output values are *per-output* too. Every statement that reads a
+per-output value is wrapped in `for (P) for (Q) { ... }` with `x -> x[P][Q]`; every other statement
+(fills of shared tiles, barriers, fragment loads, loop headers) runs once, and the loops and `if`s
+whose headers read no per-output value are entered, so the wrappers land inside the reduction loop:
+one step of it updates every output (the outer product). Loops pinned to the pass (`for (int i =
+P; i < P + 1; ++i)`, `max(0, P) .. min(R, P + 1)`: what register_tile_per_output writes) become
+full loops over the tile, with i = P, and a compound statement that is all per-output work becomes
+the wrapper's body (register_tile_to_dot's spelling comes back as the accumulation nest).
+
+Why it is sound (checked): the passes of the original differ only in the per-output values, so the
+work that reads none of them computed the same in every pass; it may write only the body's own
+locals and shared memory by plain assignment (refilled with the same values), never state from
+before the nest, global memory, or atomics, so running it once leaves what R x C runs left. The
+per-output work writes only its private element, its own locals, and global memory by plain stores
+(in one statement at most, a pointer the nest never reads, so no pass sees another's store and the
+stores keep their order) or one element `y[P][Q]` of a thread-local array outside the nest; it has
+no barriers, atomics, returns or jumps out of itself, and never writes P or Q. So each output's
+element sees the same updates in the same order as in its pass (bit-identical), and the shared work
+it reads has the values it had. A return in the shared work is refused once a store of an output
+precedes it (the first pass would have stored one output, now all would be); a local of one output's
+wrapper read after the wrapper is refused. The barrier that closed each pass goes when nothing
+follows the nest in the kernel. Not fused (no candidate): nothing per output inside a loop that now
+runs once (nothing would be gained), no private scalar (no tile), a pass count that is not a
+constant. The launch is not changed: the thread keeps its outputs. Turning one output per thread
+into R x R (the grid divided) is `register_tile_outputs` (register_tile_to_dot.py) for a plain
+global-memory dot product and `stage_matmul_tiles` (shared_tile_to_global.py) with shared staging;
+for kernels that already stage shared tiles per output it is not written: each thread's share of
+the tile fills would have to grow with its outputs (a new fill mapping, not a local rewrite).
 """
 from __future__ import annotations
 
@@ -49,9 +80,9 @@ from tree_sitter import Node
 from corpora.code.nodes import same
 from corpora.code.parse import text, walk
 from corpora.code.source import Source
-from mining.operators.base import Edit, Pair
-from mining.operators.nodes import FunctionIndex, subscript_chain
-from mining.operators.rewrite_util import has_side_effects, line_indent, splice_range, type_text
+from mining.operators.base import Context, Edit, Materialization, Pair, Rewrite, candidate
+from mining.operators.nodes import FunctionIndex, declared_within, int_value, kernels, subscript_chain
+from mining.operators.rewrite_util import has_side_effects, line_indent, splice_range, structural, type_text
 from mining.operators.shrink_register_tile import RegisterTileOperator, repeatable_region
 
 
@@ -417,4 +448,547 @@ class RegisterTilePerOutput(RegisterTileOperator):
         return True
 
 
-PAIR = Pair(RegisterTilePerOutput)
+
+# --------------------------------------------------------------------------- forward: fuse_output_passes
+_BARRIER_OR_ATOMIC = re.compile(r"\b(__syncthreads\w*|__syncwarp|__shfl\w*|__ballot\w*|__any\w*|__all\w*|atomic\w+|"
+                                r"__threadfence\w*|__pipeline\w*|asm|printf)\b")
+_ATOMIC = re.compile(r"\b(atomic\w+|asm|printf)\b")
+_LOOPS = ("for_statement", "while_statement", "do_statement")
+
+
+class _Refuse(Exception):
+    pass
+
+
+def _counted(src: Source, loop: Node) -> Optional[tuple[str, str, int]]:
+    """(variable, extent as written, its value) of `for (int v = 0; v < E; ++v)`, E a compile-time constant."""
+    if loop.type != "for_statement":
+        return None
+    init, cond, upd = (loop.child_by_field_name(k) for k in ("initializer", "condition", "update"))
+    if init is None or cond is None or upd is None:
+        return None
+    m = re.fullmatch(r"(?:const)?(?:unsigned)?int([A-Za-z_]\w*)=0;?", _norm(text(init)))
+    if not m:
+        return None
+    v = m.group(1)
+    c = re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(v), " ".join(text(cond).split()))
+    if not c or not re.fullmatch(r"\+\+%s|%s\+\+|%s\+=1" % ((re.escape(v),) * 3), _norm(text(upd))):
+        return None
+    n = int_value(src, c.group(1))
+    return (v, c.group(1).strip(), n) if n else None
+
+
+def _unbrace(stmt: Node) -> Node:
+    while stmt.type == "compound_statement":
+        inner = [c for c in stmt.named_children if c.type != "comment"]
+        if len(inner) != 1:
+            return stmt
+        stmt = inner[0]
+    return stmt
+
+
+def _own_parts(node: Node) -> list[Node]:
+    """The parts of a statement that run once per execution of it (its header), not its body."""
+    if node.type in _LOOPS or node.type == "if_statement":
+        return [c for k in ("initializer", "condition", "update") if (c := node.child_by_field_name(k)) is not None]
+    return [node]
+
+
+def _idents(node: Node) -> set[str]:
+    return {text(n) for n in walk(node) if n.type == "identifier"}
+
+
+class _Fuser:
+    """One pass nest `for (P < R) for (Q < C) { BODY }` becoming one run of BODY over a register tile."""
+
+    def __init__(self, src: Source, idx: FunctionIndex, outer: Node, inner: Node, P: str, Q: str,
+                 R: str, C: str, nr: int, nc: int):
+        self.src, self.idx, self.outer, self.inner = src, idx, outer, inner
+        self.P, self.Q, self.R, self.C, self.nr, self.nc = P, Q, R, C, nr, nc
+        self.body = inner.child_by_field_name("body")
+        self.private: dict[str, str] = {}  # scalar -> element type
+        self.derived: set[int] = set()  # ids of the body's inner locals that hold per-output values
+        self.global_writes: list[Node] = []  # wrapped statements writing global memory
+        self.fused = False  # a wrapped statement sits inside a loop that now runs once for all outputs
+        self.depth = 0  # loops entered that now run once for every output
+        self.pass_vars = {v.name: v for v in idx.vars if v.kind == "for" and
+                          (same(v.container, outer) and v.name == P or same(v.container, inner) and v.name == Q)}
+
+    # ---- analysis
+    def mentions(self, node: Node) -> bool:
+        return self.refers(node, None)
+
+    def mentions_header(self, node: Node) -> bool:
+        return node.type == "compound_statement" or any(self.mentions(p) for p in _own_parts(node))
+
+    def refers(self, node: Node, names: Optional[set[str]]) -> bool:
+        """Whether `node` reads one of `names` as the nest's pass variable or the body's private scalar
+        (scope-aware: a loop of the body that declares its own `r` does not read the pass's `r`)."""
+        if names is None:
+            names = {self.P, self.Q} | set(self.private) | {v.name for v in self.idx.vars if id(v) in self.derived}
+        for n in walk(node):
+            if n.type == "identifier" and text(n) in names:
+                v = self.idx.visible(text(n), n.start_byte)
+                if v is not None and (v is self.pass_vars.get(text(n)) or id(v) in self.derived or
+                                      (text(n) in self.private and _inside(v.decl, self.body) and
+                                       same(v.decl.parent, self.body))):
+                    return True
+        return False
+
+    def find_private(self) -> None:
+        top = [c for c in self.body.named_children if c.type == "declaration"]
+        scalars: dict[str, tuple[Node, Node]] = {}
+        for d in top:
+            ds = [c for c in d.named_children if c.type in ("identifier", "init_declarator", "array_declarator",
+                                                            "pointer_declarator", "reference_declarator")]
+            for dd in ds:
+                name_node = dd.child_by_field_name("declarator") if dd.type == "init_declarator" else dd
+                if name_node is not None and name_node.type == "identifier":
+                    scalars[text(name_node)] = (d, dd)
+        top_ids = {id(d) for d in top}
+        inner = [v for v in self.idx.vars if v.kind in ("local", "for") and _inside(v.decl, self.body)
+                 and id(v.decl) not in top_ids]
+        changed = True
+        while changed:
+            changed = False
+            for v in inner:  # locals of the body that hold one output's value: they live in a wrapper
+                if id(v) in self.derived:
+                    continue
+                if (v.value is not None and self.mentions(v.value)) or any(self._d_context(w) for w in v.assigned):
+                    self.derived.add(id(v))
+                    changed = True
+            for nm, (d, dd) in scalars.items():
+                if nm in self.private:
+                    continue
+                value = dd.child_by_field_name("value") if dd.type == "init_declarator" else None
+                hit = value is not None and self.mentions(value)
+                if not hit:
+                    hit = any(self._d_context(w) for w in self.writes_of(nm))
+                if hit:
+                    if len([c for c in d.named_children if c in (dd,) or c.type in ("init_declarator", "identifier")]) != 1:
+                        raise _Refuse(f"{nm}: declared with others")
+                    elem = type_text(self.src, d)
+                    if not elem or not re.fullmatch(r"(?:const\s+)?(?:unsigned\s+)?[A-Za-z_]\w*", elem):
+                        raise _Refuse(f"{nm}: type")
+                    self.private[nm] = re.sub(r"^const\s+", "", elem)
+                    changed = True
+
+    def _d_context(self, w: Node) -> bool:
+        """A write that happens in per-output context: its statement, or the header of a loop or `if`
+        around it (inside the body), reads a pass variable, a private scalar or a per-output local."""
+        p = w
+        while p is not None and not same(p, self.body):
+            if p.type in _LOOPS + ("if_statement", "expression_statement") and \
+                    any(self.mentions(x) for x in _own_parts(p)):
+                return True
+            p = p.parent
+        return False
+
+    def writes_of(self, name: str) -> list[Node]:
+        out = []
+        for n in walk(self.body):
+            t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+                n.child_by_field_name("argument") if n.type == "update_expression" else None
+            if t is not None and t.type == "identifier" and text(t) == name:
+                out.append(n)
+        return out
+
+    def declared_in_body(self, name: str, at: Node) -> bool:
+        v = self.idx.visible(name, at.start_byte)
+        return v is not None and _inside(v.decl, self.body)
+
+    def check_wrapped(self, s: Node) -> None:
+        """A statement that now runs once per output inside a wrapper: it may only touch its own output."""
+        c = src_code(self.src, s)
+        if _BARRIER_OR_ATOMIC.search(c) or re.search(r"\b(return|goto)\b", c) or _bare_jump(s):
+            raise _Refuse("barrier, atomic or jump in per-output work")
+        for n in walk(s):
+            t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+                n.child_by_field_name("argument") if n.type == "update_expression" else None
+            if t is None:
+                continue
+            base = _base(t)
+            if base is None:
+                raise _Refuse("write through an expression")
+            nm = text(base)
+            v = self.idx.visible(nm, base.start_byte)
+            if v is not None and v is self.pass_vars.get(nm):
+                raise _Refuse("pass variable written")
+            if nm in self.private and same(base, t):
+                continue
+            v = self.idx.visible(nm, base.start_byte)
+            if v is not None and _inside(v.decl, s) and (v.shape != "pointer" or same(base, t)):
+                continue  # its own local (a store through a local pointer is a store to memory)
+            if v is not None and v.kind == "param" and v.shape == "pointer" and not same(base, t) and \
+                    n.type == "assignment_expression" and text(n.child_by_field_name("operator")) == "=":
+                self.global_writes.append(s)
+                self.check_global_target(nm)
+                continue
+            if v is not None and v.kind == "local" and v.shape == "array" and not _inside(v.decl, self.outer) \
+                    and not _is_shared(self.src, v.decl) and n.type == "assignment_expression" and \
+                    _norm(text(t)) == f"{nm}[{self.P}][{self.Q}]":
+                self.check_global_target(nm)  # a thread-local array outside the nest, one element per output
+                continue
+            raise _Refuse(f"per-output work writes {nm}")
+
+    def check_global_target(self, nm: str) -> None:
+        """What per-output work stores is never read inside the nest (passes would now see each other's stores)."""
+        for n in walk(self.body):
+            if n.type == "identifier" and text(n) == nm:
+                sub = n
+                while sub.parent is not None and sub.parent.type == "subscript_expression" and \
+                        same(sub.parent.child_by_field_name("argument"), sub):
+                    sub = sub.parent
+                p = sub.parent
+                if not (p is not None and p.type == "assignment_expression" and
+                        same(p.child_by_field_name("left"), sub) and not same(sub, n)):
+                    raise _Refuse(f"{nm} is read inside the nest")
+
+    def check_once(self, s: Node, parts: list[Node]) -> None:
+        """Work that ran once per output and now runs once: it must compute the same thing every pass
+        (no in-place update of state from before the nest, no global stores, no atomics)."""
+        for part in parts:
+            c = src_code(self.src, part)
+            if _ATOMIC.search(c):
+                raise _Refuse("atomic in shared work")
+            for n in walk(part):
+                if n.type in ("return_statement", "goto_statement"):
+                    if self.global_writes:
+                        raise _Refuse("early exit after per-output stores")
+                    if n.type == "goto_statement":
+                        raise _Refuse("goto")
+                t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+                    n.child_by_field_name("argument") if n.type == "update_expression" else None
+                if t is None:
+                    continue
+                base = _base(t)
+                if base is None:
+                    raise _Refuse("write through an expression")
+                v = self.idx.visible(text(base), base.start_byte)
+                if v is not None and _inside(v.decl, self.body) and (v.shape != "pointer" or same(base, t)):
+                    continue
+                if v is not None and _is_shared(self.src, v.decl) and n.type == "assignment_expression" and \
+                        text(n.child_by_field_name("operator")) == "=":
+                    continue  # refilled with the same values in every pass
+                raise _Refuse(f"shared work writes {text(base)}")
+
+    # ---- emission
+    def tile(self, node: Node, edits: list[Edit], at: tuple[str, str]) -> None:
+        for n in walk(node):
+            if n.type == "identifier" and text(n) in self.private:
+                v = self.idx.visible(text(n), n.start_byte)
+                if v is None or not _inside(v.decl, self.body) or v.kind != "local":
+                    raise _Refuse("shadowed name")
+                edits.append(Edit(n.start_byte, n.end_byte, f"{text(n)}[{at[0]}][{at[1]}]"))
+
+    def wrapped_text(self, s: Node, ind: str) -> str:
+        edits: list[Edit] = []
+        self.tile(s, edits, (self.P, self.Q))
+        return _lead(self.src, s) + _moved(self.src, s, splice_range(self.src, s.start_byte, s.end_byte, edits), ind)
+
+    def _pinned(self, loop: Node, pv: str, ext: int) -> Optional[str]:
+        """The variable of `for (int i = P; i < P + 1; ++i)` (also `max(0, P - 0)` / `min(E, P - 0 + 1)`
+        with E the tile's extent, register_tile_per_output's spelling): inside the wrapper it runs
+        i = P only, so over all passes it runs i = 0 .. extent - 1 once each, in order."""
+        if loop.type != "for_statement":
+            return None
+        init, cond, upd = (loop.child_by_field_name(k) for k in ("initializer", "condition", "update"))
+        if init is None or cond is None or upd is None:
+            return None
+        val = r"%s(?:[-+]0)?" % re.escape(pv)
+        m = re.fullmatch(r"int([A-Za-z_]\w*)=(?:%s|max\(0,%s\));?" % (val, val), _norm(text(init)))
+        if not m:
+            return None
+        v = m.group(1)
+        e = re.fullmatch(r"%s<(?:%s\+1|min\((.+),%s\+1\))" % (re.escape(v), val, val), _norm(text(cond)))
+        if not e or (e.group(1) is not None and int_value(self.src, e.group(1)) != ext) or \
+                not re.fullmatch(r"\+\+%s|%s\+\+|%s\+=1" % ((re.escape(v),) * 3), _norm(text(upd))):
+            return None
+        for n in walk(loop.child_by_field_name("body")):
+            t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+                n.child_by_field_name("argument") if n.type == "update_expression" else None
+            if t is not None and _base(t) is not None and text(_base(t)) == v:
+                return None
+        return v
+
+    def restricted(self, s: Node) -> Optional[str]:
+        """Per-output work `for (i pinned to P) { D; for (j pinned to Q) S }` (see `_pinned`) is the
+        full nest over the tile, i = P and j = Q: the loops run every row and column once, in the
+        wrapper's order, and the statements D between them (which read neither Q nor the tile and
+        write only their own locals) run once per row as they ran once per (row, column) before."""
+        i = self._pinned(s, self.P, self.nr)
+        if i is None:
+            return None
+        body = s.child_by_field_name("body")
+        stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" \
+            else [body]
+        js = [(k, self._pinned(c, self.Q, self.nc)) for k, c in enumerate(stmts)]
+        js = [(k, j) for k, j in js if j is not None]
+        if len(js) != 1:
+            return None
+        k, j = js[0]
+        inner = stmts[k]
+        for c in stmts[:k] + stmts[k + 1:]:
+            if self.refers(c, {self.P, self.Q} | set(self.private)):
+                return None
+            for n in walk(c):
+                t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+                    n.child_by_field_name("argument") if n.type == "update_expression" else None
+                if t is None:
+                    continue
+                base = _base(t)
+                v = self.idx.visible(text(base), base.start_byte) if base is not None else None
+                if v is None or not _inside(v.decl, s):
+                    return None
+        ib = inner.child_by_field_name("body")
+        if self.refers(ib, {self.P, self.Q}):
+            return None
+        edits: list[Edit] = []
+        self.tile(ib, edits, (i, j))
+        for loop, v, ext in ((s, i, self.R), (inner, j, self.C)):
+            init, cond = loop.child_by_field_name("initializer"), loop.child_by_field_name("condition")
+            semi = ";" if text(init).rstrip().endswith(";") else ""
+            edits.append(Edit(init.start_byte, init.end_byte, f"int {v} = 0{semi}"))
+            edits.append(Edit(cond.start_byte, cond.end_byte, f"{v} < {ext}"))
+        return splice_range(self.src, s.start_byte, s.end_byte, edits)
+
+    def block(self, stmts: list[Node], ind: str, top: bool) -> list[str]:
+        out: list[str] = []
+        group: list[str] = []
+        group_decls = False
+        open_names: set[str] = set()  # declared by the pending group's statements
+        closed: set[str] = set()  # declared inside a wrapper already closed: out of scope now
+
+        def flush():
+            nonlocal group, group_decls
+            closed.update(open_names)
+            open_names.clear()
+            if group:
+                out.append(f"{ind}for (int {self.P} = 0; {self.P} < {self.R}; ++{self.P})\n"
+                           f"{ind}    for (int {self.Q} = 0; {self.Q} < {self.C}; ++{self.Q}) {{\n" +
+                           "\n".join(group) + f"\n{ind}    }}")
+            group, group_decls = [], False
+
+        def flush_before(s: Node):
+            if _idents(s) & open_names:
+                raise _Refuse("a per-output local is read outside its wrapper")
+            flush()
+
+        for s in stmts:
+            if s.type == "comment":
+                (group if group else out).append(ind + text(s))
+                continue
+            if _idents(s) & closed:
+                raise _Refuse("a per-output local is read after its wrapper")
+            if top and s.type == "declaration" and _idents(s) & set(self.private) and \
+                    any(text(d.child_by_field_name("declarator") if d.type == "init_declarator" else d) in self.private
+                        for d in s.named_children if d.type in ("identifier", "init_declarator")):
+                flush_before(s)
+                dd = next(d for d in s.named_children if d.type in ("identifier", "init_declarator"))
+                nm = text(dd.child_by_field_name("declarator") if dd.type == "init_declarator" else dd)
+                value = dd.child_by_field_name("value") if dd.type == "init_declarator" else None
+                # `= 0` is register_tile_per_output's spelling of a zero initialiser list
+                zero = value is not None and text(value).strip() == "0"
+                out.append(f"{ind}{self.private[nm]} {nm}[{self.R}][{self.C}]" + (" = {};" if zero else ";"))
+                if value is not None and not zero:
+                    edits: list[Edit] = []
+                    self.tile(value, edits, (self.P, self.Q))
+                    v = splice_range(self.src, value.start_byte, value.end_byte, edits)
+                    out.append(f"{ind}for (int {self.P} = 0; {self.P} < {self.R}; ++{self.P})\n"
+                               f"{ind}    for (int {self.Q} = 0; {self.Q} < {self.C}; ++{self.Q}) "
+                               f"{nm}[{self.P}][{self.Q}] = {v};")
+                continue
+            if not self.mentions(s):
+                flush_before(s)
+                self.check_once(s, [s])
+                out.append(_lead(self.src, s) + _moved(self.src, s, text_of(self.src, s), ind))
+                continue
+            inner_stmts = [c for c in s.named_children if c.type != "comment"]
+            if s.type == "compound_statement" and inner_stmts and all(self.mentions(c) for c in inner_stmts) and \
+                    not any(c.type in _LOOPS + ("compound_statement", "if_statement") and
+                            not self.mentions_header(c) for c in inner_stmts):
+                self.check_wrapped(s)
+                self.fused = self.fused or self.depth > 0
+                for c in s.named_children:
+                    group.append(self.wrapped_text(c, ind + "        "))
+                    if c.type == "declaration":
+                        open_names.update(declared_within(self.src, c))
+                        group_decls = True
+                continue
+            if s.type == "compound_statement":
+                flush_before(s)
+                out.append(f"{ind}{{\n" + "\n".join(self.block(list(s.named_children), ind + "    ", False)) +
+                           f"\n{ind}}}")
+                continue
+            body = s.child_by_field_name("body") if s.type in _LOOPS else \
+                s.child_by_field_name("consequence") if s.type == "if_statement" else None
+            if body is not None and not any(self.mentions(p) for p in _own_parts(s)) and \
+                    (s.type != "if_statement" or s.child_by_field_name("alternative") is None):
+                flush_before(s)
+                self.check_once(s, _own_parts(s))
+                head = text_of(self.src, s, s.start_byte, body.start_byte).rstrip()
+                if s.type == "do_statement":
+                    raise _Refuse("do loop")
+                inner = list(body.named_children) if body.type == "compound_statement" else [body]
+                self.depth += s.type in _LOOPS
+                lines = self.block(inner, ind + "    ", False)
+                self.depth -= s.type in _LOOPS
+                out.append(_lead(self.src, s) + _moved(self.src, s, head, ind) + " {\n" + "\n".join(lines) + f"\n{ind}}}")
+                continue
+            # per-output work
+            self.check_wrapped(s)
+            full = self.restricted(s)
+            if full is not None and not group_decls:
+                flush_before(s)
+                self.fused = self.fused or self.depth > 0
+                out.append(_lead(self.src, s) + _moved(self.src, s, full, ind))
+                continue
+            self.fused = self.fused or self.depth > 0
+            group.append(self.wrapped_text(s, ind + "        "))
+            if s.type == "declaration":
+                open_names.update(declared_within(self.src, s))
+            group_decls = group_decls or s.type == "declaration"
+        flush()
+        return out
+
+
+def _moved(src: Source, node: Node, block: str, ind: str) -> str:
+    """A statement's text moved from its line's indentation to `ind` (relative indentation kept)."""
+    old = line_indent(src, node.start_byte)
+    lines = block.split("\n")
+    return "\n".join([ind + lines[0].lstrip()] + [
+        ln if ln.lstrip().startswith("#") else (ind + ln[len(old):] if ln.startswith(old) else ind + ln.lstrip())
+        if ln.strip() else "" for ln in lines[1:]])
+
+
+def _lead(src: Source, node: Node) -> str:
+    """The `#pragma` lines directly above a statement (not part of its node), verbatim."""
+    start = src.raw.rfind(b"\n", 0, node.start_byte) + 1
+    if src.code[start:node.start_byte].strip():
+        return ""
+    first = start
+    while True:
+        b = src.code.rfind(b"\n", 0, first - 1) + 1 if first > 0 else 0
+        if first == 0 or not re.match(rb"[ \t]*#[ \t]*pragma\b", src.code[b:first]):
+            break
+        first = b
+    return src.raw[first:start].decode("utf-8", "replace")
+
+
+def src_code(src: Source, node: Node) -> str:
+    return src.code[node.start_byte:node.end_byte].decode("utf-8", "replace")
+
+
+def text_of(src: Source, node: Node, start: Optional[int] = None, end: Optional[int] = None) -> str:
+    return src.raw[node.start_byte if start is None else start:node.end_byte if end is None else end].decode(
+        "utf-8", "replace")
+
+
+def _base(t: Node) -> Optional[Node]:
+    """The variable a write lands in: through subscripts, fields, `*`/`&`, casts and
+    `reinterpret_cast<...>(...)`; None when it is anything else (a call's result, pointer arithmetic)."""
+    base = t
+    while base is not None and base.type != "identifier":
+        if base.type in ("subscript_expression", "field_expression", "pointer_expression"):
+            base = base.child_by_field_name("argument")
+        elif base.type == "parenthesized_expression":
+            base = base.named_children[0] if base.named_children else None
+        elif base.type == "cast_expression":
+            base = base.child_by_field_name("value")
+        elif base.type == "call_expression" and re.match(r"(reinterpret|static)_cast\b",
+                                                          text(base.child_by_field_name("function"))):
+            args = base.child_by_field_name("arguments")
+            base = args.named_children[0] if args is not None and len(args.named_children) == 1 else None
+        else:
+            return None
+    return base
+
+
+def _bare_jump(node: Node) -> bool:
+    """A break/continue whose loop (or switch) is not `node` or inside it: it would leave `node`."""
+    for n in walk(node):
+        if n.type not in ("break_statement", "continue_statement"):
+            continue
+        p = n.parent
+        while p is not None:
+            if p.type in _LOOPS or (p.type == "switch_statement" and n.type == "break_statement"):
+                break
+            if same(p, node):
+                return True
+            p = p.parent
+        if p is None or not _inside(p, node):
+            return True
+    return False
+
+
+def _is_shared(src: Source, decl: Node) -> bool:
+    return b"__shared__" in src.code[decl.start_byte:decl.end_byte]
+
+
+def _fuse(src: Source, fn: Node, outer: Node) -> Optional[tuple[Edit, str]]:
+    o = _counted(src, outer)
+    if o is None:
+        return None
+    inner = _unbrace(outer.child_by_field_name("body"))
+    i = _counted(src, inner)
+    if i is None or inner.child_by_field_name("body") is None or \
+            inner.child_by_field_name("body").type != "compound_statement" or o[0] == i[0] or o[2] * i[2] < 2:
+        return None
+    idx = FunctionIndex(src, fn)
+    f = _Fuser(src, idx, outer, inner, o[0], i[0], o[1], i[1], o[2], i[2])
+    body = f.body
+    try:
+        if _bare_jump(body):
+            return None
+        f.find_private()
+        if not f.private:
+            return None
+        for nm in f.private:  # declared once in the body, never passed by address
+            if sum(1 for v in idx.vars if v.name == nm and _inside(v.decl, body)) != 1:
+                return None
+            for n in walk(body):
+                if n.type == "identifier" and text(n) == nm and n.parent is not None and \
+                        n.parent.type == "pointer_expression" and text(n.parent).lstrip().startswith("&"):
+                    return None
+        lines = f.block([c for c in body.named_children], line_indent(src, outer.start_byte), True)
+    except _Refuse:
+        return None
+    if len({id(s) for s in f.global_writes}) > 1 or not f.fused:
+        return None
+    new = "\n".join(lines)
+    # nothing that is per output may stay wrapped around a loop: then nothing was fused
+    if not re.search(r"\[\s*\w+\s*\]\s*\[\s*\w+\s*\]", new):
+        return None
+    ind = line_indent(src, outer.start_byte)
+    # the barrier that closed each pass (register_tile_per_output's) goes when nothing follows the nest
+    tail = re.compile(r"\n%s__syncthreads\(\);(?:  //[^\n]*)?$" % re.escape(ind))
+    if outer.parent is not None and outer.parent.type == "compound_statement" and \
+            outer.parent.parent is not None and outer.parent.parent.type == "function_definition" and \
+            not [c for c in outer.parent.named_children if c.start_byte > outer.end_byte and c.type != "comment"]:
+        new = tail.sub("", new)
+    start = src.raw.rfind(b"\n", 0, outer.start_byte) + 1
+    if src.code[start:outer.start_byte].strip():
+        return None
+    start -= len(_lead(src, outer).encode())
+    names = ", ".join(f.private)
+    return Edit(start, outer.end_byte, new), f"{names}: {o[2]} x {i[2]} outputs per thread in one pass, " \
+                                              f"an outer-product register tile"
+
+
+def fuse_output_passes(source: str, ctx: Context) -> list[Materialization]:
+    """Per-output passes of a thread (`for (P < R) for (Q < C) { T acc = 0; ...reduction...; store; }`)
+    become one pass over an R x C register tile (see the module's docstring, "Forward")."""
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        for loop in walk(k.body):
+            if loop.type != "for_statement":
+                continue
+            r = _fuse(src, k.node, loop)
+            if r is not None:
+                out.append(candidate(src, [r[0]], "fuse_output_passes", f"{k.name}: {r[1]}",
+                                     excerpt=" ".join(text(loop).split())[:160]))
+    return out
+
+
+PAIR = Pair(RegisterTilePerOutput, (Rewrite("fuse_output_passes", "register_tile", fuse_output_passes, prior=3.0),))

@@ -27,8 +27,27 @@ before the nest (run R x C times now) touch no tile element, write only variable
 themselves, and synchronize nothing; nothing there or in the loop header can see an outer
 variable named like the nest's loop variables (they become the new outer loops).
 
-Forward: none here; `stage_matmul_tiles` (shared_tile_to_global.py) writes register tiles of
-R x R outputs per thread for one-output-per-thread matmuls, as part of staging shared tiles.
+Forward: `fuse_output_passes` (register_tile_per_output.py) inverts this operator's form: the
+output nest around the reduction loop goes, the accumulator becomes a tile `ks_dot_s[R][C]` with its
+initialisation nest, the reduction's per-output statements become the accumulation nest again, and
+`s[r][c] = ks_dot_s[r][c]` copies the tile after the loop.
+
+Forward, `register_tile_outputs`: one output per thread -> R x R (R = 4, 2) per thread, over global
+memory (`stage_matmul_tiles`, shared_tile_to_global.py, does the same while staging shared tiles).
+The kernel: `row` / `col` from `blockIdx * blockDim + threadIdx` (y / x, a literal B_y x B_x block
+at every launch), then nothing but `if (<row bounds> || <col bounds>) return;`, `T acc = 0;`, one
+dot-product loop `for (int k = 0; k < K; ++k) acc += A[..row..k..] * B[..k..col..];` (exactly the
+two operand reads, nothing else written) and an epilogue without loops, returns or barriers that
+writes only through pointer parameters and its own locals. It becomes: rows `ks_row0 + B_y * i`
+and columns `ks_col0 + B_x * j` (i, j < R; ks_row0 = blockIdx.y * B_y * R + threadIdx.y, so a warp
+still reads consecutive columns), per k-step the R row operands and R column operands loaded once
+into registers (zero where the row or column is out of bounds) and the R x R outer product
+accumulated into `acc[R][R]`, then the epilogue once per output with its `row`, `col` and `acc`,
+skipped where the original returned. The dim3 grid's x and y are divided by R (rounded up), so the
+threads cover every original row and column: ceil(g / R) * B * R >= g * B. Why each stored output
+is the same: its accumulator gets the same products in the same k order (bit-identical), the zero
+operands only reach outputs that are never stored. Refused: a launch whose grid is not a dim3 the
+rewrite can divide, a kernel with shared memory or barriers, statements other than these.
 """
 from __future__ import annotations
 
@@ -39,7 +58,11 @@ from tree_sitter import Node
 
 from corpora.code.nodes import same
 from corpora.code.source import Source
-from mining.operators.base import Edit, Pair
+from mining.operators.base import Context, Edit, Materialization, Pair, Rewrite, candidate, rewrite_range
+from mining.operators.nodes import (code, declared_within, has, has_loop, indent_at, is_lhs, kernels, launches, loop_var,
+                                    mentions, pointer_params, raw, reindent, returns_or_syncs, split_top, statements,
+                                    strip_parens, sub_base, sub_index, subscripts_of, unit_update, written_names)
+from mining.operators.shared_tile_to_global import _grid_dim3_edits, _two_d
 from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, type_text
 from mining.operators.shrink_register_tile import RegisterTileOperator
@@ -302,4 +325,141 @@ def _inside(node: Node, outer: Node) -> bool:
     return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
 
 
-PAIR = Pair(RegisterTileToDot)
+# --------------------------------------------------------------------------- forward: register_tile_outputs
+def register_tile_outputs(source: str, ctx: Context) -> list[Materialization]:
+    """One output per thread -> R x R outputs per thread in a register tile (module docstring)."""
+    src = Source(source)
+    out = []
+    for k in kernels(src):
+        if has(src, k.body, r"__shared__|__syncthreads"):
+            continue
+        for R in (4, 2):
+            m = _outputs_tile(src, k, R)
+            if m is not None:
+                out.append(m)
+    return out
+
+
+def _outputs_tile(src: Source, k, R: int) -> Optional[Materialization]:
+    two = _two_d(src, k)
+    if two is None:
+        return None
+    dx, dy, (bx, by, _) = two
+    col, row = dx.name, dy.name
+    sts = statements(k.body)
+    if len(sts) < 6 or {sts[0].start_byte, sts[1].start_byte} != {dx.stmt.start_byte, dy.stmt.start_byte}:
+        return None
+    ret, adecl, loop, epilogue = sts[2], sts[3], sts[4], sts[5:]
+    if ret.type != "if_statement" or ret.child_by_field_name("alternative") is not None or \
+            not re.fullmatch(r"\{?\s*return\s*;\s*\}?", code(src, ret.child_by_field_name("consequence"))):
+        return None
+    cond = strip_parens(code(src, ret.child_by_field_name("condition")))
+    parts = split_top(cond, "||")
+    rowbad = [q for q in parts if mentions(q, row) and not mentions(q, col)]
+    colbad = [q for q in parts if mentions(q, col) and not mentions(q, row)]
+    if len(rowbad) + len(colbad) != len(parts) or not rowbad or not colbad:
+        return None
+    if loop.type != "for_statement" or not epilogue or \
+            any(returns_or_syncs(src, s) or has_loop(s) for s in epilogue):
+        return None
+    lv = loop_var(src, loop)
+    lcond = loop.child_by_field_name("condition")
+    if lv is None or lcond is None or not unit_update(src, loop, lv[1]) or lv[2].strip() != "0":
+        return None
+    kv = lv[1]
+    body = loop.child_by_field_name("body")
+    if body is None or has_loop(body) or not re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(kv), code(src, lcond)):
+        return None
+    ptrs = pointer_params(k.sig)
+    subs = subscripts_of(src, body, ptrs)
+    if len(subs) != 2 or any(is_lhs(x) for x in subs):
+        return None
+    a = next((x for x in subs if mentions(sub_index(x), row) and mentions(sub_index(x), kv) and
+              not mentions(sub_index(x), col)), None)
+    b = next((x for x in subs if mentions(sub_index(x), col) and mentions(sub_index(x), kv) and
+              not mentions(sub_index(x), row)), None)
+    if a is None or b is None:
+        return None
+    asg = [n for n in walk(body) if n.type in ("assignment_expression", "update_expression")]
+    if len(asg) != 1 or asg[0].type != "assignment_expression" or asg[0].children[1].type != "+=" or \
+            asg[0].child_by_field_name("left").type != "identifier":
+        return None
+    acc = text(asg[0].child_by_field_name("left"))
+    am = re.fullmatch(r"((?:unsigned\s+)?\w+)\s+%s\s*=\s*0(?:\.0*)?[fF]?\s*;" % re.escape(acc), code(src, adecl))
+    if am is None:
+        return None
+    acc_t = am.group(1)
+    # the body reads row and col only inside the operand subscripts (they become registers)
+    for n in walk(body):
+        if n.type == "identifier" and text(n) in (row, col) and not any(
+                x.start_byte <= n.start_byte < x.end_byte for x in (a, b)):
+            return None
+    own = set()
+    for s in epilogue:
+        own |= declared_within(src, s)
+    for s in epilogue:
+        if any(w not in ptrs and w not in own for w in written_names(src, s)):
+            return None
+    grid_edits = []
+    ls = launches(src, k.name)
+    if not ls:
+        return None
+    for la in ls:
+        e = _grid_dim3_edits(src, la, R)
+        if e is None:
+            return None
+        grid_edits += e
+    ta, tb = ptrs[sub_base(a)].base_type, ptrs[sub_base(b)].base_type
+    inner = rewrite_range(src, body.start_byte, body.end_byte,
+                          [Edit(a.start_byte, a.end_byte, "ks_a[ks_i]"), Edit(b.start_byte, b.end_byte, "ks_b[ks_j]")] +
+                          [Edit(n.start_byte, n.end_byte, "ks_acc[ks_i][ks_j]") for n in walk(body)
+                           if n.type == "identifier" and text(n) == acc])
+    if re.search(rb"\bks_(row0|col0|acc|a|b|i|j)\b", src.code):
+        return None
+    ind = indent_at(src, ret.start_byte)
+    i2, i3 = ind + "    ", ind + "        "
+    rt = " ".join(dy.type.replace("const", "").split()) or "int"
+    ct = " ".join(dx.type.replace("const", "").split()) or "int"
+    rb = " || ".join(rowbad)
+    cb = " || ".join(colbad)
+    header = code(src, loop)[:body.start_byte - loop.start_byte].strip()
+    i4 = i3 + "    "
+    epi = "\n".join(reindent(rewrite_range(src, s.start_byte, s.end_byte,
+                                           [Edit(n.start_byte, n.end_byte, "ks_acc[ks_i][ks_j]") for n in walk(s)
+                                            if n.type == "identifier" and text(n) == acc]), i4, first=True)
+                    for s in epilogue)
+    text_ = (f"// ks-optimize: {R} x {R} outputs per thread in registers, rows {by} and columns {bx} apart "
+             f"(the grid divided by {R})\n"
+             f"{ind}const {rt} ks_row0 = blockIdx.y * {by * R} + threadIdx.y;\n"
+             f"{ind}const {ct} ks_col0 = blockIdx.x * {bx * R} + threadIdx.x;\n"
+             f"{ind}{acc_t} ks_acc[{R}][{R}] = {{}};\n"
+             f"{ind}{header} {{\n"
+             f"{i2}{ta} ks_a[{R}];\n"
+             f"{i2}{tb} ks_b[{R}];\n"
+             f"{i2}for (int ks_i = 0; ks_i < {R}; ++ks_i) {{\n"
+             f"{i3}const {rt} {row} = ks_row0 + {by} * ks_i;\n"
+             f"{i3}ks_a[ks_i] = !({rb}) ? {raw(src, a)} : {ta}();\n"
+             f"{i2}}}\n"
+             f"{i2}for (int ks_j = 0; ks_j < {R}; ++ks_j) {{\n"
+             f"{i3}const {ct} {col} = ks_col0 + {bx} * ks_j;\n"
+             f"{i3}ks_b[ks_j] = !({cb}) ? {raw(src, b)} : {tb}();\n"
+             f"{i2}}}\n"
+             f"{i2}for (int ks_i = 0; ks_i < {R}; ++ks_i)\n"
+             f"{i3}for (int ks_j = 0; ks_j < {R}; ++ks_j) {reindent(inner, i3)}\n"
+             f"{ind}}}\n"
+             f"{ind}for (int ks_i = 0; ks_i < {R}; ++ks_i)\n"
+             f"{i2}for (int ks_j = 0; ks_j < {R}; ++ks_j) {{\n"
+             f"{i3}const {rt} {row} = ks_row0 + {by} * ks_i;\n"
+             f"{i3}const {ct} {col} = ks_col0 + {bx} * ks_j;\n"
+             f"{i3}if (!({cond})) {{\n"
+             f"{epi}\n"
+             f"{i3}}}\n"
+             f"{i2}}}")
+    edits = [Edit(ret.start_byte, sts[-1].end_byte, text_)] + grid_edits
+    return candidate(src, edits, "register_tile_outputs",
+                     f"{k.name}: {R} x {R} outputs per thread in a register tile, the operands of each k-step "
+                     f"loaded once (grid divided by {R})", excerpt=code(src, loop)[:160])
+
+
+PAIR = Pair(RegisterTileToDot, (Rewrite("register_tile_outputs", "register_tile", register_tile_outputs, prior=4.0),),
+            inverted_by=("fuse_output_passes", "register_tile_outputs"))  # the first in register_tile_per_output.py
