@@ -1,0 +1,163 @@
+"""Forward halves of the two-pass operators that had none (issue 19, Deliver 3): fuse_softmax_sweeps
+(online_softmax_to_two_pass' inverse) on max and sum sweeps written in spellings it was not written
+for, the sites it must refuse, CPU gate runs of its candidates and round trips through the backward
+half."""
+from __future__ import annotations
+
+import pytest
+
+from _operator_support import cpu_gate, read_kernel, to_fixpoint
+from mining.carriers import detect_carriers
+from mining.operators import get_operator
+from mining.operators.forward import run_rewrite
+from mining.operators.registry import inverses
+
+SOFTMAX = get_operator("online_softmax_to_two_pass")
+
+# --------------------------------------------------------------------------- fuse_softmax_sweeps
+# one thread per row, -INFINITY as the max's identity, the max written `fmaxf(x, m)`, the sum sweep
+# with its own loop variable and a named exponential
+THREAD_ROWS = """
+#include <cuda_runtime.h>
+#include <math.h>
+__global__ void softmax_thread_rows(const float* x, float* y, int M, int N) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= M) return;
+    const float* in = x + (size_t)r * N;
+    float* out = y + (size_t)r * N;
+    float mx = -INFINITY;
+    for (int c = 0; c < N; c++) mx = fmaxf(in[c], mx);
+    float denom = 0.0f;
+    for (int k = 0; k < N; k++) {
+        const float e = expf(in[k] - mx);
+        denom += e;
+    }
+    for (int c = 0; c < N; c++) out[c] = expf(in[c] - mx) / denom;
+}
+void softmax(const float* x, float* y, int M, int N) { softmax_thread_rows<<<(M + 63) / 64, 64>>>(x, y, M, N); }
+"""
+
+# one block per row: block-stride sweeps, the max reduced through a shared tree between them (so the
+# fused sum must be rescaled to the block's max), `s = s + ...` and the fast exponential
+BLOCK_ROWS = """
+#include <cuda_runtime.h>
+#include <float.h>
+#define NT 128
+__global__ void softmax_block_rows(const float* x, float* y, int M, int N) {
+    __shared__ float red[NT];
+    const int tid = threadIdx.x;
+    const float* xr = x + (size_t)blockIdx.x * N;
+    float* yr = y + (size_t)blockIdx.x * N;
+    float m = -FLT_MAX;
+    for (int j = tid; j < N; j += NT) {
+        float v = xr[j];
+        m = fmaxf(m, v);
+    }
+    red[tid] = m;
+    __syncthreads();
+    for (int h = NT / 2; h > 0; h >>= 1) {
+        if (tid < h) red[tid] = fmaxf(red[tid], red[tid + h]);
+        __syncthreads();
+    }
+    m = red[0];
+    __syncthreads();
+    float s = 0.f;
+    for (int i = tid; i < N; i += NT) {
+        float v = xr[i];
+        s = s + __expf(v - m);
+    }
+    red[tid] = s;
+    __syncthreads();
+    for (int h = NT / 2; h > 0; h >>= 1) {
+        if (tid < h) red[tid] += red[tid + h];
+        __syncthreads();
+    }
+    s = red[0];
+    for (int j = tid; j < N; j += NT) yr[j] = __expf(xr[j] - m) / s;
+}
+void softmax(const float* x, float* y, int M, int N) { softmax_block_rows<<<M, NT>>>(x, y, M, N); }
+"""
+
+
+def test_thread_per_row_sweeps_fuse(tmp_path):
+    assert inverses("online_softmax_to_two_pass") == ["fuse_softmax_sweeps"]
+    mats = run_rewrite("fuse_softmax_sweeps", THREAD_ROWS)
+    assert len(mats) == 1 and mats[0].carrier == "online_softmax"
+    new = mats[0].source
+    assert ("    float denom = 0.0f;\n    for (int c = 0; c < N; c++) {\n        float ks_mx = fmaxf(mx, in[c]);\n"
+            "        denom = denom * expf(mx - ks_mx) + (expf(in[c] - ks_mx));\n        mx = ks_mx;\n    }\n"
+            "    for (int c = 0; c < N; c++) out[c]") in new
+    assert "for (int k" not in new and "ks_mx_own" not in new  # nothing reduces the max: no rescale after
+    assert "online_softmax" in detect_carriers(new)
+    assert cpu_gate("softmax", THREAD_ROWS, tmp_path / "a").passed
+    assert cpu_gate("softmax", new, tmp_path / "b").passed
+
+
+def test_block_stride_sweeps_fuse_and_rescale_to_the_block_max(tmp_path):
+    mats = run_rewrite("fuse_softmax_sweeps", BLOCK_ROWS)
+    assert len(mats) == 1
+    new = mats[0].source
+    assert ("    float s = 0.f;\n    for (int j = tid; j < N; j += NT) {\n        float v = xr[j];\n"
+            "        float ks_mx = fmaxf(m, v);\n        s = s * __expf(m - ks_mx) + __expf(v - ks_mx);\n"
+            "        m = ks_mx;\n    }\n    const float ks_m_own = m;\n    red[tid] = m;") in new
+    assert "    __syncthreads();\n    s = s * __expf(ks_m_own - m);\n    red[tid] = s;" in new
+    assert "for (int i" not in new
+    assert cpu_gate("softmax", BLOCK_ROWS, tmp_path / "a").passed
+    assert cpu_gate("softmax", new, tmp_path / "b").passed
+
+
+def test_round_trip_through_the_operators_own_form(tmp_path):
+    # the corpus expert walked back (max sweep, max reductions, barrier, sum sweep, sum reductions),
+    # both VEC branches of each sweep fused, the sum rescaled once after the max's reductions
+    two = read_kernel("softmax")
+    two, _ = to_fixpoint(get_operator("drop_unroll_pragma"), two)
+    two, n = to_fixpoint(SOFTMAX, two)
+    assert n == 1 and "online_softmax" not in detect_carriers(two)
+    mats = run_rewrite("fuse_softmax_sweeps", two)
+    assert len(mats) == 1
+    fused = mats[0].source
+    assert fused.count("s = s * __expf(m - mx) + ") == 2 and fused.count("s = s * __expf(ks_m_own - m);") == 1
+    assert "online_softmax" in detect_carriers(fused)
+    assert cpu_gate("softmax", fused, tmp_path / "fwd").passed
+    back, n = to_fixpoint(SOFTMAX, fused)
+    assert n == 1 and "online_softmax" not in detect_carriers(back)
+    assert cpu_gate("softmax", back, tmp_path / "back").passed
+
+
+def test_the_corpus_expert_has_nothing_to_fuse():
+    # softmax_rows is already online; softmax_warp_rows' sum sweep rewrites the register row in place
+    assert run_rewrite("fuse_softmax_sweeps", read_kernel("softmax")) == []
+
+
+@pytest.mark.parametrize("changes", [
+    # the sum sweeps another range
+    [("i < N; i += NT", "i < N - 1; i += NT")],
+    # the sum does not start at zero
+    [("float s = 0.f;", "float s = 1.f;")],
+    # a term that is not exp(x - max)
+    [("s = s + __expf(v - m);", "s = s + __expf(v) * __expf(-m);")],
+    # the sum sweep also stores
+    [("s = s + __expf(v - m);", "yr[i] = 0.f;\n        s = s + __expf(v - m);")],
+    # something the sum sweep reads is written between the sweeps
+    [("float s = 0.f;", "float s = 0.f;\n    sc = 2.f;"), ("float v = xr[i];", "float v = xr[i] * sc;")],
+    # the partial sum is read between the sweeps
+    [("m = red[0];", "m = red[0] + s;")],
+    # the max sweep reads the sum
+    [("m = fmaxf(m, v);", "m = fmaxf(m, v + s);")],
+])
+def test_refuses(changes):
+    src = BLOCK_ROWS.replace("    float m = -FLT_MAX;", "    float m = -FLT_MAX;\n    float sc = 1.f;")
+    assert run_rewrite("fuse_softmax_sweeps", src)
+    for a, b in changes:
+        assert a in src
+        src = src.replace(a, b)
+    assert run_rewrite("fuse_softmax_sweeps", src) == []
+
+
+def test_refuses_a_sum_carried_over_by_an_enclosing_loop():
+    # s declared outside a loop over rows: a fused sweep would rescale the previous rows' sum
+    src = THREAD_ROWS.replace("    float mx = -INFINITY;", "    float denom = 0.0f;\n    for (int rep = 0; rep < 2; rep++) {\n"
+                              "    float mx = -INFINITY;").replace("    float denom = 0.0f;\n    for (int k", "    for (int k")
+    src = src.replace("/ denom;\n", "/ denom;\n    }\n")
+    assert src.count("denom = 0.0f") == 1 and "rep < 2" in src
+    assert run_rewrite("fuse_softmax_sweeps", src) == []
