@@ -1,7 +1,7 @@
 """Forward halves of the two-pass operators that had none (issue 19, Deliver 3): fuse_softmax_sweeps
-(online_softmax_to_two_pass' inverse) on max and sum sweeps written in spellings it was not written
-for, the sites it must refuse, CPU gate runs of its candidates and round trips through the backward
-half."""
+(online_softmax_to_two_pass' inverse) and chan_merge_stats (chan_stats_to_two_pass') on kernels
+written in spellings they were not written for, the sites they must refuse, CPU gate runs of their
+candidates and round trips through the backward halves."""
 from __future__ import annotations
 
 import pytest
@@ -161,3 +161,117 @@ def test_refuses_a_sum_carried_over_by_an_enclosing_loop():
     src = src.replace("/ denom;\n", "/ denom;\n    }\n")
     assert src.count("denom = 0.0f") == 1 and "rep < 2" in src
     assert run_rewrite("fuse_softmax_sweeps", src) == []
+
+
+
+# --------------------------------------------------------------------------- chan_merge_stats
+CHAN = get_operator("chan_stats_to_two_pass")
+
+# one block per row, block-stride sweeps over global memory, two serial folds over plain sums: the
+# slot holds the thread's sum (not count * mean), loads in the other order, `w++`, two statements
+# for the first slot stores, a parenthesised guarded mean, the deviations' fold without braces
+FOLDS = """
+#include <cuda_runtime.h>
+#define BS 128
+__global__ void ln_rows(const float* x, const float* g, const float* b, float* y, int N, float eps) {
+    __shared__ float s_cnt[BS];
+    __shared__ float s_acc[BS];
+    __shared__ float s_sq[BS];
+    const int tid = threadIdx.x;
+    const float* row = x + (size_t)blockIdx.x * N;
+    float* out = y + (size_t)blockIdx.x * N;
+    float local = 0.f;
+    int seen = 0;
+    for (int j = tid; j < N; j += BS) {
+        local += row[j];
+        seen++;
+    }
+    float count = (float)seen;
+    float acc = local;
+    s_cnt[tid] = count;
+    s_acc[tid] = acc;
+    __syncthreads();
+    acc = s_acc[0];
+    count = s_cnt[0];
+    for (int w = 1; w < BS; w++) {
+        count += s_cnt[w];
+        acc += s_acc[w];
+    }
+    acc = (count > 0.f) ? (acc / count) : 0.f;
+    float var_acc = 0.f;
+    for (int j = tid; j < N; j += BS) {
+        const float d = row[j] - acc;
+        var_acc += d * d;
+    }
+    s_sq[tid] = var_acc;
+    __syncthreads();
+    var_acc = s_sq[0];
+    for (int w = 1; w < BS; w++) var_acc += s_sq[w];
+    const float rstd = rsqrtf(var_acc / (float)N + eps);
+    for (int j = tid; j < N; j += BS) out[j] = (row[j] - acc) * rstd * g[j] + b[j];
+}
+void layernorm(const float* x, const float* gamma, const float* beta, float* y, int M, int N, float eps) {
+    ln_rows<<<M, BS>>>(x, gamma, beta, y, N, eps);
+}
+"""
+
+
+def test_hand_written_folds_become_one_chan_merge(tmp_path):
+    assert inverses("chan_stats_to_two_pass") == ["chan_merge_stats"]
+    mats = run_rewrite("chan_merge_stats", FOLDS)
+    assert len(mats) == 1 and mats[0].carrier == "single_pass_stats"
+    new = mats[0].source
+    assert ("    ks_stats ks_s;\n    ks_s.n = (float)seen;\n    ks_s.mean = ((float)seen) > 0.0f ? (local) / ((float)seen) : 0.0f;\n"
+            "    ks_s.m2 = 0.0f;\n    for (int j = tid; j < N; j += BS) {\n        const float d = row[j] - ks_s.mean;\n"
+            "        ks_s.m2 += d * d;\n    }\n"
+            "    { s_cnt[tid] = ks_s.n; s_acc[tid] = ks_s.mean; s_sq[tid] = ks_s.m2; }\n    __syncthreads();\n") in new
+    assert "ks_s = ks_chan_merge(ks_s, ks_o); }\n    const float rstd = rsqrtf(ks_s.m2 / (float)N + eps);" in new
+    assert "(row[j] - ks_s.mean) * rstd" in new and "var_acc" not in new and "count +=" not in new
+    assert new.index("struct ks_stats") < new.index("__global__ void ln_rows")
+    assert "single_pass_stats" in detect_carriers(new)
+    assert cpu_gate("layernorm", FOLDS, tmp_path / "a").passed
+    assert cpu_gate("layernorm", new, tmp_path / "b").passed
+    # the backward half reads it back as two folds over plain sums, again correct
+    back, n = to_fixpoint(CHAN, new)
+    assert n == 1 and "ks_chan_merge" not in back and "ks_s." not in back
+    assert cpu_gate("layernorm", back, tmp_path / "c").passed
+
+
+def test_chan_round_trip_through_the_operators_own_form(tmp_path):
+    two = read_kernel("layernorm")
+    for name in ("block_reduce_to_serial", "chan_stats_to_two_pass"):
+        two, n = to_fixpoint(get_operator(name), two)
+        assert n == 1
+    assert "merge(" not in two
+    mats = run_rewrite("chan_merge_stats", two)
+    assert len(mats) == 1
+    merged = mats[0].source
+    assert "ks_sq" not in merged and "ks_mean" not in merged and "const float mean = ks_s.mean;" in merged
+    assert cpu_gate("layernorm", merged, tmp_path / "fwd").passed
+    back, n = to_fixpoint(CHAN, merged)
+    assert n == 1
+    # the operator's own form again, but for the (now unused) struct it leaves and blank lines
+    assert back.replace("struct ks_stats { float n, mean, m2; };", "").split() == two.split()
+
+
+@pytest.mark.parametrize("change", [
+    # the deviations read the count (it would be the thread's own count after the rewrite)
+    ("var_acc += d * d;", "var_acc += d * d / count;"),
+    # the deviation sweep also stores
+    ("var_acc += d * d;", "var_acc += d * d;\n        out[j] = d;"),
+    # the squares reset rather than accumulated
+    ("var_acc += d * d;", "var_acc = d * d;"),
+    # an unguarded mean (an empty block would divide by zero where Chan's merge keeps 0)
+    ("acc = (count > 0.f) ? (acc / count) : 0.f;", "acc = acc / count;"),
+    # the folds run over different slot counts
+    ("for (int w = 1; w < BS; w++) var_acc", "for (int w = 1; w < BS / 2; w++) var_acc"),
+    # the deviations start from a non-zero value
+    ("float var_acc = 0.f;", "float var_acc = 1.f;"),
+    # the block's mean is written after the reductions
+    ("const float rstd", "acc += 1.f;\n    const float rstd"),
+    # a slot array read again later
+    ("const float rstd", "var_acc += s_acc[1] * 0.f;\n    const float rstd"),
+])
+def test_chan_refuses(change):
+    assert change[0] in FOLDS
+    assert run_rewrite("chan_merge_stats", FOLDS.replace(*change)) == []
