@@ -1,5 +1,6 @@
 """Forward halves of the two-pass operators that had none (issue 19, Deliver 3): fuse_softmax_sweeps
-(online_softmax_to_two_pass' inverse) and chan_merge_stats (chan_stats_to_two_pass') on kernels
+(online_softmax_to_two_pass' inverse), chan_merge_stats (chan_stats_to_two_pass') and
+fuse_rescale_passes (online_rescale_to_two_pass') on kernels
 written in spellings they were not written for, the sites they must refuse, CPU gate runs of their
 candidates and round trips through the backward halves."""
 from __future__ import annotations
@@ -275,3 +276,89 @@ def test_chan_round_trip_through_the_operators_own_form(tmp_path):
 def test_chan_refuses(change):
     assert change[0] in FOLDS
     assert run_rewrite("chan_merge_stats", FOLDS.replace(*change)) == []
+
+
+
+# --------------------------------------------------------------------------- fuse_rescale_passes
+RESCALE = get_operator("online_rescale_to_two_pass")
+
+# one thread per query row, scalar running max, the two sweeps apart (the accumulators are set up
+# between them), the max written `m = fmaxf(m, x)` and the accumulation `l += p`, `o[d] += ...`
+NAIVE = read_kernel("attention_fwd", "naive.cu")
+# the same respelled: the max's arguments swapped, `l = l + p`, `o[d] = o[d] + ...`, exp2f of a
+# pre-scaled score
+RESPELLED = NAIVE.replace("m = fmaxf(m, s * scale);", "m = fmaxf(s * scale, m);").replace(
+    "l += p;", "l = l + p;").replace("o[d] += p * V", "o[d] = o[d] + p * V").replace(
+    "float p = expf(s * scale - m);", "float p = exp2f((s * scale - m) * 1.44269504f);")
+
+
+def test_naive_sweeps_fuse_into_a_flash_loop(tmp_path):
+    assert inverses("online_rescale_to_two_pass") == ["fuse_rescale_passes"]
+    mats = run_rewrite("fuse_rescale_passes", NAIVE)
+    assert len(mats) == 1 and mats[0].carrier == "online_softmax"
+    new = mats[0].source
+    assert new.count("for (int j = 0; j < S; ++j)") == 1
+    assert ("        const float ks_m_new = fmaxf(m, s * scale);\n        const float ks_alpha = expf(m - ks_m_new);\n"
+            "        for (int ks_i0 = 0; ks_i0 < HEAD_DIM; ++ks_i0) o[ks_i0] *= ks_alpha;\n"
+            "        float p = expf(s * scale - ks_m_new);\n        l = l * ks_alpha + p;\n") in new
+    assert "        m = ks_m_new;\n    }\n    for (int d = 0; d < HEAD_DIM; ++d) O[" in new
+    assert "online_softmax" in detect_carriers(new)
+    assert cpu_gate("attention_fwd", new, tmp_path / "b").passed
+    # walked back: a max sweep again, and still correct
+    back, n = to_fixpoint(RESCALE, new)
+    assert n == 1 and back.count("for (int j = 0; j < S; ++j)") == 2
+    assert cpu_gate("attention_fwd", back, tmp_path / "c").passed
+
+
+def test_respelled_sweeps_fuse(tmp_path):
+    # exp2f of a scaled difference is not `EXP(x - m)`: the rescale factor is not read off it
+    assert run_rewrite("fuse_rescale_passes", RESPELLED) == []
+    src = RESPELLED.replace("float p = exp2f((s * scale - m) * 1.44269504f);", "float p = __expf(s * scale - m);")
+    mats = run_rewrite("fuse_rescale_passes", src)
+    assert len(mats) == 1
+    new = mats[0].source
+    assert "const float ks_m_new = fmaxf(m, s * scale);\n        const float ks_alpha = __expf(m - ks_m_new);" in new
+    assert "l = l * ks_alpha + p;" in new and "o[d] = o[d] + p * V" in new
+    assert cpu_gate("attention_fwd", new, tmp_path).passed
+
+
+def test_rescale_round_trip_through_the_operators_own_form(tmp_path):
+    two = read_kernel("attention_fwd")
+    two, _ = to_fixpoint(get_operator("drop_unroll_pragma"), two)
+    two, n = to_fixpoint(RESCALE, two)
+    assert n == 1 and two.count("for (int kv0 = 0; kv0 < S; kv0 += BKV)") == 2
+    mats = run_rewrite("fuse_rescale_passes", two)
+    assert len(mats) == 1 and "acc, l" in mats[0].description
+    new = mats[0].source
+    assert new.count("for (int kv0 = 0; kv0 < S; kv0 += BKV)") == 1
+    assert ("            const float m_new = fmaxf(m[r], mx);\n            const float ks_alpha = __expf(m[r] - m_new);\n"
+            "            for (int ks_i0 = 0; ks_i0 < 8; ++ks_i0) acc[r][ks_i0] *= ks_alpha;\n") in new
+    assert "l[r] = l[r] * ks_alpha + rs;\n            m[r] = m_new;\n        }" in new
+    assert "online_softmax" in detect_carriers(new)
+    assert cpu_gate("attention_fwd", new, tmp_path / "fwd").passed
+    back, n = to_fixpoint(RESCALE, new)
+    assert n == 1 and back.count("for (int kv0 = 0; kv0 < S; kv0 += BKV)") == 2
+    assert cpu_gate("attention_fwd", back, tmp_path / "back").passed
+
+
+@pytest.mark.parametrize("change", [
+    # an accumulation the exponentials do not feed (it would be rescaled all the same)
+    ("l += p;", "l += p;\n        seen += 1.0f;"),
+    # an output written inside the sweep
+    ("l += p;", "l += p;\n        O[(size_t)row * HEAD_DIM] = l;"),
+    # an accumulator scaled, not added to
+    ("l += p;", "l += p;\n        o[0] *= 0.5f;"),
+    # the running max changed between the sweeps
+    ("float l = 0.0f, seen = 0.0f;", "float l = 0.0f, seen = 0.0f;\n    m = fmaxf(m, 0.0f);"),
+    # the sweeps over other keys
+    ("    for (int j = 0; j < S; ++j) {\n        float s = 0.0f;\n        for (int d = 0; d < HEAD_DIM; ++d) s += q[d] "
+     "* K[head + (size_t)j * HEAD_DIM + d];\n        float p",
+     "    for (int j = 1; j < S; ++j) {\n        float s = 0.0f;\n        for (int d = 0; d < HEAD_DIM; ++d) s += q[d] "
+     "* K[head + (size_t)j * HEAD_DIM + d];\n        float p"),
+    # the max sweep leaves early
+    ("m = fmaxf(m, s * scale);", "m = fmaxf(m, s * scale);\n        if (m > 1e30f) break;"),
+])
+def test_rescale_refuses(change):
+    src = NAIVE.replace("float l = 0.0f;", "float l = 0.0f, seen = 0.0f;")
+    assert change[0] in src and run_rewrite("fuse_rescale_passes", src)
+    assert run_rewrite("fuse_rescale_passes", src.replace(*change)) == []
