@@ -1,6 +1,7 @@
 """Forward halves of the two-pass operators that had none (issue 19, Deliver 3): fuse_softmax_sweeps
 (online_softmax_to_two_pass' inverse), chan_merge_stats (chan_stats_to_two_pass') and
-fuse_rescale_passes (online_rescale_to_two_pass') on kernels
+fuse_rescale_passes (online_rescale_to_two_pass') and double_buffer_tiles (double_to_single_buffer')
+on kernels
 written in spellings they were not written for, the sites they must refuse, CPU gate runs of their
 candidates and round trips through the backward halves."""
 from __future__ import annotations
@@ -362,3 +363,90 @@ def test_rescale_refuses(change):
     src = NAIVE.replace("float l = 0.0f;", "float l = 0.0f, seen = 0.0f;")
     assert change[0] in src and run_rewrite("fuse_rescale_passes", src)
     assert run_rewrite("fuse_rescale_passes", src.replace(*change)) == []
+
+
+
+# --------------------------------------------------------------------------- double_buffer_tiles
+SINGLE = get_operator("double_to_single_buffer")
+
+# a hand-written tiled matmul: direct element fills (no lambdas), the next step's offset in a local,
+# the refill under a guard, `t++`, no stage variable
+TILED = """
+#include <cuda_runtime.h>
+#define TS 16
+__global__ void mm_tiles(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float sA[TS][TS];
+    __shared__ float sB[TS][TS];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row = blockIdx.y * TS + ty, col = blockIdx.x * TS + tx;
+    const int nt = (K + TS - 1) / TS;
+    float acc = 0.0f;
+    sA[ty][tx] = (row < M && tx < K) ? A[row * K + tx] : 0.0f;
+    sB[ty][tx] = (ty < K && col < N) ? B[ty * N + col] : 0.0f;
+    __syncthreads();
+    for (int t = 0; t < nt; t++) {
+        for (int k = 0; k < TS; ++k) acc += sA[ty][k] * sB[k][tx];
+        __syncthreads();
+        if (t + 1 < nt) {
+            const int k0 = (t + 1) * TS;
+            sA[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;
+            sB[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;
+        }
+        __syncthreads();
+    }
+    if (row < M && col < N) C[row * N + col] = acc;
+}
+void tiled_matmul(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 grid((N + TS - 1) / TS, (M + TS - 1) / TS), block(TS, TS);
+    mm_tiles<<<grid, block>>>(A, B, C, M, N, K);
+}
+"""
+
+
+def test_hand_written_refill_gets_two_stages(tmp_path):
+    assert inverses("double_to_single_buffer") == ["double_buffer_tiles"]
+    mats = run_rewrite("double_buffer_tiles", TILED)
+    assert len(mats) == 1 and mats[0].carrier == "double_buffer"
+    new = mats[0].source
+    assert "__shared__ float sA[2][TS][TS];" in new and "__shared__ float sB[2][TS][TS];" in new
+    assert "sA[0][ty][tx] = (row < M && tx < K)" in new
+    assert "acc += sA[t & 1][ty][k] * sB[t & 1][k][tx];\n        if (t + 1 < nt) {" in new  # one barrier fewer
+    assert "sA[(t + 1) & 1][ty][tx] = (row < M && k0 + tx < K)" in new
+    assert "sB[(t + 1) & 1][ty][tx]" in new and new.count("__syncthreads();") == 2
+    assert "double_buffer" in detect_carriers(new)
+    assert cpu_gate("tiled_matmul", TILED, tmp_path / "a").passed
+    assert cpu_gate("tiled_matmul", new, tmp_path / "b").passed
+    # walked back: one stage and the barrier before the refill again
+    back, n = to_fixpoint(SINGLE, new)
+    assert n == 2 and cpu_gate("tiled_matmul", back, tmp_path / "c").passed
+    assert "__syncthreads();  // one stage" in back
+    assert run_rewrite("double_buffer_tiles", back)[0].source == new  # and forward again
+
+
+def test_double_buffer_round_trip_through_the_operators_own_form(tmp_path):
+    # the corpus sgemm walked back to one stage (lambda fills, `cur = kt & 1`) is the expert again
+    expert = read_kernel("sgemm")
+    single, n = to_fixpoint(SINGLE, expert)
+    assert n == 2 and "As[2]" not in single
+    mats = run_rewrite("double_buffer_tiles", single)
+    assert len(mats) == 1 and mats[0].source == expert
+    assert cpu_gate("sgemm", mats[0].source, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # no barrier between the reads and the refill: nothing to drop, the loop is not the refill form
+    ("acc += sA[ty][k] * sB[k][tx];\n        __syncthreads();\n", "acc += sA[ty][k] * sB[k][tx];\n"),
+    # no barrier after the refill
+    ("        }\n        __syncthreads();\n    }\n", "        }\n    }\n"),
+    # the refill is read in the same step
+    ("        }\n        __syncthreads();\n    }\n", "        }\n        __syncthreads();\n        acc += sA[0][0];\n    }\n"),
+    # the loop refills another part of the tile than the prologue filled
+    ("            sA[ty][tx] = (row < M && k0", "            sA[tx][ty] = (row < M && k0"),
+    # a tile read after the loop (which stage holds it is not plain)
+    ("    if (row < M && col < N) C", "    acc += sA[0][0] * 0.0f;\n    if (row < M && col < N) C"),
+    # the loop starts at step 1
+    ("for (int t = 0; t < nt; t++)", "for (int t = 1; t < nt; t++)"),
+])
+def test_double_buffer_refuses(change):
+    assert change[0] in TILED
+    assert run_rewrite("double_buffer_tiles", TILED.replace(*change)) == []
