@@ -36,12 +36,15 @@ holds `float n = fmaxf(M, x); ... M = n;` in one block, or `M = fmaxf(M, x);`, t
 named ks_m_new) and a later sweep L2 with the same header become one sweep: L1 goes (with the
 barriers right after it; what lies between them, the accumulators' initialisation, stays where it
 is and may not touch M or anything L1 writes), and the block B2 of L2 under the same chain of loop
-headers as L1's block B1 becomes the merge of the two (statements both have once, loops with the
-same header merged recursively, the rest of B1 before the rest of B2, in order: both are slices of
-one original block), with the new max, `ks_alpha = EXP(M - n)` right after it, every accumulator
+headers as L1's block B1 becomes the merge of the two (statements and loops both have once; in
+the stretches between, loops with the same header whose statements are a subset one of the other
+merged recursively, the rest of B1 before the rest of B2, in order: both are slices of one original
+block; barriers never matched, so the max's exchange through a shared slot is not interleaved with
+the sum's; refused when a statement would then run twice), with the new max, `ks_alpha = EXP(M - n)` right after it, every accumulator
 rescaled: `x = x + r` / `x += r` of B2 itself becomes `x = x * ks_alpha + r`; an accumulator added
 to in a loop of B2 or after B2 is multiplied by ks_alpha right after the factor (its rows: the
-running max's index, or every element when M is a scalar); M's reads in B2 become reads of n and
+running max's index, or every element when M is a scalar or when the rows' loop runs one row,
+`r = p; r < p + 1`, and the accumulator has no row index: a register tile's pass); M's reads in B2 become reads of n and
 `M = n;` closes the block. Accumulators are the variables declared outside L2, other than shared
 memory, that L2 writes; each must be added to (`+=`, `x = x + r`) with a value fed by the
 exponentials (data flow through locals, arrays and shared tiles from B2's reads of M).
@@ -497,31 +500,52 @@ def _ancestors(n: Node, stop: Node):
 
 def _merge(src: Source, a: list[Node], b: list[Node], key_b: Callable[[str], str]) -> Optional[list[tuple]]:
     """Interleave the max pass' statements `a` with the accumulation pass' `b` (both slices of one
-    original block, in its order): equal statements once, loops with the same header merged
-    recursively, the rest of `a` before the rest of `b` -> [(origin, node, merged children)]."""
+    original block, in its order) -> [(origin, node, merged children)]: statements (and whole
+    loops) equal in both once; in the stretches between, loops with the same header whose bodies'
+    statements are a subset one of the other merged recursively, the rest of `a` before the rest
+    of `b`. Barriers are never matched (each pass keeps its own, so two exchanges through one slot
+    are not interleaved). None when a statement would run twice (a wrong pairing)."""
     import difflib
-    def key(n: Node, own: bool) -> str:
-        if n.type == "for_statement":
-            return "for " + _header_of(src, n)
+
+    def text_of(n: Node, own: bool) -> str:
         t = _norm(src.code[n.start_byte:n.end_byte].decode("utf-8", "replace"))
         return t if own else key_b(t)
-    ka, kb = [key(n, True) for n in a], [key(n, False) for n in b]
+
+    def key(n: Node, own: bool, i: int) -> str:
+        t = text_of(n, own)
+        return f"{'ab'[not own]}#{i}" if _BARRIER.fullmatch(t) else t
+
+    def stmts(n: Node, own: bool) -> set[str]:
+        return {text_of(x, own) for x in _leaves(n.child_by_field_name("body"))}
+
+    ka, kb = [key(n, True, i) for i, n in enumerate(a)], [key(n, False, i) for i, n in enumerate(b)]
     out: list[tuple] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ka, kb, autojunk=False).get_opcodes():
         if op == "equal":
             for x, y in zip(a[i1:i2], b[j1:j2]):
-                if x.type == "for_statement":
-                    sub = _merge(src, _children(x.child_by_field_name("body")), _children(y.child_by_field_name("body")),
-                                 key_b)
-                    if sub is None:
-                        return None
-                    out.append(("loop", x, sub))
-                elif x.type in ("if_statement", "compound_statement", "while_statement", "do_statement"):
-                    out.append(("b", y, None))
-                else:
-                    out.append(("a", x, None))
+                out.append(("a", x, None) if x.type in ("expression_statement", "declaration") else ("b", y, None))
             continue
-        out += [("a", x, None) for x in a[i1:i2]] + [("b", y, None) for y in b[j1:j2]]
+        ra, rb, q = a[i1:i2], b[j1:j2], 0
+        for x in ra:
+            y = next((rb[t] for t in range(q, len(rb)) if x.type == "for_statement" and rb[t].type == "for_statement"
+                      and _header_of(src, x) == _header_of(src, rb[t]) and
+                      (stmts(x, True) <= stmts(rb[t], False) or stmts(rb[t], False) <= stmts(x, True))), None)
+            if y is None:
+                out.append(("a", x, None))
+                continue
+            t = next(t for t in range(q, len(rb)) if same(rb[t], y))
+            sub = _merge(src, _children(x.child_by_field_name("body")), _children(y.child_by_field_name("body")), key_b)
+            if sub is None:
+                return None
+            out += [("b", z, None) for z in rb[q:t]] + [("loop", x, sub)]
+            q = t + 1
+        out += [("b", z, None) for z in rb[q:]]
+    # a statement of one pass left unmatched while the other has it too would run twice
+    only_a = {text_of(n, True) for o, n, _ in out if o == "a" and n.type in ("expression_statement", "declaration")}
+    only_b = {text_of(n, False) for o, n, _ in out if o == "b" and n.type in ("expression_statement", "declaration")}
+    matched = {text_of(n, True) for i, (o, n, _) in enumerate(out) if o == "a"} & set(ka) & set(kb)
+    if (only_a & only_b) - matched - {t for t in only_a if _BARRIER.fullmatch(t)}:
+        return None
     return out
 
 
@@ -663,13 +687,18 @@ def _fuse_rescale(src: Source, l1: Node, l2: Node, between: list[Node]) -> Optio
         (inplace if top else acc_after).setdefault(add.group(1), []).append(x)
     for a in set(inplace) & set(acc_after):
         acc_after[a] += inplace.pop(a)
-    # rescales of the accumulators added to after the block, at the running max's update
+    # rescales of the accumulators added to after the block, at the running max's update; when the
+    # block's row loop runs one row (`r = p; r < p + 1`), an accumulator without a row index in a
+    # loop like it belongs to that row and is rescaled whole
+    one_row = r_loop is not None and row is not None and re.fullmatch(
+        r"for \(int %s = (.+); %s < \1 \+ 1; (?:\+\+%s|%s\+\+)\)" % (row, row, row, row), _header_of(src, r_loop))
     rescale: list[str] = []
     fn_text = src.code.decode("utf-8", "replace")
     for a, sites in acc_after.items():
         dm = re.search(r"\b%s\s*((?:\[[^\]]+\]\s*)+)[,;=]" % re.escape(a), fn_text)
         dims = re.findall(r"\[([^\]]+)\]", dm.group(1)) if dm else []
         idx_all = set()
+        whole = []  # sites under a one-row loop like the block's own (a register tile's pass)
         for x in sites:
             sub = re.match(r"\w+((?:\s*\[[^\]]+\])*)", code(x))
             idxs = re.findall(r"\[\s*([^\]]+?)\s*\]", sub.group(1))
@@ -677,6 +706,12 @@ def _fuse_rescale(src: Source, l1: Node, l2: Node, between: list[Node]) -> Optio
                 return None
             if row is None:
                 continue
+            if one_row:
+                lp = next((q for q in _ancestors(x, l2) if q.type == "for_statement" and _loop_var(q) and
+                           _header_of(src, q, {_loop_var(q): row}) == _header_of(src, r_loop)), None)
+                if lp is not None and (not idxs or idxs[0] != _loop_var(lp)):
+                    whole.append(x)
+                    continue
             # the first index names the same rows as the running max's: a loop like the block's own
             if r_loop is None or (x.start_byte < b2.end_byte and idxs[0] == row):
                 if idxs[0] != row:
@@ -686,10 +721,12 @@ def _fuse_rescale(src: Source, l1: Node, l2: Node, between: list[Node]) -> Optio
             if lp is None or _header_of(src, lp, {idxs[0]: row}) != _header_of(src, r_loop):
                 return None
             idx_all.add(idxs[0])
-        if row is not None and not dims:
+        if whole and len(whole) != len(sites):
             return None
-        free = dims[1:] if row is not None else dims
-        lhs = a + (f"[{row}]" if row is not None else "")
+        if row is not None and not dims and not whole:
+            return None
+        free = dims[1:] if row is not None and not whole else dims
+        lhs = a + (f"[{row}]" if row is not None and not whole else "")
         loops = ""
         for q, dim in enumerate(free):
             loops += f"for (int ks_i{q} = 0; ks_i{q} < {_norm(dim)}; ++ks_i{q}) "

@@ -342,6 +342,22 @@ def test_rescale_round_trip_through_the_operators_own_form(tmp_path):
     assert cpu_gate("attention_fwd", back, tmp_path / "back").passed
 
 
+def test_rescale_after_the_register_tile_passes_and_exchanges(tmp_path):
+    # deeper in the walk: warp shuffles became shared exchanges between __syncwarp()s and the
+    # register tile runs in passes of one row (`r = ks_p_acc; r < ks_p_acc + 1`, acc without a row
+    # index); the max pass' exchange stays apart from the sum's, each exponential is taken once
+    two = read_kernel("attention_fwd")
+    for name in ("drop_unroll_pragma", "shuffle_to_shared", "shrink_register_tile", "online_rescale_to_two_pass"):
+        two, _ = to_fixpoint(get_operator(name), two)
+    mats = run_rewrite("fuse_rescale_passes", two)
+    assert len(mats) == 1
+    new = mats[0].source
+    assert "for (int ks_i0 = 0; ks_i0 < 8; ++ks_i0) acc[ks_i0] *= ks_alpha;" in new
+    assert new.count("s[r][c] = __expf(s[r][c] - m_new);") == 1 and "__expf(s[r][c] - m[r])" not in new
+    assert new.index("mx = fmaxf(mx, ks_xchg_float[ks_tid ^ 4]);") < new.index("ks_xchg_float[ks_tid] = rs;")
+    assert cpu_gate("attention_fwd", new, tmp_path).passed
+
+
 @pytest.mark.parametrize("change", [
     # an accumulation the exponentials do not feed (it would be rescaled all the same)
     ("l += p;", "l += p;\n        seen += 1.0f;"),
