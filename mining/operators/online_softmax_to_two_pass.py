@@ -29,7 +29,9 @@ could diverge (a block with `__syncthreads` must be the function body, with no `
 
 Forward: fuse_softmax_sweeps. A statement P1 holding max sweeps (loops whose body ends with
 `m = fmaxf(m, X);`, either argument order, or `float mx = fmaxf(m, X); m = mx;`) and a later
-statement P2 of the same shape (the same loop headers up to the loop variable's name, `if`s with
+statement P2 of the same shape (the same loop headers up to the loop variable's name, or a max
+sweep starting one element later, `m = X[first]` declared right before it: fused from the first
+element, where fmaxf(m, m) = m is an exact no-op; `if`s with
 the same condition, blocks with the same leading declarations) whose loops end with `s += T;` or
 `s = s + T;` become one online sweep: the max update grows into
 
@@ -600,13 +602,22 @@ def _fuse_loop(src: Source, sw: _Sweep, m: str, fn_names: set[str]) -> Optional[
     l1, l2 = sw.l1, sw.l2
     v1, v2 = _loop_var(l1), _loop_var(l2)
     ren = {v2: v1} if v1 and v2 else {}
-    if _header(src, l1, {}) != _header(src, l2, ren):
-        return None
+    start = None  # the max sweep starts one element later (m holds the first): it starts here too
+    h1, h2 = _header(src, l1, {}), _header(src, l2, ren)
+    if h1 != h2:
+        a, b = re.fullmatch(r"for \(int (\w+) = ([^;]+);(.*)", h1), re.fullmatch(r"for \(int (\w+) = ([^;]+);(.*)", h2)
+        if a is None or b is None or a.group(3) != b.group(3) or \
+                _norm(a.group(2)) not in (f"{_norm(b.group(2))} + 1", str(int(b.group(2)) + 1) if b.group(2).isdigit()
+                                          else None):
+            return None
+        start = _norm(b.group(2))
     s1, s2 = _stmts(l1.child_by_field_name("body")), _stmts(l2.child_by_field_name("body"))
     mu = _max_update(src, s1)
     if mu is None or mu[0] != m:
         return None
     _, x, mx, k = mu
+    if start is not None and s1[:-k]:
+        return None  # only `m = fmaxf(m, X)` alone: X at the new first index is m's own first value
     head1 = s1[:-k]
     if not s2:
         return None
@@ -673,7 +684,20 @@ def _fuse_loop(src: Source, sw: _Sweep, m: str, fn_names: set[str]) -> Optional[
         inner = outer + "    "
         rep = "{\n" + "".join(inner + ln + "\n" for ln in lines) + outer + "}"
         edit = Edit(body.start_byte, body.end_byte, rep)
-    return [edit], s, fns[0], _norm(text(l1))
+    if start is not None:
+        init = l1.child_by_field_name("initializer")
+        val = [d for d in init.named_children if d.type == "init_declarator"][0].child_by_field_name("value")
+        return [edit, Edit(val.start_byte, val.end_byte, start)], s, fns[0], _norm(rename_identifiers(x, {v1: start}))
+    return [edit], s, fns[0], ""
+
+
+def _first_value(src: Source, kids: list[Node], i: int, m: str, first: str) -> bool:
+    """m is declared right before the max sweep kids[i] with the element the sweep skips: running the
+    sweep from that element too takes fmaxf(m, m) = m there, an exact no-op."""
+    if i == 0 or kids[i - 1].type != "declaration":
+        return False
+    d = re.fullmatch(r"(?:const\s+)?float\s+(\w+)\s*=\s*(.+);", _norm(code_of(src, kids[i - 1])))
+    return d is not None and d.group(1) == m and _norm(d.group(2)) == first
 
 
 def _zero_decl(src: Source, fn: Node, s: str) -> Optional[Node]:
@@ -738,6 +762,9 @@ def _site(src: Source, k, kids: list[Node], i: int, fn_names: set[str]) -> Optio
         if len(ss) != 1:
             return None
         s = ss.pop()
+        firsts = {f[3] for f in fused if f[3]}
+        if firsts and (len(sweeps) != 1 or not _first_value(src, kids, i, m, firsts.pop())):
+            return None
         return _finish(src, k, kids, i, j, m, s, sorted(fns)[0], [e for f in fused for e in f[0]], fn_names)
     return None
 

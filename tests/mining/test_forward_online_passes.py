@@ -126,6 +126,22 @@ def test_round_trip_through_the_operators_own_form(tmp_path):
     assert cpu_gate("softmax", back, tmp_path / "back").passed
 
 
+def test_a_max_sweep_from_the_second_element_starts_at_the_first(tmp_path):
+    # the house naive softmax: m = xr[0], the max sweep from 1; fused from 0, fmaxf(m, xr[0]) = m
+    naive = read_kernel("softmax", "naive.cu")
+    mats = run_rewrite("fuse_softmax_sweeps", naive)
+    assert len(mats) == 1
+    new = mats[0].source
+    assert ("    float m = xr[0];\n    float s = 0.0f;\n    for (int j = 0; j < N; ++j) {\n"
+            "        float ks_mx = fmaxf(m, xr[j]);\n        s = s * expf(m - ks_mx) + expf(xr[j] - ks_mx);\n") in new
+    assert "j = 1" not in new
+    assert cpu_gate("softmax", new, tmp_path).passed
+    # m holding another element than the one skipped: the extra step would change the max's start
+    assert run_rewrite("fuse_softmax_sweeps", naive.replace("float m = xr[0];", "float m = xr[1];")) == []
+    # the max sweep skips two elements
+    assert run_rewrite("fuse_softmax_sweeps", naive.replace("int j = 1;", "int j = 2;")) == []
+
+
 def test_the_corpus_expert_has_nothing_to_fuse():
     # softmax_rows is already online; softmax_warp_rows' sum sweep rewrites the register row in place
     assert run_rewrite("fuse_softmax_sweeps", read_kernel("softmax")) == []
