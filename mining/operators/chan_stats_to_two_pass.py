@@ -55,6 +55,22 @@ accept. Refused: D that reads the count, writes anything but sq and its own loca
 other than by `+=`, syncs, returns or breaks; an unguarded mean; folds over different counts;
 non-zero starts; slot arrays used elsewhere; n, the mean or sq written after the folds; a count
 whose expression has effects (it is written out twice); preprocessor lines outside D.
+
+Forward, one thread's form: welford_sweep. `float mean = 0; for (int j = 0; j < B; ++j) mean += X;
+mean /= B; float sq = 0; for (int j = 0; j < B; ++j) sq += (X - mean) * (X - mean);` (or `d = X -
+mean; sq += d * d;` in a block, `j++`, `mean = mean / (float)B`, the second loop's variable named
+otherwise) becomes one sweep: `ks_x = X; ks_d = ks_x - mean; mean += ks_d / (j + 1); sq += ks_d *
+(ks_x - mean);`, the division by B gone. Why it is sound: Welford's recurrence keeps, after j + 1
+elements, their exact mean and sum of squared deviations M2 (M2 grows by d (x - mean_new) =
+d^2 j / (j + 1)), so after B elements mean and sq are what the two sweeps computed; X is a pure
+read (no effects, no call but `__ldg`), the same in both sweeps, and the count is the trip count.
+With B = 0 the mean stays 0 where the original divided 0 by 0. Floating point: the running mean
+rounds once per element instead of once per sum and the deviations use the running mean; the
+gate's tolerance must accept that reassociation. Refused: a
+divisor other than the trip count, a start other than 0, deviations from another value or over
+another range, sweeps that do more than accumulate, elements read with effects, a mean not
+starting at zero. The backward half does not read this form back (it reads Chan merges); the
+carrier detector does not name it either (it looks for `mean` / `m2` fields).
 """
 from __future__ import annotations
 
@@ -540,4 +556,96 @@ def _first(s: str) -> str:
     return m.group(0) if m else s
 
 
-PAIR = Pair(ChanStatsToTwoPass, (Rewrite("chan_merge_stats", "single_pass_stats", chan_merge_stats, prior=1.5),))
+# welford_sweep: one thread's mean sweep and deviation sweep over the same elements -> one sweep
+# of Welford's running mean and M2 (see "Forward" in the module docstring).
+
+def welford_sweep(source: str, ctx) -> list[Materialization]:
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        for block in walk(k.body):
+            if block.type != "compound_statement":
+                continue
+            kids = [c for c in block.named_children if c.type != "comment"]
+            for i in range(len(kids) - 3):
+                r = _welford_site(src, kids, i)
+                if r is not None:
+                    out.append(candidate(src, [r], "welford_sweep", f"{k.name}: the mean and the squared deviations "
+                                         f"in one sweep (Welford's running mean and M2)",
+                                         excerpt=src.excerpt(kids[i].start_byte, kids[i + 3].end_byte)))
+    return out
+
+
+def _welford_site(src: Source, kids: list, i: int) -> Optional[Edit]:
+    def ctok(n) -> str:  # comment-free tokens
+        return _tok(src.code[n.start_byte:n.end_byte].decode("utf-8", "replace"))
+    p1, fin, dq, p2 = kids[i:i + 4]
+    if p1.type != "for_statement" or p2.type != "for_statement" or dq.type != "declaration":
+        return None
+    hdr = re.compile(r"for \( int (\w+) = (.+?) ; \1 < (.+?) ; (?:\+\+ \1|\1 \+\+|\1 \+= 1) \) (.+)")
+    h1, h2 = hdr.fullmatch(ctok(p1)), hdr.fullmatch(ctok(p2))
+    if h1 is None or h2 is None or (h1.group(2), h1.group(3)) != (h2.group(2), h2.group(3)):
+        return None
+    v, a, b = h1.group(1), h1.group(2), h1.group(3)
+
+    def one(body: str) -> list[str]:
+        body = body[2:-2] if body.startswith("{ ") and body.endswith(" }") else body
+        return [x.strip() for x in body.split(";") if x.strip()]
+    b1 = one(h1.group(4))
+    if len(b1) != 1:
+        return None
+    u = re.fullmatch(r"(\w+) (?:\+= |= \1 \+ )(.+)", b1[0])
+    if u is None:
+        return None
+    mean, x = u.group(1), u.group(2)
+    if mean in _ids(x) or re.search(r"\+\+|--|[^=!<>]=[^=]", x) or re.search(r"\b(?!__ldg\b)\w+ \(", x):
+        return None  # the element must be a pure read
+    # the mean's division by the trip count
+    f = re.fullmatch(r"%s (?:/= |= %s / )(.+) ;" % (mean, mean), ctok(fin))
+    cnt = re.sub(r"^\( (?:float|double) \) ", "", f.group(1)).strip() if f else None
+    trip = b if a == "0" else None
+    if cnt is None or trip is None or cnt.replace("( ", "").replace(" )", "") != trip.replace("( ", "").replace(" )", ""):
+        return None
+    q = re.fullmatch(r"float (\w+) = (?:%s) ;" % _Z, ctok(dq))
+    if q is None:
+        return None
+    sq = q.group(1)
+    x2 = _tok(rename_identifiers(x, {v: h2.group(1)}))
+    b2 = one(h2.group(4))
+    dev = f"{x2} - {mean}"
+    w = h2.group(1)
+    forms = {(f"{sq} += ( {dev} ) * ( {dev} )",), (f"{sq} = {sq} + ( {dev} ) * ( {dev} )",)}
+    if len(b2) == 2:
+        d = re.fullmatch(r"(?:const )?float (\w+) = (.+)", b2[0])
+        if d is None or d.group(2).replace("( ", "").replace(" )", "") != dev:
+            return None
+        forms = {(b2[0], f"{sq} += {d.group(1)} * {d.group(1)}"), (b2[0], f"{sq} = {sq} + {d.group(1)} * {d.group(1)}")}
+    if tuple(b2) not in forms or w in (mean, sq):
+        return None
+    # the mean starts at zero, declared in this block before the sweep and untouched until it
+    decl = None
+    for c in kids[:i]:
+        dm = re.fullmatch(r"float (\w+) = (?:%s) ;" % _Z, ctok(c)) if c.type == "declaration" else None
+        if dm and dm.group(1) == mean:
+            decl = c
+    if decl is None or mean in _ids(src.code[decl.end_byte:p1.start_byte].decode("utf-8", "replace")):
+        return None
+    if re.search(r"\bks_(x|d)\b", src.code.decode("utf-8", "replace")):
+        return None
+    ind = line_indent(src, p1.start_byte)
+    n = f"(float)({v} + 1)"
+    hdr_text = src.code[p1.start_byte:p1.child_by_field_name("body").start_byte].decode("utf-8", "replace").strip()
+    body1 = p1.child_by_field_name("body")
+    st1 = [c for c in body1.named_children if c.type != "comment"] if body1.type == "compound_statement" else [body1]
+    xs = re.fullmatch(r"\w+\s*(?:\+=|=\s*\w+\s*\+)\s*(.+?)\s*;",
+                      _norm(src.code[st1[0].start_byte:st1[0].end_byte].decode("utf-8", "replace")))
+    if xs is None or _tok(xs.group(1)) != x:
+        return None
+    lines = [f"float {sq} = 0.0f;", f"{hdr_text} {{", f"    const float ks_x = {xs.group(1)};",
+             f"    const float ks_d = ks_x - {mean};", f"    {mean} += ks_d / {n};",
+             f"    {sq} += ks_d * (ks_x - {mean});", "}"]
+    return Edit(p1.start_byte, p2.end_byte, ("\n" + ind).join(lines))
+
+
+PAIR = Pair(ChanStatsToTwoPass, (Rewrite("chan_merge_stats", "single_pass_stats", chan_merge_stats, prior=1.5),
+                                Rewrite("welford_sweep", "single_pass_stats", welford_sweep, prior=1.3)))

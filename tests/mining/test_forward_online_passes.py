@@ -235,7 +235,7 @@ void layernorm(const float* x, const float* gamma, const float* beta, float* y, 
 
 
 def test_hand_written_folds_become_one_chan_merge(tmp_path):
-    assert inverses("chan_stats_to_two_pass") == ["chan_merge_stats"]
+    assert inverses("chan_stats_to_two_pass")[0] == "chan_merge_stats"
     mats = run_rewrite("chan_merge_stats", FOLDS)
     assert len(mats) == 1 and mats[0].carrier == "single_pass_stats"
     new = mats[0].source
@@ -294,6 +294,48 @@ def test_chan_refuses(change):
     assert change[0] in FOLDS
     assert run_rewrite("chan_merge_stats", FOLDS.replace(*change)) == []
 
+
+
+# welford_sweep: one thread's mean sweep and deviation sweep -> Welford's single sweep
+LN_NAIVE = read_kernel("layernorm", "naive.cu")
+# respelled: the deviation named in a block, `j++`, `mean = mean / (float)N`, `var = var + d * d`
+LN_RESPELLED = LN_NAIVE.replace("for (int j = 0; j < N; ++j) mean += xr[j];", "for (int j = 0; j < N; j++) { mean += xr[j]; }") \
+    .replace("mean /= N;", "mean = mean / (float)N;").replace(
+    "for (int j = 0; j < N; ++j) var += (xr[j] - mean) * (xr[j] - mean);",
+    "for (int k = 0; k < N; k++) {\n        const float d = xr[k] - mean;\n        var = var + d * d;\n    }")
+
+
+@pytest.mark.parametrize("src", [LN_NAIVE, LN_RESPELLED], ids=["naive", "respelled"])
+def test_mean_and_deviation_sweeps_become_welford(src, tmp_path):
+    assert inverses("chan_stats_to_two_pass") == ["chan_merge_stats", "welford_sweep"]
+    assert src != LN_NAIVE or "mean /= N;" in src
+    mats = run_rewrite("welford_sweep", src)
+    assert len(mats) == 1 and mats[0].carrier == "single_pass_stats"
+    new = mats[0].source
+    assert ("    float var = 0.0f;\n    for (int j = 0; j < N; ") in new
+    assert ("        const float ks_x = xr[j];\n        const float ks_d = ks_x - mean;\n"
+            "        mean += ks_d / (float)(j + 1);\n        var += ks_d * (ks_x - mean);\n    }\n    var /= N;") in new
+    assert "mean /= N" not in new and "mean = mean / (float)N" not in new
+    assert cpu_gate("layernorm", new, tmp_path).passed
+
+
+@pytest.mark.parametrize("change", [
+    # the mean divided by another count than the sweep's
+    ("mean /= N;", "mean /= (N - 1);"),
+    # deviations from another value than the mean
+    ("var += (xr[j] - mean) * (xr[j] - mean);", "var += (xr[j] - mean) * (xr[j] - 0.5f * mean);"),
+    # the deviations over another range
+    ("for (int j = 0; j < N; ++j) var", "for (int j = 1; j < N; ++j) var"),
+    # the mean not starting at zero
+    ("float mean = 0.0f;", "float mean = 1.0f;"),
+    # a sweep that does more than sum
+    ("for (int j = 0; j < N; ++j) mean += xr[j];", "for (int j = 0; j < N; ++j) { mean += xr[j]; yr[j] = 0.0f; }"),
+    # an element read with effects
+    ("mean += xr[j];", "mean += xr[j++];"),
+])
+def test_welford_refuses(change):
+    assert change[0] in LN_NAIVE
+    assert run_rewrite("welford_sweep", LN_NAIVE.replace(*change)) == []
 
 
 # --------------------------------------------------------------------------- fuse_rescale_passes
