@@ -15,8 +15,8 @@ candidate that beats the current kernel by `min_gain`, on the CPU executor (no t
 claim) the first correct one in priority order. The steps are the walk of mining/walk.py run
 forward (strategy `fastest` or `priority`, `keep_going`), with the kernel gate checker of
 mining/checker.py that mining uses too (one definition of a kernel's time). Every candidate is an
-attempt in the log, kept or dropped with the reason. When no retrieved skill has a deterministic
-materialization left (every one tried, or none applies), the step falls back to the rewrite library
+attempt in the log, kept or dropped with the reason. When no retrieved skill has a structural
+deterministic materialization left (every one tried, or none applies), the step falls back to the rewrite library
 (`library_fallback`, on by default): its rewrites not tried yet, in the no-skills baseline's order,
 recorded as coming from the library, not from a skill. It stops when the step budget (or the token
 / dollar / attempt budget) is spent or when nothing applies any more. Skills are read as records
@@ -54,7 +54,8 @@ from mining.walk import Candidate as WalkCandidate
 from mining.walk import Verdict, WalkEvent, WalkResult, backward_walk
 from mining.records import Anchor, Skill
 from retrieval.applicability import CODE_TOKEN
-from prompts.optimize_plan import candidate_key, expand_hits, fit_to_deadline, library_records, order_retrieved
+from prompts.optimize_plan import (candidate_key, expand_hits, fit_to_deadline, is_qualifier, library_records,
+                                   order_retrieved)
 
 MODES = ("skills", "no_skills", "flat_memory")
 
@@ -141,7 +142,7 @@ class Candidate(WalkCandidate):
     cost_usd: float = 0.0
     llm: dict = field(default_factory=dict)
     origin: str = "skill"  # skill | library | model (see Attempt.origin)
-    fallback: bool = False  # proposed by the library fallback (after every skill candidate)
+    fallback: bool = False  # proposed by the library fallback (after the skills' structural candidates)
     origin_why: str = ""
 
     @property
@@ -756,10 +757,15 @@ class _Run:
         cands += self._llm_candidates(cur, step, cands, unmaterialized)
         uniq = self._fresh(cands)
         fallback = None
-        if self._fallback_on() and not any(c.materializer == "deterministic" for c in uniq.values()):
-            # the skill plan is exhausted: the library's untried rewrites, after every skill candidate
+        if self._fallback_on() and not any(c.materializer == "deterministic" and not is_qualifier(c)
+                                           for c in uniq.values()):
+            # the skill plan has no structural step left: the library's untried rewrites, its structural
+            # ones before the skills' qualifiers, its qualifiers after every skill candidate
             n_det = sum(1 for c in cands if c.materializer == "deterministic")
-            why = (f"library fallback: none of the {len(retrieved)} retrieved skills has a materialization left on "
+            n_qual = sum(1 for c in uniq.values() if c.materializer == "deterministic")
+            why = (f"library fallback: none of the {len(retrieved)} retrieved skills has a structural "
+                   f"materialization left on this kernel ({n_qual} qualifier-level left)" if n_qual else
+                   f"library fallback: none of the {len(retrieved)} retrieved skills has a materialization left on "
                    f"this kernel ({n_det} materialized, all tried, failing or not faster)" if n_det else
                    f"library fallback: none of the {len(retrieved)} retrieved skills materializes on this kernel")
             lib, _ = self._materialize(retrieve(self._library(), cur, self.axes, config.k), cur, "library")
@@ -992,9 +998,11 @@ class _Run:
             library_fallback={"enabled": self._fallback_on(), "proposed_at_steps": self.fallback_steps,
                               "kept_steps": [s["step"] for s in self.lineage[1:] if s.get("origin") == "library"
                                              and s.get("origin_why")],
-                              "why": "when no retrieved skill has a deterministic materialization left, the rewrite "
-                                     "library's untried rewrites are gated (no-skills order), after every skill "
-                                     "candidate; a kept one is recorded with origin 'library', not a skill"})
+                              "why": "when no retrieved skill has a structural deterministic materialization left, "
+                                     "the rewrite library's untried rewrites are gated (no-skills order): its "
+                                     "structural ones after the skills' structural candidates and before their "
+                                     "qualifiers, its qualifiers last; a kept one is recorded with origin 'library', "
+                                     "not a skill"})
 
 
 def _gated(attempts: list[Attempt]) -> int:

@@ -10,12 +10,13 @@ then the qualifiers, then the skills whose site no detector found (a forward rew
 one). ``candidate_key`` orders the materialized candidates by that plan, so the per-step slice of
 candidates gated in parallel holds the structural steps first.
 
-The library fallback: when no retrieved skill has a deterministic materialization left at a step
-(every one tried, failed twice or not faster twice, or none applies), the step's candidates come
-from the rewrite library instead (``library_records``: one record per carrier the forward rewrites
-serve, no mined evidence), in the order the no-skills baseline uses (``baseline_order`` "library":
-each rewrite's prior). ``candidate_key`` puts them after every skill candidate, LLM ones included,
-so a skill that applies is always gated first.
+The library fallback: when no retrieved skill has a structural deterministic materialization left at
+a step (every one tried, failed twice or not faster twice, or none applies; qualifier-level ones may
+be left), the step's candidates include the rewrite library (``library_records``: one record per
+carrier the forward rewrites serve, no mined evidence), in the order the no-skills baseline uses
+(``baseline_order`` "library": each rewrite's prior). ``candidate_key`` puts the library's structural
+rewrites after the skills' structural candidates (LLM ones included) and before the skills'
+qualifiers, and the library's qualifiers last (issue 20: structural steps first).
 
 ``fit_to_deadline`` trims a step's candidates to what the time left can gate, from the seconds a
 gated candidate has taken so far in this run: a step that starts just before the time limit does
@@ -94,18 +95,35 @@ def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
     return out
 
 
-# candidate_key's tiers: a skill's deterministic materializations, then LLM ones, then the library fallback
-LLM_TIER, FALLBACK_TIER = 10 ** 6, 2 * 10 ** 6
+# candidate_key's tiers (issue 20: the budget goes to structural steps first): a skill's structural
+# deterministic materializations (by plan rank), then LLM materializations of structural skills (the
+# skills no rewrite covers), then the library fallback's structural rewrites, then qualifier-level
+# candidates (restrict, unroll, ldg, launch bounds, fast math, cache hints) of the skills, deterministic
+# then LLM, then the library's qualifiers. A qualifier skill kept first used to hold the library's
+# structural rewrites back until every qualifier was spent (cuda_samples_matrixMul on the H100).
+LLM_TIER, LIB_STRUCT_TIER, QUAL_TIER, LLM_QUAL_TIER, FALLBACK_TIER = (3 * 10 ** 5, 4 * 10 ** 5, 5 * 10 ** 5,
+                                                                      6 * 10 ** 5, 2 * 10 ** 6)
+
+
+def is_qualifier(c: Any) -> bool:
+    """A candidate that introduces a qualifier-level carrier (retrieval/value.py QUALIFIERS): by its
+    rewrite's carrier; an LLM candidate (no registered rewrite) by its skill's carrier."""
+    try:
+        return get_rewrite(c.rewrite).carrier in QUALIFIERS
+    except KeyError:
+        skill = getattr(c, "skill", None)
+        return (skill.carrier if skill is not None else c.carrier) in QUALIFIERS
 
 
 def candidate_key(c: Any) -> tuple:
-    """Sort key of a materialized candidate: the rank of its skill in the plan (structural steps
-    come first there), then the rewrite's prior (expected effect). LLM candidates (rank 0) follow
-    the plan's steps; library-fallback candidates follow everything, in library order."""
+    """Sort key of a materialized candidate: its tier (above), then the rank of its skill in the
+    plan (structural steps come first there), then the rewrite's prior (expected effect)."""
+    qual = is_qualifier(c)
     if getattr(c, "fallback", False):
-        return (FALLBACK_TIER + c.rank, -c.prior)
-    rank = c.rank if c.rank else LLM_TIER
-    return (rank, -c.prior)
+        return ((FALLBACK_TIER if qual else LIB_STRUCT_TIER) + c.rank, -c.prior)
+    if not c.rank:
+        return (LLM_QUAL_TIER if qual else LLM_TIER, -c.prior)
+    return ((QUAL_TIER if qual else 0) + c.rank, -c.prior)
 
 
 def library_records() -> list[Skill]:

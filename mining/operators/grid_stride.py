@@ -45,6 +45,7 @@ from mining.operators.rewrite_util import splice_range
 from mining.operators.nodes import (IndexDecl, Kernel, bare_jumps, code, global_index_axis, has_loop, indent_at, int_value,
                                     index_decls, kernel_launches, kernels, loop_var, raw, reindent, returns_or_syncs, split_top,
                                     statements, strip_parens)
+from corpora.code.nodes import declarator_name
 from corpora.code.parse import text
 
 
@@ -253,9 +254,12 @@ class OneElement:
     rest_end: int
     drop_guard: Optional[Node]  # the early-return guard to delete
     unwrap: Optional[Node] = None  # `if (i < n) S` whose only condition is the bound: the loop body is S
+    hoist: tuple = ()  # declarations between the index and its early-return guard (the bound's terms): before the loop
 
 
-def one_element(src: Source, k: Kernel) -> Optional[OneElement]:
+def one_element(src: Source, k: Kernel, loops: bool = False) -> Optional[OneElement]:
+    """`loops`: the element's work may hold a loop of its own (a word's bytes, a row's entries); the
+    grid-stride loop wraps it unchanged. Off for grid_stride itself, whose gain is in a flat body."""
     c = code(src, k.body)
     if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|__syncthreads|__shared__|__shfl", c):
         return None
@@ -272,8 +276,25 @@ def one_element(src: Source, k: Kernel) -> Optional[OneElement]:
     others = [s for s in sts if s.start_byte != d.stmt.start_byte]
     if any(re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", code(src, s)) for s in others):
         return None
-    first = rest[0]
     i = re.escape(d.name)
+    # `T i = gidx; const long long total = n * c; if (i >= total) return;`: declarations of loop-invariant
+    # values (no index, no side effect) before the guard move before the loop
+    hoist = []
+    while len(rest) > 1 and rest[0].type == "declaration" and not re.search(
+            r"\b%s\b|\+\+|--|\w\s*\(" % i, code(src, rest[0])) and rest[1].type in ("declaration", "if_statement"):
+        hoist.append(rest[0])
+        rest = rest[1:]
+    first = rest[0]
+    # only before an early-return guard, and only values never written again (one per thread, not per element)
+    names = [declarator_name(x) for h in hoist for x in h.named_children if x.type == "init_declarator"]
+    later = code(src, k.body)[rest[0].start_byte - k.body.start_byte:] if hoist else ""
+    if hoist and (not (first.type == "if_statement" and first.child_by_field_name("alternative") is None and
+                       re.fullmatch(r"\{?\s*return\s*;\s*\}?", code(src, first.child_by_field_name("consequence"))))
+                  or None in names or len(names) != sum(len([x for x in h.named_children if x.type in (
+                      "init_declarator", "identifier")]) for h in hoist)
+                  or any(re.search(r"(\+\+|--)\s*%s\b|\b%s\s*(\+\+|--|[-+*/%%&|^]?=(?!=)|\[)" % (n, n), later)
+                         for n in names)):
+        return None
     if first.type == "if_statement" and first.child_by_field_name("alternative") is None:
         cond = strip_parens(code(src, first.child_by_field_name("condition")))
         cons = first.child_by_field_name("consequence")
@@ -282,9 +303,9 @@ def one_element(src: Source, k: Kernel) -> Optional[OneElement]:
             if not m:
                 return None
             body = rest[1:]
-            if not body or any(returns_or_syncs(src, s) or bare_jumps(src, s) or has_loop(s) for s in body):
+            if not body or any(returns_or_syncs(src, s) or bare_jumps(src, s) or (has_loop(s) and not loops) for s in body):
                 return None
-            return OneElement(k, d, m.group(1), body[0].start_byte, body[-1].end_byte, first)
+            return OneElement(k, d, m.group(1), body[0].start_byte, body[-1].end_byte, first, hoist=tuple(hoist))
     # guard form: the last statement is `if (i < n && ...) ...` and everything is inside the loop
     last = rest[-1]
     if last.type != "if_statement" or last.child_by_field_name("alternative") is not None:
@@ -296,10 +317,34 @@ def one_element(src: Source, k: Kernel) -> Optional[OneElement]:
         if m:
             bound = m.group(1)
             break
-    if bound is None or any(returns_or_syncs(src, s) or bare_jumps(src, s) or has_loop(s) for s in rest):
+    if bound is None or any(returns_or_syncs(src, s) or bare_jumps(src, s) or (has_loop(s) and not loops)
+                                for s in rest):
         return None
     unwrap = last if len(split_top(cond, "&&")) == 1 else None
     return OneElement(k, d, bound, rest[0].start_byte, rest[-1].end_byte, None, unwrap)
+
+
+def unguarded_element(src: Source, k: Kernel) -> Optional[OneElement]:
+    """`T i = gidx; S1; S2; ...` with no bound at all (the launch sizes the data: every thread of the
+    grid has an element): straight-line statements (declarations and expressions, no control flow),
+    no thread or block index outside the declaration, no cooperation. Its bound is the grid's
+    thread count, `(long long)gridDim.x * blockDim.x`: valid as long as the launch stays as it is
+    (the caller must not clamp the grid)."""
+    c = code(src, k.body)
+    if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|__syncthreads|__shared__|__shfl|\breturn\b", c):
+        return None
+    decls = [d for d in index_decls(src, k) if d.axis == "x"]
+    if len(decls) != 1:
+        return None
+    d = decls[0]
+    sts = statements(k.body)
+    pos = next(i for i, s in enumerate(sts) if s.start_byte == d.stmt.start_byte)
+    rest = sts[pos + 1:]
+    if not rest or any(s.type not in ("expression_statement", "declaration") for s in sts):
+        return None
+    if any(re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b|[?]", code(src, s)) for s in sts if s is not d.stmt):
+        return None
+    return OneElement(k, d, "(long long)gridDim.x * blockDim.x", rest[0].start_byte, rest[-1].end_byte, None)
 
 
 def _stride_expr(ty: str) -> str:
@@ -321,8 +366,9 @@ def grid_stride_edits(src: Source, oe: OneElement) -> list[Edit]:
         body = rewrite_range(src, oe.rest_start, oe.rest_end, edits)
     else:
         body = rewrite_range(src, oe.rest_start, oe.rest_end, [])
-    loop = (f"for ({ty} {d.name} = {raw(src, d.value)}; {d.name} < {oe.bound}; {d.name} += {_stride_expr(ty)}) {{\n"
-            f"{reindent(body, ind + '    ', first=True)}\n{ind}}}")
+    loop = "".join(f"{raw(src, h).strip()}\n{ind}" for h in oe.hoist)
+    loop += (f"for ({ty} {d.name} = {raw(src, d.value)}; {d.name} < {oe.bound}; {d.name} += {_stride_expr(ty)}) {{\n"
+             f"{reindent(body, ind + '    ', first=True)}\n{ind}}}")
     return [Edit(d.stmt.start_byte, oe.rest_end, loop)]
 
 

@@ -213,9 +213,12 @@ def block_dims(src: Source, launch: Launch) -> Optional[tuple[int, int, int]]:
         args = m.group(1)
     elif re.fullmatch(r"\w+", b) and launch.host is not None:
         host = src.func_code(launch.host).decode("utf-8", "replace")
-        mm = re.search(r"\bdim3\s+%s\s*(?:\(([^;]*)\)|\{([^;]*)\})\s*;" % re.escape(b), host)
-        if mm:
-            args = mm.group(1) if mm.group(1) is not None else mm.group(2)
+        # one declarator of a `dim3 a(..), b(..);` declaration: `b(x, y)`, `b{x, y}` or `b = dim3(x, y)`
+        for decl in re.findall(r"\bdim3\s+([^;]*);", host):
+            for d in split_top(decl, ","):
+                mm = re.fullmatch(r"\s*%s\s*(?:\((.*)\)|\{(.*)\}|=\s*dim3\s*\((.*)\))\s*" % re.escape(b), d, re.S)
+                if mm:
+                    args = next(g for g in mm.groups() if g is not None)
     if args is None:
         return None
     vals = [int_value(src, a) for a in split_top(args, ",")]

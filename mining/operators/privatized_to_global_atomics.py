@@ -460,15 +460,67 @@ PRIV_CAP = 4096  # shared-memory histogram copy: bins held per block (16 KB of i
 
 
 def _conjuncts_around(src: Source, node: Node) -> list[str]:
+    """The conditions known true at `node`: the conjuncts of every if / ?: whose true branch holds it
+    (inner first; an `else` branch knows the negation, which bounds nothing)."""
     out = []
-    p = node.parent
+    child, p = node, node.parent
     while p is not None and p.type != "function_definition":
-        if p.type == "if_statement":
-            out += [strip_parens(c) for c in split_top(strip_parens(code(src, p.child_by_field_name("condition"))), "&&")]
-        elif p.type == "conditional_expression":
-            out += [strip_parens(c) for c in split_top(strip_parens(code(src, p.child_by_field_name("condition"))), "&&")]
-        p = p.parent
+        if p.type in ("if_statement", "conditional_expression"):
+            branch = p.child_by_field_name("consequence")
+            if branch is not None and branch.start_byte <= child.start_byte and child.end_byte <= branch.end_byte:
+                out += [strip_parens(c) for c in split_top(strip_parens(code(src, p.child_by_field_name("condition"))),
+                                                           "&&")]
+        child, p = p, p.parent
     return out
+
+
+def _addressed_element(arg: Node) -> Optional[Node]:
+    """`&T[i]` / `&(T[i])` -> the subscript T[i]."""
+    while arg.type == "parenthesized_expression" and arg.named_child_count == 1:
+        arg = arg.named_children[0]
+    if arg.type != "pointer_expression" or code_op(arg) != "&":
+        return None
+    e = arg.named_children[0]
+    while e.type == "parenthesized_expression" and e.named_child_count == 1:
+        e = e.named_children[0]
+    return e if e.type == "subscript_expression" else None
+
+
+def code_op(n: Node) -> str:
+    op = n.child_by_field_name("operator")
+    return text(op) if op is not None else ""
+
+
+_SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
+
+
+def _table_bound(src: Source, call: Node, sub: Node, idx: str, known: set[str]) -> tuple[Optional[str], str]:
+    """How far the atomic's index reaches: (bins, runtime test). A guard around it (`if (b < bins)`)
+    or a mask on the index (`x & 0xFF`: 256 bins) bounds the table, no test; an index known only to
+    be an index (`y[a[i]]`: the bins come from the data) gets the copy's capacity as its bound and a
+    per-update test `(unsigned long long)(b) < cap`: the low bins are counted in the copy, the rest in
+    the global table (the merge only writes bins that were counted, so no entry the original did not
+    touch). Side effects in the index refuse the test (it would evaluate them twice)."""
+    for c in reversed(_conjuncts_around(src, call)):
+        m = re.fullmatch(r"(.+?)\s*<\s*(.+)", c)
+        if m and " ".join(m.group(1).split()) == idx and idents(m.group(2)) <= known:
+            return m.group(2).strip(), ""
+    e = sub.child_by_field_name("indices")
+    e = e.named_children[0] if e is not None and e.named_child_count == 1 else None
+    while e is not None and e.type == "parenthesized_expression" and e.named_child_count == 1:
+        e = e.named_children[0]
+    if e is not None and e.type == "binary_expression" and code_op(e) == "&":
+        for side in (e.child_by_field_name("left"), e.child_by_field_name("right")):
+            lit = text(side).rstrip("uUlL") if side is not None and side.type == "number_literal" else ""
+            try:
+                mask = int(lit, 0)
+            except ValueError:
+                continue
+            if 0 <= mask < PRIV_CAP:
+                return str(mask + 1), ""
+    if _SIDE_EFFECT.search(idx) or re.search(r"\w\s*\(", idx):
+        return None, ""
+    return str(PRIV_CAP), f"(unsigned long long)({idx}) < {PRIV_CAP}ull"
 
 
 def privatize_atomics(source: str, ctx: Context) -> list[Materialization]:
@@ -484,7 +536,7 @@ def privatize_atomics(source: str, ctx: Context) -> list[Materialization]:
         if has(src, k.body, r"__shared__|__syncthreads|\bks_priv\b"):
             continue
         if not grid_stride_x_loops(src, k) and not any(re.search(r"\b%s\b" % re.escape(lp.name), "") for lp in []):
-            oe = one_element(src, k)
+            oe = one_element(src, k, loops=True)
             clamp = clamp_edits(src, k.name) if oe is not None else None
             if oe is None or clamp is None:
                 continue
@@ -506,25 +558,21 @@ def privatize_atomics(source: str, ctx: Context) -> list[Materialization]:
                 continue
             args = call.child_by_field_name("arguments")
             a = args.named_children if args is not None else []
-            if len(a) != 2 or a[0].type != "pointer_expression" or a[0].named_children[0].type != "subscript_expression":
+            sub = _addressed_element(a[0]) if len(a) == 2 else None
+            if sub is None:
                 continue
-            sub = a[0].named_children[0]
             base, idx = sub_base(sub), " ".join(sub_index(sub).split())
             p = params.get(base)
             if p is None or p.pointer_depth != 1 or p.const or p.base_type not in ("int", "unsigned int", "unsigned",
                                                                                  "float", "unsigned long long"):
                 continue
-            b = None
-            for c in _conjuncts_around(src, call):
-                m = re.fullmatch(r"(.+?)\s*<\s*(.+)", c)
-                if m and " ".join(m.group(1).split()) == idx:
-                    b = m.group(2).strip()
-            if b is None or not idents(b) <= (set(params) | set(src.defines)):
+            b, test = _table_bound(src, call, sub, idx, set(params) | set(src.defines))
+            if b is None:
                 continue
             if table not in (None, base) or bound not in (None, b):
                 continue
             table, bound, elem = base, b, p.base_type
-            calls.append((call, sub, a[1]))
+            calls.append((call, sub, a[1], test))
         if not calls:
             continue
         ind = indent_at(src, statements(k.body)[0].start_byte) if statements(k.body) else "    "
@@ -542,16 +590,19 @@ def privatize_atomics(source: str, ctx: Context) -> list[Materialization]:
                 f"{ind}        if (ks_c) atomicAdd(&{table}[ks_b], ks_c);\n"
                 f"{ind}    }}\n")
         edits = [Edit(k.body.start_byte + 1, k.body.start_byte + 1, head)]
-        for call, sub, val in calls:
+        for call, sub, val, test in calls:
             idx = sub_index(sub)
             v = raw(src, val)
+            on = "ks_priv_on" + (f" && {test}" if test else "")
             edits.append(Edit(call.start_byte, call.end_byte,
-                                  f"(ks_priv_on ? atomicAdd(&ks_priv[{idx}], {v}) : atomicAdd(&{table}[{idx}], {v}))"))
+                              f"({on} ? atomicAdd(&ks_priv[{idx}], {v}) : atomicAdd(&{table}[{idx}], {v}))"))
         close = k.body.end_byte - 1
         edits.append(Edit(line_start(src, close), line_start(src, close), tail))
         out.append(candidate(src, edits, "privatize_atomics",
                         f"{k.name}: atomics into {table} privatized per block in shared memory",
-                        guards=[f"{bound} <= {PRIV_CAP} (runtime check; global atomics otherwise)"],
+                        guards=[f"{bound} <= {PRIV_CAP} (runtime check; global atomics otherwise)"] +
+                               ([f"bins below {PRIV_CAP} in the copy, others in the global table (runtime check)"]
+                                if any(c[3] for c in calls) else []),
                         excerpt=code(src, calls[0][0])))
     return out
 

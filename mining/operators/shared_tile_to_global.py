@@ -49,7 +49,8 @@ from typing import Optional
 
 
 from corpora.code.source import Source
-from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, rewrite_range, splice)
+from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
+                                   rewrite_range, splice)
 from mining.operators.fill_forwarding import forward_fill
 from mining.operators.nodes import (WARP, IndexDecl, Kernel, Launch, block_dims, code, has, has_loop, indent_at,
                                     index_decls, is_lhs, kernels, launches, loop_var, mentions, pointer_params, raw,
@@ -318,9 +319,13 @@ def _grid_dim3_edits(src: Source, launch: Launch, factor: int) -> Optional[list[
         for decl in src.nodes("declaration"):
             if not (launch.host.start_byte <= decl.start_byte < launch.call.start_byte):
                 continue
-            c = code(src, decl)
-            if re.match(r"dim3\s+%s\s*[({]" % re.escape(g), c):
-                args = next((n for n in walk(decl) if n.type in ("argument_list", "initializer_list")), None)
+            if not re.match(r"dim3\b", code(src, decl)):
+                continue
+            # the declarator named g, also in `dim3 threads(32, 32), grid(..);`
+            for d in decl.children_by_field_name("declarator"):
+                name = d.child_by_field_name("declarator")
+                if name is not None and text(name) == g:
+                    args = next((n for n in walk(d) if n.type in ("argument_list", "initializer_list")), None)
     else:
         return None
     if args is None or len(args.named_children) < 2:
@@ -462,10 +467,59 @@ def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[M
                 excerpt=code(src, loop)[:160])
 
 
+def _negate(cond: str) -> str:
+    m = re.fullmatch(r"(.+?)\s*(<=|>=|<|>)\s*(.+)", cond)
+    if m and not re.search(r"[<>=!&|?]", m.group(1) + m.group(3)):
+        return f"{m.group(1)} {dict(zip(['<', '>', '<=', '>='], ['>=', '<=', '>', '<']))[m.group(2)]} {m.group(3)}"
+    return f"!({cond})"
+
+
+def _guard_to_return(source: str) -> str:
+    """`decls; if (r < M && c < N) { BODY }` as a kernel's last statement (the guard form of one
+    output per thread) -> `decls; if (r >= M || c >= N) return; BODY`: the same threads do the same
+    work, in the early-return form the tile rewrites read. The source unchanged when no kernel has it."""
+    src = Source(source)
+    edits = []
+    for k in kernels(src):
+        sts = statements(k.body)
+        if not sts or has(src, k.body, r"\breturn\b|__syncthreads"):
+            continue
+        last = sts[-1]
+        if last.type != "if_statement" or last.child_by_field_name("alternative") is not None or \
+                any(s.type not in ("declaration", "preproc_call") for s in sts[:-1]):
+            continue
+        cons = last.child_by_field_name("consequence")
+        # every child of the block, `#pragma` lines and comments included (a loop keeps its pragma)
+        inner = list(cons.named_children) if cons.type == "compound_statement" else [cons]
+        cond = strip_parens(code(src, last.child_by_field_name("condition")))
+        parts = [strip_parens(p) for p in split_top(cond, "&&")]
+        if not inner or any(split_top(p, "||")[1:] for p in parts):
+            continue
+        ind = indent_at(src, last.start_byte)
+        body = ""
+        for i, x in enumerate(inner):
+            same_line = i > 0 and x.type == "comment" and x.start_point[0] == inner[i - 1].end_point[0]
+            body += (" " if same_line else f"\n{ind}" if body else "") + reindent(raw(src, x).strip(), ind).strip()
+        edits.append(Edit(last.start_byte, last.end_byte,
+                          f"if ({' || '.join(_negate(p) for p in parts)}) return;\n{ind}{body}"))
+    return apply_edits(src.raw, edits) if edits else source
+
+
 def stage_matmul_tiles(source: str, ctx: Context) -> list[Materialization]:
     """Shared-memory tiles for a one-output-per-thread dot-product kernel: the T x T form (one
     output per thread), and T*R x T*R block tiles with R x R outputs per thread in registers
-    (R = 2, 4; the dim3 grid divided by R)."""
+    (R = 2, 4; the dim3 grid divided by R). A kernel in the guard form (`if (r < M && c < N) {..}`)
+    is read in the early-return form (`_guard_to_return`) in the same step."""
+    out = _matmul_tiles(source, ctx)
+    staged = _guard_to_return(source) if not out else source
+    if staged != source:
+        for m in _matmul_tiles(staged, ctx):
+            m.description += " (its bounds guard read as an early return)"
+            out.append(m)
+    return out
+
+
+def _matmul_tiles(source: str, ctx: Context) -> list[Materialization]:
     out = _square_tiles(source, ctx)
     src = Source(source)
     for k in kernels(src):

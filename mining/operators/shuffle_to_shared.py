@@ -34,7 +34,9 @@ because the accumulators are only combined with associative, commutative operato
 nowhere else in the loop, every other write in the loop is indexed by the loop variable (each
 element written by exactly one lane), and after the all-reduce every lane holds the row's value,
 so the code after the loop sees what the single thread saw (up to float reassociation, which the
-gate's tolerance judges). Loops with barriers, atomics, returns or bare jumps are not sites.
+gate's tolerance judges); what it writes to memory (a row's result, an atomic) lane 0 writes, then
+`__syncwarp()`, so the row's result is written once, as the single thread wrote it, and every lane
+reads it after. Loops with barriers, atomics, returns or bare jumps are not sites.
 """
 from __future__ import annotations
 
@@ -471,6 +473,36 @@ def _top_loops(src: Source, body: Node) -> list[Node]:
     return out
 
 
+def _one_lane_writes(src: Source, k: Kernel, globals_: set[str], start: int, edits: list[Edit]) -> list[Edit]:
+    """The row's results written once: every statement after `start` and outside the loops the
+    rewrite changed that writes memory (an assignment through a pointer, an atomic) runs on lane 0,
+    then `__syncwarp()` so the other lanes read what it wrote. Every lane holds the same values
+    there, so all 32 writing the same address was a race (and `+=` or an atomic counted 32 times)."""
+    changed = [(e.start, e.end) for e in edits]
+
+    def inside_changed_loop(node: Node) -> bool:
+        p = node.parent
+        while p is not None and p.start_byte >= k.body.start_byte:
+            if p.type == "for_statement" and any(p.start_byte <= a < p.end_byte for a, _ in changed):
+                return True
+            p = p.parent
+        return False
+
+    out = []
+    for st in src.nodes("expression_statement", within=k.body):
+        if st.start_byte < start or not st.named_children or inside_changed_loop(st):
+            continue
+        e = st.named_children[0]
+        writes = e.type == "assignment_expression" and base_name(e.child_by_field_name("left")) in globals_ and \
+            e.child_by_field_name("left").type != "identifier"
+        if not (writes or (e.type == "call_expression" and (call_name(e) or "").startswith("atomic"))):
+            continue
+        # braced as one statement: it may be an `if`'s body, with an `else` after it
+        out.append(Edit(st.start_byte, st.start_byte, "{ if (ks_lane == 0) { "))
+        out.append(Edit(st.end_byte, st.end_byte, " } __syncwarp(); }"))
+    return out
+
+
 def warp_per_row(source: str, ctx: Context) -> list[Materialization]:
     return all_kernels_too(source, ctx, False)
 
@@ -595,8 +627,8 @@ def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materi
     """A kernel that gives each thread a whole row (or chunk) and walks it with serial loops ->
     one warp per row: those loops are split across the 32 lanes (`j = start + lane; j += 32`)
     and each accumulator they carry (`s += e`, `m = fmaxf(m, e)`, `o[d] += e`) is all-reduced
-    with `__shfl_xor_sync` right after its loop, so every lane holds the row's value and the
-    code after the loop is unchanged. The launch gets 32x the threads (a single-thread
+    with `__shfl_xor_sync` right after its loop, so every lane holds the row's value; the
+    code after the loop is unchanged but for its memory writes, which lane 0 makes. The launch gets 32x the threads (a single-thread
     `<<<1, 1>>>` kernel becomes one warp). Sum accumulators must start at zero."""
     src = Source(source)
     out = []
@@ -659,6 +691,8 @@ def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materi
             strided += 1
         if not strided or (scans and not n_scans):
             continue
+        start = k.body.start_byte if single else decls[0].stmt.end_byte
+        edits += _one_lane_writes(src, k, globals_, start, edits)
         if single:
             pos = k.body.start_byte + 1
             edits.append(Edit(pos, pos, f"\n{indent_at(src, statements(k.body)[0].start_byte) if statements(k.body) else '    '}"

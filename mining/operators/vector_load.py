@@ -34,7 +34,7 @@ from mining.carriers import vector_accesses
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
                                    rewrite_range)
 from mining.operators.grid_clamp import clamp_edits
-from mining.operators.grid_stride import grid_stride_edits, grid_stride_x_loops, one_element
+from mining.operators.grid_stride import unguarded_element, grid_stride_edits, grid_stride_x_loops, one_element
 from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents, in_ldg,
                                     indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var, mentions,
                                     raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
@@ -69,6 +69,16 @@ class VectorLoadToScalar(Operator):
 # --------------------------------------------------------------------------- forward half
 VEC_OF = {"float": "float4", "int": "int4", "unsigned int": "uint4", "unsigned": "uint4", "int32_t": "int4",
           "uint32_t": "uint4"}
+# element types moved 16 bytes at a time as raw uint4 into an aligned register array (elements per access)
+WIDE_OF = {"half": 8, "__half": 8, "__nv_bfloat16": 8, "nv_bfloat16": 8, "short": 8, "unsigned short": 8,
+           "int16_t": 8, "uint16_t": 8, "double": 2, "long long": 2, "unsigned long long": 2, "int64_t": 2,
+           "uint64_t": 2}
+
+
+def lanes_of(t: str) -> Optional[int]:
+    """Elements of type t in one 16-byte access (None: not vectorized)."""
+    t = " ".join(t.split())
+    return 4 if t in VEC_OF else WIDE_OF.get(t)
 
 
 @dataclass
@@ -79,11 +89,13 @@ class VecPlan:
 
 
 def _vector_plan(src: Source, k: Kernel, body: Node, var: str, index_ok: Callable[[str], Optional[str]],
-                 top_level: Callable[[Node], bool]) -> Optional[tuple[VecPlan, dict[str, str]]]:
+                 top_level: Callable[[Node], bool], wide: bool = False) -> Optional[tuple[VecPlan, dict[str, str]]]:
     """Which pointers of `body` can move 4 elements at a time: every access of the pointer has an
     index accepted by `index_ok` (returns its base text), loads and stores do not mix on one
-    pointer, and stores are unconditional statements. Returns the plan and pointer -> base."""
-    ptrs = {n: t for n, t in local_pointers(src, k).items() if " ".join(t[0].split()) in VEC_OF}
+    pointer, and stores are unconditional statements. Returns the plan and pointer -> base.
+    `wide`: 2- and 8-byte element types too (WIDE_OF; the caller checks one width for all)."""
+    ptrs = {n: t for n, t in local_pointers(src, k).items()
+            if " ".join(t[0].split()) in VEC_OF or (wide and " ".join(t[0].split()) in WIDE_OF)}
     subs = subscripts_of(src, body, ptrs)
     bases: dict[str, str] = {}
     bad: set[str] = set()
@@ -154,6 +166,21 @@ def _vec_io(plan: VecPlan, ptr_expr: Callable[[str], str], vindex: str, ind: str
     return "\n".join(pre), "\n".join(post)
 
 
+def _wide_io(plan: VecPlan, lanes: int, vindex: str, ind: str) -> tuple[str, str]:
+    """`_vec_io` for any element type: each pointer's 16 bytes as one uint4 copied into (or out of)
+    an aligned array of `lanes` elements."""
+    pre, post = [], []
+    for p in sorted(plan.loads):
+        t, _ = plan.types[p]
+        pre.append(f"{ind}alignas(16) {t} ks_{p}[{lanes}];")
+        pre.append(f"{ind}*reinterpret_cast<uint4*>(ks_{p}) = reinterpret_cast<const uint4*>({p})[{vindex}];")
+    for p in sorted(plan.stores):
+        t, _ = plan.types[p]
+        pre.append(f"{ind}alignas(16) {t} ks_{p}[{lanes}];")
+        post.append(f"{ind}reinterpret_cast<uint4*>({p})[{vindex}] = *reinterpret_cast<const uint4*>(ks_{p});")
+    return "\n".join(pre), "\n".join(post)
+
+
 def _align_check(ptrs: list[str]) -> str:
     return "((" + " | ".join(f"(size_t)({p})" for p in ptrs) + ") & 15) == 0"
 
@@ -171,7 +198,8 @@ def _top_of(body):
 
 def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
     """A 1-D grid-stride loop whose body reads/writes `p[i]` -> 16-byte accesses of four elements
-    per iteration plus a scalar tail. A one-element-per-thread kernel is turned into the
+    per iteration plus a scalar tail (2-byte types such as half: eight, 8-byte types: two, moved
+    as one uint4 into an aligned register array; every pointer of one width). A one-element-per-thread kernel is turned into the
     grid-stride form first (same step). Precondition: the pointers are 16-byte aligned -- checked
     at run time (the scalar loop runs everything otherwise)."""
     src = Source(source)
@@ -196,37 +224,56 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             if "ks_v" in code(src, loop):
                 continue
             top = _top_of(body)
-            res = _vector_plan(src, k, body, var, lambda idx, var=var: "" if idx == var else None, top)
+            res = _vector_plan(src, k, body, var, lambda idx, var=var: "" if idx == var else None, top, wide=True)
             if res is None:
                 continue
             plan, _ = res
+            widths = {lanes_of(t) for t, _ in plan.types.values()}
+            if len(widths) != 1:
+                continue  # mixed element widths: one access per iteration cannot cover them all
+            W = widths.pop()
             ind = indent_at(src, loop.start_byte)
             i2, i3 = ind + "    ", ind + "        "
-            pre, post = _vec_io(plan, lambda p: p, "ks_v", i3)
+            if all(" ".join(t.split()) in VEC_OF for t, _ in plan.types.values()):
+                pre, post = _vec_io(plan, lambda p: p, "ks_v", i3)
+            else:
+                pre, post = _wide_io(plan, W, "ks_v", i3)
             inner = _vector_body(src, body, plan, "ks_k")
             t = " ".join(ty.replace("const", "").split()) or "int"
             ptrs = sorted(set(plan.loads) | set(plan.stores))
+            t_el = " ".join(next(iter(plan.types.values()))[0].split())
             text_ = (f"{{\n{i2}// ks-optimize: 16-byte accesses when {', '.join(ptrs)} are 16-byte aligned (checked here), "
                      f"scalar tail\n"
                      f"{i2}const long long ks_n = (long long)({bound});\n"
-                     f"{i2}const long long ks_nv = ({_align_check(ptrs)}) ? ks_n / 4 : 0;\n"
+                     f"{i2}const long long ks_nv = ({_align_check(ptrs)}) ? ks_n / {W} : 0;\n"
                      f"{i2}for (long long ks_v = (long long)blockIdx.x * blockDim.x + threadIdx.x; ks_v < ks_nv; "
                      f"ks_v += (long long)gridDim.x * blockDim.x) {{\n"
                      f"{pre}\n"
                      f"{i3}#pragma unroll\n"
-                     f"{i3}for (int ks_k = 0; ks_k < 4; ++ks_k) {{\n"
-                     f"{i3}    const {t} {var} = ({t})(ks_v * 4 + ks_k);\n"
+                     f"{i3}for (int ks_k = 0; ks_k < {W}; ++ks_k) {{\n"
+                     f"{i3}    const {t} {var} = ({t})(ks_v * {W} + ks_k);\n"
                      f"{block_body(inner, i3 + '    ')}\n"
                      f"{i3}}}\n"
                      + (f"{post}\n" if post else "") +
                      f"{i2}}}\n"
-                     f"{i2}for ({t} {var} = ({t})(ks_nv * 4) + {raw(src, loop_init_value(loop))}; {var} < {bound}; "
+                     f"{i2}for ({t} {var} = ({t})(ks_nv * {W}) + {raw(src, loop_init_value(loop))}; {var} < {bound}; "
                      f"{var} += {stride}) {{\n{block_body(raw(src, body), i3)}\n{i2}}}\n"
                      f"{ind}}}")
             out.append(candidate(src, [Edit(loop.start_byte, loop.end_byte, text_)], "vectorize_elementwise",
-                            f"{k.name}: float4/int4 accesses of {', '.join(ptrs)} in the grid-stride loop, scalar tail",
+                            f"{k.name}: " + ("float4/int4" if W == 4 else f"16-byte ({W} x {t_el})") +
+                            f" accesses of {', '.join(ptrs)} in the grid-stride loop, scalar tail",
                             guards=[f"16-byte alignment of {', '.join(ptrs)} (runtime check; scalar loop otherwise)"],
                             excerpt=code(src, loop)[:160]))
+    if not out:
+        # kernels with no bound (the launch's every thread has an element): grid-stride loops over the
+        # same grid first, all of them in one staging (so the recursion sees no unguarded kernel)
+        edits = [e for k in kernels(src) if not grid_stride_x_loops(src, k) and one_element(src, k) is None
+                 for ue in [unguarded_element(src, k)] if ue is not None for e in grid_stride_edits(src, ue)]
+        if edits:
+            for m in vectorize_elementwise(apply_edits(src.raw, edits), ctx):
+                m.description += " (an unguarded element per thread first read as a grid-stride loop over the same grid)"
+                m.guards.append("the launch's grid is the element count (unchanged)")
+                out.append(m)
     return out
 
 

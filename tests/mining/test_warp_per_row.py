@@ -321,3 +321,28 @@ def test_outside_the_edit_is_byte_identical():
     assert b[:site.start_byte] == a[:site.start_byte]
     assert b[len(b) - (len(a) - site.end_byte):] == a[site.end_byte:]
     assert edited(MOD_INLINE, new, site).startswith("0;")
+
+
+def test_forward_writes_a_rows_result_from_one_lane(tmp_path):
+    """After the row loops every lane holds the row's value: the scalar results (house reduce_sum's
+    `sums[t] = s;` and `y[0] = s;`), an atomic, and a store that is an `if`'s body with an `else`
+    are written by lane 0 (then __syncwarp), never by 32 lanes at once; the result passes the CPU gate."""
+    from corpora.code.source import Source
+    from mining.operators.base import Context
+    from mining.operators.forward import run_rewrite
+
+    naive = (Path(__file__).resolve().parents[2] / "corpora" / "kernels" / "reduce_sum" / "naive.cu").read_text()
+    every = run_rewrite("warp_per_row", naive, Context())[0]
+    assert every.description.startswith("every kernel")
+    assert "{ if (ks_lane == 0) { sums[t] = s; } __syncwarp(); }" in every.source
+    assert "{ if (ks_lane == 0) { y[0] = s; } __syncwarp(); }" in every.source
+    assert cpu_gate("reduce_sum", every.source, tmp_path).passed
+    branchy = naive.replace("    y[0] = s;\n", "    if (s > 0.0f) y[0] = s; else y[0] = -s;\n    atomicAdd(y, 0.0f);\n")
+    out = run_rewrite("warp_per_row", branchy, Context())[-1].source
+    assert "if (s > 0.0f) { if (ks_lane == 0) { y[0] = s; } __syncwarp(); } else { if (ks_lane == 0) { y[0] = -s; }" in out
+    assert "{ if (ks_lane == 0) { atomicAdd(y, 0.0f); } __syncwarp(); }" in out
+    assert not Source(out).tree.root_node.has_error
+    # the lane-strided loop's own stores stay on every lane (each element written by one lane)
+    lay = (Path(__file__).resolve().parents[2] / "corpora" / "kernels" / "layernorm" / "naive.cu").read_text()
+    fwd = run_rewrite("warp_per_row", lay, Context())[0].source
+    assert "ks_lane == 0" not in fwd and "j += 32) yr[j] = " in fwd

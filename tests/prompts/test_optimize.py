@@ -3,6 +3,7 @@ with a mocked endpoint, budgets, leave-one-out and bad input."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shutil
 from pathlib import Path
 
@@ -197,8 +198,8 @@ def test_budget_and_nothing_applies(skills_file, cache):
 
 # --------------------------------------------------------------------------- the library fallback (issue 20)
 def test_library_fallback_order_and_key():
-    """The fallback ranks the library as the no-skills baseline does, and its candidates come after
-    every skill candidate (deterministic and LLM)."""
+    """The fallback ranks the library as the no-skills baseline does, and its qualifier candidates
+    come after every skill candidate (deterministic and LLM)."""
     from mining.operators.registry import get_rewrite
     from prompts.optimize import Candidate, library_source, retrieve
     from prompts.optimize_plan import candidate_key
@@ -212,7 +213,29 @@ def test_library_fallback_order_and_key():
     cands = [Candidate("add_ldg", "ldg", "lib", "deterministic", rank=1, prior=9.0, origin="library", fallback=True),
              Candidate("llm_skill", "", "llm", "llm", rank=0, prior=1.5),
              Candidate("add_restrict", "restrict", "skill", "deterministic", rank=7, prior=1.1)]
-    assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill", "llm", "lib"]
+    # an LLM materialization of a structural skill before a qualifier skill's rewrite (issue 20)
+    assert [c.source for c in sorted(cands, key=candidate_key)] == ["llm", "skill", "lib"]
+
+
+def test_structural_steps_before_qualifiers():
+    """Issue 20: the library's structural rewrites are gated before a skill's qualifier-level
+    candidate (restrict, unroll, ...), after the skills' structural ones (deterministic, then LLM);
+    the library's qualifiers last."""
+    from prompts.optimize import Candidate
+    from prompts.optimize_plan import candidate_key, is_qualifier
+
+    cands = [Candidate("add_ldg", "ldg", "lib-qual", "deterministic", rank=1, prior=1.1, origin="library", fallback=True),
+             Candidate("add_restrict", "restrict", "skill-qual", "deterministic", rank=1, prior=1.1),
+             Candidate("llm_skill", "", "llm", "llm", rank=0, prior=1.5),
+             Candidate("privatize_atomics", "privatized_atomics", "lib-struct", "deterministic", rank=2, prior=8.0,
+                       origin="library", fallback=True),
+             Candidate("stage_matmul_tiles", "shared_tile", "skill-struct", "deterministic", rank=4, prior=6.0)]
+    assert [c.source for c in sorted(cands, key=candidate_key)] == ["skill-struct", "llm", "lib-struct", "skill-qual",
+                                                                    "lib-qual"]
+    assert [is_qualifier(c) for c in cands] == [True, True, False, False, False]
+    # an LLM candidate is placed by its skill's carrier, whatever carrier its reply names
+    llm_qual = Candidate("llm_skill", "shared_tile", "llm-qual", "llm", rank=0, prior=1.5, skill=record("restrict", ""))
+    assert is_qualifier(llm_qual) and candidate_key(llm_qual) > candidate_key(cands[1])
 
 
 @needs_cpu_gate
@@ -239,19 +262,26 @@ def test_library_fallback_when_no_skill_applies(tmp_path, cache):
 
 
 @needs_cpu_gate
-def test_library_fallback_after_the_skills(tmp_path, cache):
-    """A skill that applies is taken first, as without the fallback; the library gets the step the
-    skills leave (the restrict skill, then the library's vectorization)."""
+def test_library_structure_before_a_skills_qualifier(tmp_path, cache):
+    """Issue 20: the budget goes to structural steps first. The store's only skill is a qualifier
+    (restrict): the library's vectorization is gated and kept before it, and the skill's restrict
+    comes next. A structural skill that applies keeps the step for the skills (no fallback)."""
     store = tmp_path / "restrict.json"
     store.write_text(json.dumps([skill("restrict", "drop_restrict")]))
     cfg = OptimizeConfig(executor="cpu", budget_steps=2, seeds=(0,), jobs=1, store=store, cache=cache)
     res = optimize(VECTOR_ADD, Path("naive.cu"), cfg)
-    assert [(s["rewrite"], s["origin"]) for s in res.lineage[1:]] == [("add_restrict", "skill"),
-                                                                      ("vectorize_elementwise", "library")]
-    assert res.lineage[1]["skill_id"] == "sk-restrict" and not res.lineage[1]["origin_why"]
-    assert res.lineage[2]["origin_why"].startswith("library fallback: none of the 1 retrieved skills")
-    assert [a.origin for a in res.attempts if a.step == 1] == ["skill"] and "library_fallback" not in res.step_log[0]
-    assert res.library_fallback["proposed_at_steps"] == [2]
+    assert [(s["rewrite"], s["origin"]) for s in res.lineage[1:]] == [("vectorize_elementwise", "library"),
+                                                                      ("add_restrict", "skill")]
+    assert res.lineage[1]["origin_why"].startswith("library fallback: none of the 1 retrieved skills has a structural")
+    assert res.lineage[2]["skill_id"] == "sk-restrict" and not res.lineage[2]["origin_why"]
+    first = [a for a in res.attempts if a.step == 1]
+    assert first[0].origin == "library" and first[0].rewrite == "vectorize_elementwise"
+    assert 1 in res.library_fallback["proposed_at_steps"]
+
+    store.write_text(json.dumps([skill("restrict", "drop_restrict"), skill("vector_load", "vector_load_to_scalar")]))
+    res = optimize(VECTOR_ADD, Path("naive.cu"), replace(cfg, budget_steps=1))
+    assert [(s["rewrite"], s["origin"]) for s in res.lineage[1:]] == [("vectorize_elementwise", "skill")]
+    assert "library_fallback" not in res.step_log[0]
 
 
 REPLY = ("CARRIER: restrict\nDESCRIPTION: promise no aliasing\n<<<<<<< SEARCH\n"

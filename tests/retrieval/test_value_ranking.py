@@ -202,7 +202,8 @@ def test_optimizer_follows_the_plan():
     cands = [Candidate("add_restrict", "restrict", "a", "deterministic", rank=5, prior=1.1),
              Candidate("stage_matmul_tiles", "shared_tile", "b", "deterministic", rank=1, prior=6.0),
              Candidate("llm_skill", "", "c", "llm", rank=0, prior=1.5)]
-    assert [c.source for c in sorted(cands, key=candidate_key)] == ["b", "a", "c"]
+    # structural first (issue 20): the LLM's candidate (a skill no rewrite covers) before the qualifier
+    assert [c.source for c in sorted(cands, key=candidate_key)] == ["b", "c", "a"]
     lib = baseline_order([Retrieved(r, n) for n, r in enumerate(recs, start=1)], src, "library")
     assert lib[0].skill.carrier in ("shared_tile", "transposed_tile", "coalesced_transpose")
     assert expand_hits({"hits": [{"kind": "skill", "skill_id": "x"}, {"kind": "also", "skills": [{"skill_id": "y"}]}]}) == \
