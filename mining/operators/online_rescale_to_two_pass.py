@@ -31,8 +31,35 @@ declared outside the sweep and written in it only by `M = n`, every use of `a` a
 (`x = x * a + r`, `x *= a`), pass 1 writing nothing declared outside the sweep but M and shared
 memory, a sweep header without side effects, and no `return` / `break` / `goto` in the sweep.
 
-Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
-this operator's skills through the LLM materializer only (the pair's forward half is empty).
+Forward: fuse_rescale_passes, the picture above read right to left. A max sweep L1 (its body
+holds `float n = fmaxf(M, x); ... M = n;` in one block, or `M = fmaxf(M, x);`, the new max then
+named ks_m_new) and a later sweep L2 with the same header become one sweep: L1 goes (with the
+barriers right after it; what lies between them, the accumulators' initialisation, stays where it
+is and may not touch M or anything L1 writes), and the block B2 of L2 under the same chain of loop
+headers as L1's block B1 becomes the merge of the two (statements and loops both have once; in
+the stretches between, loops with the same header whose statements are a subset one of the other
+merged recursively, the rest of B1 before the rest of B2, in order: both are slices of one original
+block; barriers never matched, so the max's exchange through a shared slot is not interleaved with
+the sum's; refused when a statement would then run twice), with the new max, `ks_alpha = EXP(M - n)` right after it, every accumulator
+rescaled: `x = x + r` / `x += r` of B2 itself becomes `x = x * ks_alpha + r`; an accumulator added
+to in a loop of B2 or after B2 is multiplied by ks_alpha right after the factor (its rows: the
+running max's index, or every element when M is a scalar or when the rows' loop runs one row,
+`r = p; r < p + 1`, and the accumulator has no row index: a register tile's pass); M's reads in B2 become reads of n and
+`M = n;` closes the block. Accumulators are the variables declared outside L2, other than shared
+memory, that L2 writes; each must be added to (`+=`, `x = x + r`) with a value fed by the
+exponentials (data flow through locals, arrays and shared tiles from B2's reads of M).
+Why it is sound: after each iteration M is the max over the tiles so far; an accumulator holding
+sum_t f(t) * EXP(s_t - M_old) times ks_alpha = EXP(M_old - n) holds sum_t f(t) * EXP(s_t - n)
+(EXP(a - b) * EXP(b - c) = EXP(a - c)), to which the iteration adds its own terms with the new max,
+so after the last tile each accumulator equals what L2 computed with the final max; the first
+iteration multiplies zero-initialised accumulators by EXP(-inf) = 0. Every read of M in L2 must be
+the subtrahend of an exponential's argument `EXP(x - M)` in B2 (so the factor uses the same base;
+`exp2f((s - m) * log2e)` is refused), and L2 may not mention M elsewhere. Floating point: each
+rescale rounds (a few ulps per tile whose max grows), and `__expf` factors carry their own error;
+the gate's tolerance must accept this reassociation of the accumulators, like the backward half's.
+Refused: outputs or other non-additive writes of outside variables in L2, accumulations not fed by
+the exponentials, sweeps with other headers, the running max written between the sweeps,
+`return` / `break` / `continue` / `goto` or preprocessor lines in the sweeps, a max under an `if`.
 """
 from __future__ import annotations
 
@@ -43,8 +70,8 @@ from tree_sitter import Node
 
 from corpora.code.nodes import same
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import identifiers, rename_identifiers
+from mining.operators.base import Edit, Materialization, Operator, Pair, Rewrite, candidate
+from mining.operators.nodes import identifiers, kernels, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
 from corpora.code.parse import parse_cuda, text, walk
 
@@ -387,9 +414,376 @@ class OnlineRescaleToTwoPass(Operator):
         return Edit(sweep.start_byte, sweep.end_byte, "\n".join(lines))
 
 
+def _exp_reads(t: str, run: str) -> Optional[list[str]]:
+    """The exponential functions of `t` when every mention of `run` in it is `EXP(x - run)` with run
+    nowhere in x, else None."""
+    fns, rest, pos = [], "", 0
+    for m in re.finditer(r"\b(%s)\s*\(" % _EXP, t):
+        if m.start() < pos:
+            continue
+        depth, i = 1, m.end()
+        while i < len(t) and depth:
+            depth += (t[i] == "(") - (t[i] == ")")
+            i += 1
+        arg = t[m.end():i - 1]
+        parts = _split_minus(arg)
+        if len(parts) >= 2 and parts[-1] == run and not any(_mentions(x, run) for x in parts[:-1]):
+            fns.append(m.group(1))
+            rest += t[pos:m.start()] + " "
+            pos = i
+    rest += t[pos:]
+    return None if _mentions(rest, run) else fns
+
+
+def _split_minus(t: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in t:
+        depth += (ch in "([") - (ch in ")]")
+        if ch == "-" and depth == 0 and not re.search(r"(?<![\w.])[\d.]+[eE]$", cur):  # not 1e-3
+            out.append(_norm(cur))
+            cur = ""
+        else:
+            cur += ch
+    return out + [_norm(cur)]
+
+
+def _mentions(t: str, run: str) -> bool:
+    return re.search(r"(?<![\w.])%s(?![\w])" % re.escape(run).replace(r"\ ", r"\s*"), t) is not None
+
+
+def _split_args(t: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in t:
+        depth += (ch in "([") - (ch in ")]")
+        if ch == "," and depth == 0:
+            out.append(_norm(cur))
+            cur = ""
+        else:
+            cur += ch
+    return out + [_norm(cur)]
+
+
 def _target_base_text(t: str) -> str:
     m = re.search(r"[A-Za-z_]\w*", t)
     return m.group(0) if m else t
 
 
-PAIR = Pair(OnlineRescaleToTwoPass)
+# ==================================================================================== forward
+# fuse_rescale_passes: a max sweep followed by an accumulation sweep with the same header become
+# one flash-style sweep (see "Forward" in the module docstring).
+
+def _header_of(src: Source, loop: Node, rename: Optional[dict[str, str]] = None) -> str:
+    h = src.code[loop.start_byte:loop.child_by_field_name("body").start_byte].decode("utf-8", "replace")
+    return _norm(rename_identifiers(h, rename) if rename else h)
+
+
+def _loop_var(loop: Node) -> Optional[str]:
+    init = loop.child_by_field_name("initializer")
+    m = re.search(r"(\w+)\s*=", text(init)) if init is not None else None
+    return m.group(1) if m else None
+
+
+def _leaves(node: Node):
+    """Leaf statements (expression statements and declarations) under a node, in order."""
+    for n in walk(node):
+        if n.type in ("expression_statement", "declaration") and \
+                not any(p.type in ("expression_statement", "declaration") for p in _ancestors(n, node)):
+            yield n
+
+
+def _ancestors(n: Node, stop: Node):
+    p = n.parent
+    while p is not None and not same(p, stop):
+        yield p
+        p = p.parent
+
+
+def _merge(src: Source, a: list[Node], b: list[Node], key_b: Callable[[str], str]) -> Optional[list[tuple]]:
+    """Interleave the max pass' statements `a` with the accumulation pass' `b` (both slices of one
+    original block, in its order) -> [(origin, node, merged children)]: statements (and whole
+    loops) equal in both once; in the stretches between, loops with the same header whose bodies'
+    statements are a subset one of the other merged recursively, the rest of `a` before the rest
+    of `b`. Barriers are never matched (each pass keeps its own, so two exchanges through one slot
+    are not interleaved). None when a statement would run twice (a wrong pairing)."""
+    import difflib
+
+    def text_of(n: Node, own: bool) -> str:
+        t = _norm(src.code[n.start_byte:n.end_byte].decode("utf-8", "replace"))
+        return t if own else key_b(t)
+
+    def key(n: Node, own: bool, i: int) -> str:
+        t = text_of(n, own)
+        return f"{'ab'[not own]}#{i}" if _BARRIER.fullmatch(t) else t
+
+    def stmts(n: Node, own: bool) -> set[str]:
+        return {text_of(x, own) for x in _leaves(n.child_by_field_name("body"))}
+
+    ka, kb = [key(n, True, i) for i, n in enumerate(a)], [key(n, False, i) for i, n in enumerate(b)]
+    out: list[tuple] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ka, kb, autojunk=False).get_opcodes():
+        if op == "equal":
+            for x, y in zip(a[i1:i2], b[j1:j2]):
+                out.append(("a", x, None) if x.type in ("expression_statement", "declaration") else ("b", y, None))
+            continue
+        ra, rb, q = a[i1:i2], b[j1:j2], 0
+        for x in ra:
+            y = next((rb[t] for t in range(q, len(rb)) if x.type == "for_statement" and rb[t].type == "for_statement"
+                      and _header_of(src, x) == _header_of(src, rb[t]) and
+                      (stmts(x, True) <= stmts(rb[t], False) or stmts(rb[t], False) <= stmts(x, True))), None)
+            if y is None:
+                out.append(("a", x, None))
+                continue
+            t = next(t for t in range(q, len(rb)) if same(rb[t], y))
+            sub = _merge(src, _children(x.child_by_field_name("body")), _children(y.child_by_field_name("body")), key_b)
+            if sub is None:
+                return None
+            out += [("b", z, None) for z in rb[q:t]] + [("loop", x, sub)]
+            q = t + 1
+        out += [("b", z, None) for z in rb[q:]]
+    # a statement of one pass left unmatched while the other has it too would run twice
+    only_a = {text_of(n, True) for o, n, _ in out if o == "a" and n.type in ("expression_statement", "declaration")}
+    only_b = {text_of(n, False) for o, n, _ in out if o == "b" and n.type in ("expression_statement", "declaration")}
+    matched = {text_of(n, True) for i, (o, n, _) in enumerate(out) if o == "a"} & set(ka) & set(kb)
+    if (only_a & only_b) - matched - {t for t in only_a if _BARRIER.fullmatch(t)}:
+        return None
+    return out
+
+
+def fuse_rescale_passes(source: str, ctx) -> list[Materialization]:
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        for block in walk(k.body):
+            if block.type != "compound_statement":
+                continue
+            kids = [c for c in block.named_children if c.type != "comment"]
+            for i, l1 in enumerate(kids):
+                if l1.type != "for_statement":
+                    continue
+                j = next((q for q in range(i + 1, len(kids)) if kids[q].type == "for_statement" and
+                          _header_of(src, kids[q]) == _header_of(src, l1)), None)
+                if j is None:
+                    continue
+                r = _fuse_rescale(src, l1, kids[j], kids[i + 1:j])
+                if r is not None:
+                    out.append(candidate(src, r[0], "fuse_rescale_passes", f"{k.name}: {r[1]}",
+                                         excerpt=src.excerpt(l1.start_byte, kids[j].end_byte)))
+    return out
+
+
+def _fuse_rescale(src: Source, l1: Node, l2: Node, between: list[Node]) -> Optional[tuple[list[Edit], str]]:
+    code = lambda n: _norm(src.code[n.start_byte:n.end_byte].decode("utf-8", "replace"))  # noqa: E731
+    if re.search(rb"(?m)^[ \t]*#", src.code[l1.start_byte:l2.end_byte]) or \
+            re.search(r"\b(return|break|goto|continue)\b", src.code[l1.start_byte:l2.end_byte].decode("utf-8", "replace")):
+        return None
+    # the new max and the running max's update in one block of the max pass
+    new = run = b1 = None
+    for n in walk(l1.child_by_field_name("body")):
+        if n.type != "declaration":
+            continue
+        d = re.fullmatch(r"(?:const\s+)?float\s+(\w+)\s*=\s*fmaxf\s*\(\s*(.+?)\s*,\s*(.+?)\s*\)\s*;", code(n))
+        if d is None or n.parent is None or n.parent.type != "compound_statement":
+            continue
+        for c in n.parent.named_children:
+            u = re.fullmatch(r"(.+?)\s*=\s*%s\s*;" % re.escape(d.group(1)), code(c)) if c.start_byte > n.start_byte else None
+            if u and _norm(u.group(1)) in (_norm(d.group(2)), _norm(d.group(3))):
+                new, run, b1 = d.group(1), _norm(u.group(1)), n.parent
+        if new:
+            break
+    update = None  # `M = fmaxf(M, X);`: the new max is named here (ks_m_new)
+    if new is None:
+        for n in walk(l1.child_by_field_name("body")):
+            u = re.fullmatch(r"(.+?)\s*=\s*fmaxf\s*\((.+)\)\s*;", code(n)) if n.type == "expression_statement" else None
+            args = _split_args(u.group(2)) if u else []
+            if len(args) == 2 and _norm(u.group(1)) in args and n.parent is not None and \
+                    n.parent.type == "compound_statement":
+                run, b1, new = _norm(u.group(1)), n.parent, "ks_m_new"
+                x = args[1] if args[0] == run else args[0]
+                update = (n, x)
+                break
+    if new is None or not re.fullmatch(r"\w+(\s*\[\s*\w+\s*\])?", run):
+        return None
+    mvar = _target_base_text(run)
+    if "ks_m_new" in identifiers(src.code.decode("utf-8", "replace")) or \
+            any(mvar in identifiers(code(b)) for b in between):
+        return None
+    # what lies between the sweeps (accumulators' initialisation) runs before the fused sweep: it
+    # may not read what the max sweep writes; barriers right after the max sweep go with it
+    l1_writes = set()
+    for x in _leaves(l1):
+        l1_writes |= _Stmt(x, code(x)).writes
+    l1_writes -= {d for x in _leaves(l1) if x.type == "declaration" for d in _Stmt(x, code(x)).declares}
+    for b in between:
+        if identifiers(code(b)) & (l1_writes - {mvar}) and not _BARRIER.fullmatch(code(b)):
+            return None
+    nb = 0
+    while nb < len(between) and _BARRIER.fullmatch(code(between[nb])):
+        nb += 1
+    cut = between[nb].start_byte if nb < len(between) else l2.start_byte
+    row = re.search(r"\[\s*(\w+)\s*\]", run)
+    row = row.group(1) if row else None
+    # the same chain of loops in the accumulation pass, down to the block that reads the running max
+    chain = []
+    p = b1.parent
+    while p is not None and not same(p, l1):
+        if p.type == "for_statement":
+            chain.insert(0, p)
+        elif p.type != "compound_statement":
+            return None  # the max under an `if`
+        p = p.parent
+    node = l2
+    for h in chain:
+        cands = [c for c in _children(node.child_by_field_name("body")) if c.type == "for_statement" and
+                 _header_of(src, c) == _header_of(src, h) and mvar in identifiers(code(c))]
+        if len(cands) != 1:
+            return None
+        node = cands[0]
+    b2 = node.child_by_field_name("body")
+    if b2.type != "compound_statement" or mvar not in identifiers(code(b2)):
+        return None
+    r_loop = node if chain else None
+    # every leaf of the max pass outside its block is a statement of the accumulation pass
+    l2_text = {code(x) for x in _leaves(l2)}
+    if any(code(x) not in l2_text for x in _leaves(l1) if not (b1.start_byte <= x.start_byte < b1.end_byte)):
+        return None
+    # the exponential of the accumulation pass
+    # every read of the running max in the accumulation pass is the subtrahend of an exponential's
+    # argument, `EXP(x - M)`, in the block (elsewhere it would read a max that is not final yet)
+    fns = _exp_reads(code(b2), run)
+    outside = code(l2).replace(code(b2), "")
+    if not fns or mvar in identifiers(outside) or len({"2" in f for f in fns}) != 1:
+        return None
+    exp_fn = fns[0]
+    if "ks_alpha" in identifiers(src.code.decode("utf-8", "replace")):
+        return None
+    run_re = re.compile(r"(?<![\w.])%s" % re.escape(run).replace(r"\ ", r"\s*"))
+    merged = _merge(src, _children(b1), _children(b2), lambda t: run_re.sub(new, t))
+    if merged is None:
+        return None
+    declared_in = {d for x in _leaves(l2) if x.type == "declaration" for d in _Stmt(x, code(x)).declares}
+    # accumulators: what the accumulation pass adds to, declared outside it, fed by the exponentials
+    tainted: set[str] = set()
+    acc_after: dict[str, list[Node]] = {}  # added to in loops of the block or after it: rescaled apart
+    inplace: dict[str, list[Node]] = {}  # added to by statements of the block itself: `x = x * a + r`
+    shared = set(src.shared_names)
+    for x in _leaves(l2):
+        st = _Stmt(x, run_re.sub(new, code(x)) if b2.start_byte <= x.start_byte < b2.end_byte else code(x))
+        if not st.ok:
+            return None
+        reads_run = b2.start_byte <= x.start_byte < b2.end_byte and new in identifiers(st.code)
+        if reads_run or st.reads & tainted:
+            tainted |= st.writes
+        outside = st.writes - declared_in - shared
+        if not outside or _BARRIER.fullmatch(st.code):
+            continue
+        t = st.code
+        add = re.fullmatch(r"(\w+)((?:\s*\[[^\]]+\])*)\s*(?:\+=\s*(.+)|=\s*\1\2\s*\+\s*(.+));", t)
+        if add is None or outside != {add.group(1)} or add.group(1) == mvar or not (st.reads & tainted) and \
+                not reads_run:
+            return None
+        if x.start_byte < b2.start_byte:
+            return None
+        top = x.parent is not None and same(x.parent, b2)
+        (inplace if top else acc_after).setdefault(add.group(1), []).append(x)
+    for a in set(inplace) & set(acc_after):
+        acc_after[a] += inplace.pop(a)
+    # rescales of the accumulators added to after the block, at the running max's update; when the
+    # block's row loop runs one row (`r = p; r < p + 1`), an accumulator without a row index in a
+    # loop like it belongs to that row and is rescaled whole
+    one_row = r_loop is not None and row is not None and re.fullmatch(
+        r"for \(int %s = (.+); %s < \1 \+ 1; (?:\+\+%s|%s\+\+)\)" % (row, row, row, row), _header_of(src, r_loop))
+    rescale: list[str] = []
+    fn_text = src.code.decode("utf-8", "replace")
+    for a, sites in acc_after.items():
+        dm = re.search(r"\b%s\s*((?:\[[^\]]+\]\s*)+)[,;=]" % re.escape(a), fn_text)
+        dims = re.findall(r"\[([^\]]+)\]", dm.group(1)) if dm else []
+        idx_all = set()
+        whole = []  # sites under a one-row loop like the block's own (a register tile's pass)
+        for x in sites:
+            sub = re.match(r"\w+((?:\s*\[[^\]]+\])*)", code(x))
+            idxs = re.findall(r"\[\s*([^\]]+?)\s*\]", sub.group(1))
+            if len(idxs) != len(dims):
+                return None
+            if row is None:
+                continue
+            if one_row:
+                lp = next((q for q in _ancestors(x, l2) if q.type == "for_statement" and _loop_var(q) and
+                           _header_of(src, q, {_loop_var(q): row}) == _header_of(src, r_loop)), None)
+                if lp is not None and (not idxs or idxs[0] != _loop_var(lp)):
+                    whole.append(x)
+                    continue
+            # the first index names the same rows as the running max's: a loop like the block's own
+            if r_loop is None or (x.start_byte < b2.end_byte and idxs[0] == row):
+                if idxs[0] != row:
+                    return None
+                continue
+            lp = next((q for q in _ancestors(x, l2) if q.type == "for_statement" and _loop_var(q) == idxs[0]), None)
+            if lp is None or _header_of(src, lp, {idxs[0]: row}) != _header_of(src, r_loop):
+                return None
+            idx_all.add(idxs[0])
+        if whole and len(whole) != len(sites):
+            return None
+        if row is not None and not dims and not whole:
+            return None
+        free = dims[1:] if row is not None and not whole else dims
+        lhs = a + (f"[{row}]" if row is not None and not whole else "")
+        loops = ""
+        for q, dim in enumerate(free):
+            loops += f"for (int ks_i{q} = 0; ks_i{q} < {_norm(dim)}; ++ks_i{q}) "
+            lhs += f"[ks_i{q}]"
+        rescale.append(f"{loops}{lhs} *= ks_alpha;")
+    # the merged block, rendered: after the new max, reads of the running max are reads of the new max
+    ind = line_indent(src, b2.start_byte) + "    "
+    state: dict = {"after": False, "ok": True}
+    add_re = re.compile(r"(.+?)\s*(?:\+=\s*(.+)|=\s*\1\s*\+\s*(.+));")
+
+    def render(items, indent) -> list[str]:
+        lines = []
+        for origin, n, sub in items:
+            if origin == "loop":
+                lines += [f"{indent}{_header_of(src, n)} {{"] + render(sub, indent + "    ") + [indent + "}"]
+                continue
+            t = code(n)
+            if update is not None and origin == "a" and same(n, update[0]):
+                if state["after"] or "tail" in state:
+                    state["ok"] = False
+                lines += [f"{indent}const float {new} = fmaxf({run}, {update[1]});",
+                          f"{indent}const float ks_alpha = {exp_fn}({run} - {new});"] + [indent + r for r in rescale]
+                state["after"], state["tail"] = True, [f"{indent}{run} = {new};"]
+                continue
+            if origin == "b" and state["after"]:
+                t = run_re.sub(new, t)
+                a = add_re.fullmatch(t)
+                if a and any(same(n, y) for ys in inplace.values() for y in ys):
+                    t = f"{a.group(1)} = {a.group(1)} * ks_alpha + {a.group(2) or a.group(3)};"
+            elif origin == "b" and any(same(n, y) for ys in inplace.values() for y in ys):
+                state["ok"] = False  # an accumulation before the new max
+            if not state["after"] and new in identifiers(t) and not (origin == "a" and n.type == "declaration"):
+                state["ok"] = False  # the new max read before it is computed
+            lines.append(indent + t)
+            if origin == "a" and n.type == "declaration" and re.match(r"(?:const\s+)?float\s+%s\s*=" % new, t):
+                state["after"] = True
+                lines.append(f"{indent}const float ks_alpha = {exp_fn}({run} - {new});")
+                lines += [indent + r for r in rescale]
+            if origin == "a" and t == f"{run} = {new};":
+                # the update and the rescales close the block (as flash kernels write them): what
+                # follows reads the new max, never the running one
+                lines.pop()
+                state["tail"] = [indent + t]
+                state["ok"] = state["ok"] and state["after"]
+            elif "tail" in state and mvar in identifiers(t):
+                state["ok"] = False
+        return lines
+    body = render(merged, ind)
+    body += state.get("tail", [])
+    if not state["after"] or not state["ok"] or sum(ln.strip() == f"{run} = {new};" for ln in body) != 1:
+        return None
+    outer = line_indent(src, b2.start_byte)
+    rep = "{\n" + "\n".join(body) + "\n" + outer + "}"
+    edits = [Edit(l1.start_byte, cut, ""), Edit(b2.start_byte, b2.end_byte, rep)]
+    what = "the max sweep and the accumulation sweep become one sweep rescaling " + \
+        ", ".join(sorted({*acc_after, *inplace}))
+    return edits, what
+
+
+PAIR = Pair(OnlineRescaleToTwoPass, (Rewrite("fuse_rescale_passes", "online_softmax", fuse_rescale_passes, prior=1.5),))

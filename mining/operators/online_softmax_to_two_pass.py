@@ -27,8 +27,33 @@ atomics, writes to variables declared outside the region), top-level declaration
 that belong to one pass and are used after it, and regions in a nested block whose barriers
 could diverge (a block with `__syncthreads` must be the function body, with no `return` before).
 
-Forward: none yet. No deterministic rewrite introduces this carrier; `skills optimize` applies
-this operator's skills through the LLM materializer only (the pair's forward half is empty).
+Forward: fuse_softmax_sweeps. A statement P1 holding max sweeps (loops whose body ends with
+`m = fmaxf(m, X);`, either argument order, or `float mx = fmaxf(m, X); m = mx;`) and a later
+statement P2 of the same shape (the same loop headers up to the loop variable's name, or a max
+sweep starting one element later, `m = X[first]` declared right before it: fused from the first
+element, where fmaxf(m, m) = m is an exact no-op; `if`s with
+the same condition, blocks with the same leading declarations) whose loops end with `s += T;` or
+`s = s + T;` become one online sweep: the max update grows into
+
+    float mx = fmaxf(m, X); s = s * EXP(m - mx) + T[m := mx]; m = mx;
+
+and P2 goes; when statements between P1 and P2 read or change m (a warp or block reduction), m is
+saved after P1 (`ks_m_own`) and P2 becomes `s = s * EXP(ks_m_own - m);`. The operator's own output
+form (both VEC branches, max reductions, barrier, sum sweep) and hand-written spellings (thread per
+row, block-stride sweeps with a shared tree between them, the sum's exponential named in a local
+first) are sites. Why it is sound: T must be a sum of terms EXP(A - m) with m nowhere else, so
+T[m := r] * EXP(r - M) = T[m := M] for any r; s starts at zero (its one declaration, moved before P1
+when it sat between the sweeps), so after the fused sweep s = sum of EXP(A - m_thread), and the
+final rescale turns it into the sum of EXP(A - M) that P2 computed with the reduced max M. The sum
+sweep's extra declarations are pure and substituted into the update; its other statements must be
+declarations identical to the max sweep's (the reloads, now read once). Floating point: each
+running rescale multiplies by EXP(m_old - m_new), a few ulps per rescale (about log n of them for a
+row of n in random order), and the final sum is reassociated; the gate's relative tolerance must
+accept that reassociation, like the backward half's. Refused: a sum that does not start at zero, a
+term not of the form EXP(A - m) (`exp(x) * exp(-m)`, a weighted term), sweeps over other ranges,
+a sum sweep with stores or other non-declaration statements (the register-resident corpus kernel
+rewrites its row in place), the sum read or written between the sweeps, anything the sum sweep
+reads written between them, a max sweep that reads the sum, preprocessor lines between the sweeps.
 """
 from __future__ import annotations
 
@@ -38,9 +63,9 @@ from typing import Optional
 from tree_sitter import Node
 
 from corpora.code.source import Source
-from mining.operators.base import Edit, Operator, Pair
-from mining.operators.nodes import identifiers, rename_identifiers
-from mining.operators.rewrite_util import line_indent, splice_range, structural
+from mining.operators.base import Edit, Materialization, Operator, Pair, Rewrite, candidate
+from mining.operators.nodes import identifiers, kernels, rename_identifiers, split_top, strip_parens
+from mining.operators.rewrite_util import declaration_of, line_indent, splice_range, structural
 from corpora.code.parse import text, walk
 
 
@@ -415,4 +440,380 @@ class OnlineSoftmaxToTwoPass(Operator):
         return Edit(lo_b, hi_b, splice_range(src, lo_b, hi_b, subs))
 
 
-PAIR = Pair(OnlineSoftmaxToTwoPass)
+# ==================================================================================== forward
+# fuse_softmax_sweeps: the max sweep and the sum sweep over the same row become one online sweep.
+
+_EXP_FN = re.compile(r"(__expf|expf|exp|__exp2f|exp2f|exp2)")
+_ZERO = re.compile(r"0(?:\.0*)?[fF]?|0?\.0+[fF]?")
+_MAX_FN = ("fmaxf", "fmax", "max")
+
+
+def _call(e: str) -> Optional[tuple[str, str]]:
+    """`f(args)` as a whole expression -> (f, args)."""
+    c = re.fullmatch(r"(\w+)\s*\((.*)\)", e.strip())
+    if c is None:
+        return None
+    depth = 0
+    for ch in c.group(2):
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return None  # `f(a) * g(b)`: the first parenthesis closes early
+    return c.group(1), c.group(2)
+
+
+def _stmts(body: Node) -> list[Node]:
+    if body.type == "compound_statement":
+        return [c for c in body.named_children if c.type != "comment"]
+    return [body]
+
+
+def _loop_var(loop: Node) -> Optional[str]:
+    init = loop.child_by_field_name("initializer")
+    if init is None or init.type != "declaration":
+        return None
+    ds = [d for d in init.named_children if d.type == "init_declarator"]
+    if len(ds) != 1 or ds[0].child_by_field_name("declarator").type != "identifier":
+        return None
+    return text(ds[0].child_by_field_name("declarator"))
+
+
+def _header(src: Source, loop: Node, rename: dict[str, str]) -> str:
+    body = loop.child_by_field_name("body")
+    return _norm(rename_identifiers(src.code[loop.start_byte:body.start_byte].decode("utf-8", "replace"), rename))
+
+
+def _max_update(src: Source, stmts: list[Node]) -> Optional[tuple[str, str, str, int]]:
+    """The running-max update closing a sweep body: `m = fmaxf(m, X);` (either argument order) or
+    `float mx = fmaxf(m, X); m = mx;` -> (m, X, the new max's name or "", statements it takes)."""
+    def call(e: str) -> Optional[tuple[str, list[str]]]:
+        c = _call(e)
+        if c is None or c[0] not in _MAX_FN:
+            return None
+        args = split_top(c[1], ",")
+        return (c[0], args) if len(args) == 2 else None
+
+    def pick(m: str, args: list[str]) -> Optional[str]:
+        hits = [i for i, a in enumerate(args) if _norm(a) == m]
+        if len(hits) != 1 or m in identifiers(args[1 - hits[0]]):
+            return None
+        return args[1 - hits[0]]
+
+    if not stmts:
+        return None
+    last = _norm(src.code[stmts[-1].start_byte:stmts[-1].end_byte].decode("utf-8", "replace"))
+    a = re.fullmatch(r"(\w+)\s*=\s*(.+);", last)
+    if a is None:
+        return None
+    m, rhs = a.group(1), a.group(2)
+    c = call(rhs)
+    if c is not None:
+        x = pick(m, c[1])
+        return (m, x, "", 1) if x is not None else None
+    if len(stmts) < 2 or not re.fullmatch(r"\w+", rhs):
+        return None
+    prev = _norm(src.code[stmts[-2].start_byte:stmts[-2].end_byte].decode("utf-8", "replace"))
+    d = re.fullmatch(r"(?:const\s+)?(?:float|double)\s+%s\s*=\s*(.+);" % re.escape(rhs), prev)
+    c = call(d.group(1)) if d else None
+    x = pick(m, c[1]) if c else None
+    return (m, x, rhs, 2) if x is not None else None
+
+
+def _sum_update(src: Source, st: Node) -> Optional[tuple[str, str]]:
+    """`s += T;` or `s = s + T;` -> (s, T)."""
+    t = _norm(src.code[st.start_byte:st.end_byte].decode("utf-8", "replace"))
+    u = re.fullmatch(r"(\w+)\s*\+=\s*(.+);", t) or re.fullmatch(r"(\w+)\s*=\s*(\w+)\s*\+\s*(.+);", t)
+    if u is None or len(u.groups()) == 3 and u.group(1) != u.group(2):
+        return None
+    return u.group(1), u.group(u.lastindex)
+
+
+def _exp_terms(t: str, m: str) -> Optional[list[str]]:
+    """The exponential functions of T when T is a sum of terms EXP(X - m) with m nowhere else."""
+    t = strip_parens(t)
+    parts = split_top(t, "+")
+    if len(parts) > 1:
+        fns = [_exp_terms(p, m) for p in parts]
+        return None if any(f is None for f in fns) else [f for fs in fns for f in fs]
+    c = _call(t)
+    if c is None or not _EXP_FN.fullmatch(c[0]):
+        return None
+    diff = split_top(c[1], "-")
+    if len(diff) < 2 or _norm(diff[-1]) != m or any(m in identifiers(d) for d in diff[:-1]) or not diff[0]:
+        return None
+    return [c[0]]
+
+
+def _writes(node: Node) -> set[str]:
+    """Base identifiers assigned, incremented or declared inside a node."""
+    out = set()
+    for n in walk(node):
+        target = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+            n.child_by_field_name("argument") if n.type == "update_expression" else None
+        while target is not None and target.type in ("subscript_expression", "field_expression",
+                                                     "parenthesized_expression", "pointer_expression"):
+            target = target.named_children[0] if target.type in ("parenthesized_expression", "pointer_expression") \
+                else target.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            out.add(text(target))
+    return out
+
+
+class _Sweep:
+    """One max loop paired with its sum loop."""
+    def __init__(self, l1: Node, l2: Node):
+        self.l1, self.l2 = l1, l2
+
+
+def _pair(src: Source, a: Node, b: Node) -> Optional[list[_Sweep]]:
+    """The loops of two statements shaped alike: loops, `if`s with the same condition over such
+    statements, blocks whose statements before the last one are the same."""
+    if a.type == "for_statement" and b.type == "for_statement":
+        return [_Sweep(a, b)]
+    if a.type == "if_statement" and b.type == "if_statement":
+        ca, cb = a.child_by_field_name("condition"), b.child_by_field_name("condition")
+        if _norm(text(ca)) != _norm(text(cb)):
+            return None
+        first = _pair(src, a.child_by_field_name("consequence"), b.child_by_field_name("consequence"))
+        aa, ab = a.child_by_field_name("alternative"), b.child_by_field_name("alternative")
+        if first is None or (aa is None) != (ab is None):
+            return None
+        if aa is None:
+            return first
+        xa, xb = [c for c in aa.named_children if c.type != "comment"], [c for c in ab.named_children if c.type != "comment"]
+        second = _pair(src, xa[0], xb[0]) if len(xa) == 1 and len(xb) == 1 else None
+        return None if second is None else first + second
+    if a.type == "compound_statement" and b.type == "compound_statement":
+        ka, kb = _stmts(a), _stmts(b)
+        if not ka or len(ka) != len(kb) or any(_norm(code_of(src, x)) != _norm(code_of(src, y))
+                                               for x, y in zip(ka[:-1], kb[:-1])):
+            return None
+        if any(x.type != "declaration" for x in ka[:-1]):
+            return None
+        return _pair(src, ka[-1], kb[-1])
+    return None
+
+
+def code_of(src: Source, n: Node) -> str:
+    return src.code[n.start_byte:n.end_byte].decode("utf-8", "replace")
+
+
+def _fuse_loop(src: Source, sw: _Sweep, m: str, fn_names: set[str]) -> Optional[tuple[list[Edit], str, str, str]]:
+    """The edit fusing one max loop with its sum loop -> (edits, s, exp function, fused excerpt)."""
+    l1, l2 = sw.l1, sw.l2
+    v1, v2 = _loop_var(l1), _loop_var(l2)
+    ren = {v2: v1} if v1 and v2 else {}
+    start = None  # the max sweep starts one element later (m holds the first): it starts here too
+    h1, h2 = _header(src, l1, {}), _header(src, l2, ren)
+    if h1 != h2:
+        a, b = re.fullmatch(r"for \(int (\w+) = ([^;]+);(.*)", h1), re.fullmatch(r"for \(int (\w+) = ([^;]+);(.*)", h2)
+        if a is None or b is None or a.group(3) != b.group(3) or \
+                _norm(a.group(2)) not in (f"{_norm(b.group(2))} + 1", str(int(b.group(2)) + 1) if b.group(2).isdigit()
+                                          else None):
+            return None
+        start = _norm(b.group(2))
+    s1, s2 = _stmts(l1.child_by_field_name("body")), _stmts(l2.child_by_field_name("body"))
+    mu = _max_update(src, s1)
+    if mu is None or mu[0] != m:
+        return None
+    _, x, mx, k = mu
+    if start is not None and s1[:-k]:
+        return None  # only `m = fmaxf(m, X)` alone: X at the new first index is m's own first value
+    head1 = s1[:-k]
+    if not s2:
+        return None
+    su = _sum_update(src, s2[-1])
+    if su is None:
+        return None
+    s, t = su
+    t = rename_identifiers(t, ren)
+    hdr_ids = identifiers(_header(src, l1, {})) - ({v1} if v1 else set())
+    w1 = set()
+    for st in head1:
+        c = code_of(src, st)
+        if {m, s} & identifiers(c) or st.type not in ("declaration", "expression_statement"):
+            return None
+        w1 |= _writes(st)
+    if w1 & hdr_ids or {s} & identifiers(x):
+        return None
+    # the sum body: the max body's own declarations again (dropped), new declarations, the update
+    seen = {_norm(code_of(src, st)) for st in head1}
+    declared1 = identifiers(" ".join(code_of(src, st) for st in s1))
+    extras: list[tuple[str, str]] = []  # (name, init)
+    for st in s2[:-1]:
+        c = _norm(rename_identifiers(code_of(src, st), ren))
+        if st.type != "declaration":
+            return None
+        if c in seen:
+            continue
+        ds = [d for d in st.named_children if d.type == "init_declarator"]
+        if len(ds) != 1 or ds[0].child_by_field_name("declarator").type != "identifier":
+            return None
+        name = text(ds[0].child_by_field_name("declarator"))
+        if name in declared1 or s in identifiers(c):
+            return None
+        extras.append((name, _norm(rename_identifiers(text(ds[0].child_by_field_name("value")), ren))))
+    if s in identifiers(t):
+        return None
+    # T with the new declarations substituted must be a sum of EXP(X - m) terms
+    full = t
+    for _ in range(len(extras) + 1):
+        full = rename_identifiers(full, {n: "(%s)" % v for n, v in extras})
+    fns = _exp_terms(full, m)
+    if not fns or len({"2" in f for f in fns}) != 1:
+        return None
+    new = mx or "ks_mx"
+    if not mx and "ks_mx" in fn_names:
+        return None
+    ind = line_indent(src, s1[-k].start_byte)
+    body = l1.child_by_field_name("body")
+    lines = []
+    if not mx:
+        fmax = re.match(r"\s*\w+\s*=\s*(\w+)", code_of(src, s1[-1])).group(1)
+        lines.append(f"float {new} = {fmax}({m}, {_norm(x)});")
+    else:
+        lines.append(_norm(code_of(src, s1[-2])))
+    # the sum sweep's own declarations are substituted into the update (pure: no effects), which
+    # keeps the update in the one-statement form the backward half reads
+    lines.append(f"{s} = {s} * {fns[0]}({m} - {new}) + {rename_identifiers(full, {m: new})};")
+    lines.append(f"{m} = {new};")
+    if body.type == "compound_statement":
+        rep = ("\n" + ind).join(lines)
+        edit = Edit(s1[-k].start_byte, s1[-1].end_byte, rep)
+    else:
+        outer = line_indent(src, l1.start_byte)
+        inner = outer + "    "
+        rep = "{\n" + "".join(inner + ln + "\n" for ln in lines) + outer + "}"
+        edit = Edit(body.start_byte, body.end_byte, rep)
+    if start is not None:
+        init = l1.child_by_field_name("initializer")
+        val = [d for d in init.named_children if d.type == "init_declarator"][0].child_by_field_name("value")
+        return [edit, Edit(val.start_byte, val.end_byte, start)], s, fns[0], _norm(rename_identifiers(x, {v1: start}))
+    return [edit], s, fns[0], ""
+
+
+def _first_value(src: Source, kids: list[Node], i: int, m: str, first: str) -> bool:
+    """m is declared right before the max sweep kids[i] with the element the sweep skips: running the
+    sweep from that element too takes fmaxf(m, m) = m there, an exact no-op."""
+    if i == 0 or kids[i - 1].type != "declaration":
+        return False
+    d = re.fullmatch(r"(?:const\s+)?float\s+(\w+)\s*=\s*(.+);", _norm(code_of(src, kids[i - 1])))
+    return d is not None and d.group(1) == m and _norm(d.group(2)) == first
+
+
+def _zero_decl(src: Source, fn: Node, s: str) -> Optional[Node]:
+    """The one declaration of s in the function when it starts s at zero."""
+    found = []
+    for d in walk(fn):
+        if d.type != "declaration":
+            continue
+        for dec in d.named_children:
+            if dec.type == "init_declarator" and text(dec.child_by_field_name("declarator")) == s:
+                found.append((d, dec))
+            elif dec.type == "identifier" and text(dec) == s:
+                return None
+    if len(found) != 1 or not _ZERO.fullmatch(_norm(text(found[0][1].child_by_field_name("value")))):
+        return None
+    return found[0][0]
+
+
+def fuse_softmax_sweeps(source: str, ctx) -> list[Materialization]:
+    """A max sweep and a later sum-of-exponentials sweep over the same row -> one online sweep
+    (see "Forward" in the module docstring)."""
+    src = structural(Source(source))
+    out = []
+    for k in kernels(src):
+        fn_text = code_of(src, k.node)
+        fn_names = identifiers(fn_text)
+        found = []
+        for block in walk(k.body):
+            if block.type != "compound_statement":
+                continue
+            kids = [c for c in block.named_children if c.type != "comment"]
+            for i, p1 in enumerate(kids):
+                r = _site(src, k, kids, i, fn_names)
+                if r is not None:
+                    found.append(r)
+        if len(found) > 1:
+            out.append(candidate(src, [e for es, _, _ in found for e in es], "fuse_softmax_sweeps",
+                                 f"{k.name}: {len(found)} max and sum sweeps become online sweeps"))
+        out += [candidate(src, es, "fuse_softmax_sweeps", f"{k.name}: {what}", excerpt=ex) for es, what, ex in found]
+    return out
+
+
+def _site(src: Source, k, kids: list[Node], i: int, fn_names: set[str]) -> Optional[tuple[list[Edit], str, str]]:
+    p1 = kids[i]
+    if p1.type not in ("for_statement", "if_statement", "compound_statement"):
+        return None
+    if re.search(r"(?m)^[ \t]*#", src.raw[p1.start_byte:kids[-1].end_byte].decode("utf-8", "replace")):
+        return None  # preprocessor lines between the sweeps: which code runs is not plain to see
+    for j in range(i + 1, len(kids)):
+        p2 = kids[j]
+        sweeps = _pair(src, p1, p2)
+        if not sweeps:
+            continue
+        mu = _max_update(src, _stmts(sweeps[0].l1.child_by_field_name("body")))
+        if mu is None:
+            return None
+        m = mu[0]
+        fused = [_fuse_loop(src, sw, m, fn_names) for sw in sweeps]
+        if any(f is None for f in fused):
+            continue
+        ss, fns = {f[1] for f in fused}, {f[2] for f in fused}
+        if len(ss) != 1:
+            return None
+        s = ss.pop()
+        firsts = {f[3] for f in fused if f[3]}
+        if firsts and (len(sweeps) != 1 or not _first_value(src, kids, i, m, firsts.pop())):
+            return None
+        return _finish(src, k, kids, i, j, m, s, sorted(fns)[0], [e for f in fused for e in f[0]], fn_names)
+    return None
+
+
+def _finish(src: Source, k, kids: list[Node], i: int, j: int, m: str, s: str, exp: str, edits: list[Edit],
+            fn_names: set[str]) -> Optional[tuple[list[Edit], str, str]]:
+    p1, p2 = kids[i], kids[j]
+    decl = _zero_decl(src, k.node, s)
+    if decl is None or decl.parent is None or decl.parent.start_byte != p1.parent.start_byte:
+        return None  # declared in an enclosing block: a loop around the sweeps would carry s over
+    between = kids[i + 1:j]
+    moved = any(st.start_byte == decl.start_byte for st in between)
+    if moved:
+        if len([d for d in decl.named_children if d.type in ("init_declarator", "identifier")]) != 1:
+            return None
+    elif not decl.end_byte <= p1.start_byte or s in identifiers(src.code[decl.end_byte:p1.start_byte].decode()):
+        return None
+    # the statements between the sweeps: s untouched, nothing the sum sweep reads is written
+    reads2 = identifiers(code_of(src, p2)) - {m, s}
+    m_changed = False
+    for st in between:
+        if st.start_byte == decl.start_byte:
+            continue
+        c = code_of(src, st)
+        ids = identifiers(c)
+        if s in ids or (_writes(st) - {m}) & reads2 or re.search(r"\batomic\w*\s*\(", c) and ids & reads2:
+            return None
+        m_changed |= m in ids
+    ind = line_indent(src, p1.start_byte)
+    decl_text = _norm(code_of(src, decl))
+    if moved:
+        a, b = src.line_span(decl.start_byte, decl.end_byte)
+        edits.append(Edit(a, b, ""))
+        edits.append(Edit(p1.start_byte, p1.start_byte, decl_text + "\n" + ind))
+    a, b = src.line_span(p2.start_byte, p2.end_byte)
+    if m_changed:
+        own = f"ks_{m}_own"
+        if own in fn_names:
+            return None
+        t = declaration_of(src, m, p1)
+        if t is None or t[0] not in ("float", "double"):
+            return None
+        edits.append(Edit(p1.end_byte, p1.end_byte, f"\n{ind}const {t[0]} {own} = {m};"))
+        edits.append(Edit(p2.start_byte, p2.end_byte, f"{s} = {s} * {exp}({own} - {m});"))
+        what = f"the max and the sum sweeps become one online sweep ({s} rescaled to the reduced {m})"
+    else:
+        edits.append(Edit(a, b, ""))
+        what = "the max and the sum sweeps become one online sweep"
+    return edits, what, src.excerpt(p1.start_byte, p1.end_byte)
+
+
+PAIR = Pair(OnlineSoftmaxToTwoPass, (Rewrite("fuse_softmax_sweeps", "online_softmax", fuse_softmax_sweeps, prior=1.5),))

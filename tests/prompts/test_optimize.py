@@ -68,7 +68,8 @@ def test_rewrites_map_skills_to_forward_edits():
     assert rewrites_for("drop_restrict", "restrict") == ["add_restrict"]
     assert "warp_per_row" in rewrites_for("shuffle_to_shared", "warp_shuffle_reduce")
     assert rewrites_for("llm", "vector_store")[0] == "vectorize_elementwise"
-    assert rewrites_for("llm", "online_softmax") == []
+    assert rewrites_for("llm", "online_softmax") == ["fuse_softmax_sweeps", "fuse_rescale_passes"]
+    assert rewrites_for("llm", "tensor_core_wmma") == []  # no deterministic forward: the LLM's
 
 
 def test_vector_add_materializations():
