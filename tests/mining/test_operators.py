@@ -202,7 +202,8 @@ def test_pairs_hold_both_directions_in_one_module():
     forward_only = {r.name for p in PAIRS if p.operator is None for r in p.rewrites}
     assert all(n in inverted or r.serves or n in forward_only for n, r in rewrites.items())
     assert inverses("drop_grid_clamp") == ["grid_stride"]  # the clamp goes back with its loop
-    assert rewrites_for("warp_atomic_to_thread_atomics", "atomic_per_block") == ["privatize_atomics", "warp_per_row"]
+    assert rewrites_for("warp_atomic_to_thread_atomics", "atomic_per_block") == ["warp_aggregate_atomics", "privatize_atomics",
+                                                                              "warp_per_row"]
     # inverted (block_scan_to_thread_totals), then served
     assert rewrites_for("llm", "block_scan") == ["warp_totals_block_scan", "warp_scan"]
 
