@@ -59,10 +59,9 @@ from tree_sitter import Node
 from corpora.code.nodes import same
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Pair, Rewrite, candidate, rewrite_range
-from mining.operators.nodes import (code, declared_within, has, has_loop, indent_at, is_lhs, kernels, launches, loop_var,
-                                    mentions, pointer_params, raw, reindent, returns_or_syncs, split_top, statements,
-                                    strip_parens, sub_base, sub_index, subscripts_of, unit_update, written_names)
-from mining.operators.shared_tile_to_global import _grid_dim3_edits, _two_d
+from mining.operators.nodes import (code, declared_within, has, has_loop, indent_at, kernels, launches, mentions, pointer_params, raw, reindent, returns_or_syncs, split_top, statements,
+                                    strip_parens, sub_base, written_names)
+from mining.operators.shared_tile_to_global import _dot_loop, _grid_dim3_edits, _two_d
 from mining.operators.nodes import FunctionIndex, int_value, subscript_chain
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, type_text
 from mining.operators.shrink_register_tile import RegisterTileOperator
@@ -362,29 +361,13 @@ def _outputs_tile(src: Source, k, R: int) -> Optional[Materialization]:
     if loop.type != "for_statement" or not epilogue or \
             any(returns_or_syncs(src, s) or has_loop(s) for s in epilogue):
         return None
-    lv = loop_var(src, loop)
-    lcond = loop.child_by_field_name("condition")
-    if lv is None or lcond is None or not unit_update(src, loop, lv[1]) or lv[2].strip() != "0":
+    dot = _dot_loop(src, k, loop, row, col)
+    if dot is None:
         return None
-    kv = lv[1]
-    body = loop.child_by_field_name("body")
-    if body is None or has_loop(body) or not re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(kv), code(src, lcond)):
+    kv, _, body, a, b, acc = dot
+    if any(n.type == "update_expression" for n in walk(body)):
         return None
     ptrs = pointer_params(k.sig)
-    subs = subscripts_of(src, body, ptrs)
-    if len(subs) != 2 or any(is_lhs(x) for x in subs):
-        return None
-    a = next((x for x in subs if mentions(sub_index(x), row) and mentions(sub_index(x), kv) and
-              not mentions(sub_index(x), col)), None)
-    b = next((x for x in subs if mentions(sub_index(x), col) and mentions(sub_index(x), kv) and
-              not mentions(sub_index(x), row)), None)
-    if a is None or b is None:
-        return None
-    asg = [n for n in walk(body) if n.type in ("assignment_expression", "update_expression")]
-    if len(asg) != 1 or asg[0].type != "assignment_expression" or asg[0].children[1].type != "+=" or \
-            asg[0].child_by_field_name("left").type != "identifier":
-        return None
-    acc = text(asg[0].child_by_field_name("left"))
     am = re.fullmatch(r"((?:unsigned\s+)?\w+)\s+%s\s*=\s*0(?:\.0*)?[fF]?\s*;" % re.escape(acc), code(src, adecl))
     if am is None:
         return None

@@ -336,6 +336,35 @@ def _grid_dim3_edits(src: Source, launch: Launch, factor: int) -> Optional[list[
     return edits
 
 
+def _dot_loop(src: Source, k: Kernel, loop, row: str, col: str):
+    """`for (kv = 0; kv < KB; ++kv) acc += A[..row..kv..] * B[..col..kv..];` read as (kv, KB, body,
+    A subscript, B subscript, acc), or None: one unit-step loop from 0 with no loop inside, exactly
+    two pointer-parameter reads (one indexed by row and kv, one by col and kv), and one `+=` into a
+    plain variable (stage_matmul_tiles and register_tile_to_dot's forward read the same loop)."""
+    lv = loop_var(src, loop)
+    lcond = loop.child_by_field_name("condition")
+    if lv is None or lcond is None or not unit_update(src, loop, lv[1]) or lv[2].strip() != "0":
+        return None
+    kv = lv[1]
+    m = re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(kv), code(src, lcond))
+    body = loop.child_by_field_name("body")
+    if not m or body is None or has_loop(body):
+        return None
+    subs = subscripts_of(src, body, pointer_params(k.sig))
+    if len(subs) != 2 or any(is_lhs(s) for s in subs):
+        return None
+    a = next((s for s in subs if mentions(sub_index(s), row) and mentions(sub_index(s), kv) and
+              not mentions(sub_index(s), col)), None)
+    b = next((s for s in subs if mentions(sub_index(s), col) and mentions(sub_index(s), kv) and
+              not mentions(sub_index(s), row)), None)
+    if a is None or b is None:
+        return None
+    asg = [n for n in walk(body) if n.type == "assignment_expression"]
+    if len(asg) != 1 or asg[0].children[1].type != "+=" or asg[0].child_by_field_name("left").type != "identifier":
+        return None
+    return kv, m.group(1), body, a, b, text(asg[0].child_by_field_name("left"))
+
+
 def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[Materialization]:
     two = _two_d(src, k)
     if two is None:
@@ -360,31 +389,11 @@ def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[M
     loop, between, epilogue = sts[li], sts[ret_i + 1:li], sts[li + 1:]
     if not epilogue or any(returns_or_syncs(src, s) or has_loop(s) for s in epilogue + between):
         return None
-    lv = loop_var(src, loop)
-    lcond = loop.child_by_field_name("condition")
-    if lv is None or lcond is None or not unit_update(src, loop, lv[1]) or lv[2].strip() != "0":
+    dot = _dot_loop(src, k, loop, row, col)
+    if dot is None:
         return None
-    kv = lv[1]
-    m = re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(kv), code(src, lcond))
-    body = loop.child_by_field_name("body")
-    if not m or body is None or has_loop(body):
-        return None
-    kb = m.group(1)
-    ptrs = pointer_params(k.sig)
-    subs = subscripts_of(src, body, ptrs)
-    if len(subs) != 2 or any(is_lhs(s) for s in subs):
-        return None
-    a = next((s for s in subs if mentions(sub_index(s), row) and mentions(sub_index(s), kv) and
-              not mentions(sub_index(s), col)), None)
-    b = next((s for s in subs if mentions(sub_index(s), col) and mentions(sub_index(s), kv) and
-              not mentions(sub_index(s), row)), None)
-    if a is None or b is None:
-        return None
-    # the accumulator: `acc += ...` in the body, declared `T acc = 0` between the return and the loop
-    asg = [n for n in walk(body) if n.type == "assignment_expression"]
-    if len(asg) != 1 or asg[0].children[1].type != "+=" or asg[0].child_by_field_name("left").type != "identifier":
-        return None
-    acc = text(asg[0].child_by_field_name("left"))
+    kv, kb, body, a, b, acc = dot
+    # the accumulator is declared `T acc = 0` between the return and the loop
     acc_t = None
     for st in between:
         c = code(src, st)
@@ -401,6 +410,7 @@ def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[M
         if e is None:
             return None
         grid_edits += e
+    ptrs = pointer_params(k.sig)
     ta, tb = ptrs[sub_base(a)].base_type, ptrs[sub_base(b)].base_type
     inner = rewrite_range(src, body.start_byte, body.end_byte,
                           [Edit(a.start_byte, a.end_byte, f"ks_As[threadIdx.y + {T} * ks_a][ks_kk]"),
