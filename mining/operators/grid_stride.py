@@ -257,19 +257,28 @@ class OneElement:
     hoist: tuple = ()  # declarations between the index and its early-return guard (the bound's terms): before the loop
 
 
-def one_element(src: Source, k: Kernel, loops: bool = False) -> Optional[OneElement]:
-    """`loops`: the element's work may hold a loop of its own (a word's bytes, a row's entries); the
-    grid-stride loop wraps it unchanged. Off for grid_stride itself, whose gain is in a flat body."""
-    c = code(src, k.body)
-    if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|__syncthreads|__shared__|__shfl", c):
-        return None
+def _split_at_index(src: Source, k: Kernel):
+    """The kernel's one x index declaration, its top-level statements and those after the
+    declaration, or None when it has no single x index."""
     decls = [d for d in index_decls(src, k) if d.axis == "x"]
     if len(decls) != 1:
         return None
     d = decls[0]
     sts = statements(k.body)
     pos = next(i for i, s in enumerate(sts) if s.start_byte == d.stmt.start_byte)
-    rest = sts[pos + 1:]
+    return d, sts, sts[pos + 1:]
+
+
+def one_element(src: Source, k: Kernel, loops: bool = False) -> Optional[OneElement]:
+    """`loops`: the element's work may hold a loop of its own (a word's bytes, a row's entries); the
+    grid-stride loop wraps it unchanged. Off for grid_stride itself, whose gain is in a flat body."""
+    c = code(src, k.body)
+    if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|__syncthreads|__shared__|__shfl", c):
+        return None
+    split = _split_at_index(src, k)
+    if split is None:
+        return None
+    d, sts, rest = split
     if not rest:
         return None
     # threadIdx/blockIdx only in the index declaration
@@ -333,13 +342,10 @@ def unguarded_element(src: Source, k: Kernel) -> Optional[OneElement]:
     c = code(src, k.body)
     if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|__syncthreads|__shared__|__shfl|\breturn\b", c):
         return None
-    decls = [d for d in index_decls(src, k) if d.axis == "x"]
-    if len(decls) != 1:
+    split = _split_at_index(src, k)
+    if split is None:
         return None
-    d = decls[0]
-    sts = statements(k.body)
-    pos = next(i for i, s in enumerate(sts) if s.start_byte == d.stmt.start_byte)
-    rest = sts[pos + 1:]
+    d, sts, rest = split
     if not rest or any(s.type not in ("expression_statement", "declaration") for s in sts):
         return None
     if any(re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b|[?]", code(src, s)) for s in sts if s is not d.stmt):
