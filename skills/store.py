@@ -1,6 +1,7 @@
 """The project's store: one duckdb file plus a chromadb folder under one root.
 
     <root>/store.duckdb     tables (made by the migrations of skills/migrations.py)
+    <root>/store.duckdb.lock  empty; flocked around opens and closes (see below)
     <root>/chroma/          vector collections (retrieval/vector_index.py)
     <root>/models/          trained encoders (checkpoints; their metadata is in `models`)
     <root>/cache/           content-addressed caches (gates, tblgen outputs)
@@ -14,21 +15,34 @@ missing ones under the write lock, so a store written by an earlier release is u
 
 Writes go through :meth:`Store.transaction`: one transaction per ingest batch, so a killed
 run leaves either the whole batch or none of it.
+
+Several processes share a store through duckdb's file lock (one writer or many readers), plus
+``<root>/store.duckdb.lock``: duckdb reads the file's header *before* it takes its lock and goes on
+with that copy, so an open that straddles another process's closing checkpoint would see the store
+as it was before that process's last save, and its own next checkpoint would overwrite the save.
+Every open holds that file shared and every writer's close holds it alone (:meth:`Store._guard`).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import sys
 import tempfile
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from corpora.store_root import resolve_root
 from skills import migrations
+
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): opens and closes go unguarded, as duckdb alone does them
+    fcntl = None
 
 
 class StoreError(RuntimeError):
@@ -77,6 +91,10 @@ class Store:
     def cache_dir(self) -> Path:
         return self.root / "cache"
 
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "store.duckdb.lock"
+
     def exists(self) -> bool:
         return self.db_path.is_file()
 
@@ -96,6 +114,7 @@ class Store:
                 except OSError as exc:
                     raise StoreError(f"{self.root}: cannot create the store folder: {exc.strerror or exc}") from None
                 self._con = self._open_for_writing()
+            _OPEN.add(self)
         return self._con
 
     def _open_for_writing(self):
@@ -105,10 +124,10 @@ class Store:
         try:
             done = migrations.migrate(con, str(self.db_path))
         except migrations.SchemaError as exc:
-            con.close()
+            self._close_con(con, wrote=True)
             raise StoreError(str(exc)) from None
         except BaseException:
-            con.close()
+            self._close_con(con, wrote=True)
             raise
         if done and existed:  # a store made now is not news; an upgraded one is said once, here
             sys.stderr.write(f"upgraded the store {self.db_path} in place: migration(s) {', '.join(map(str, done))} "
@@ -133,7 +152,7 @@ class Store:
             return str(exc).removeprefix(f"{self.db_path}: ")
 
         try:
-            self._open_for_writing().close()
+            self._close_con(self._open_for_writing(), wrote=True)
         except StoreBusy as exc:
             raise StoreBusy(f"{why}; upgrading it needs the write lock: {bare(exc)}") from None
         except StoreError as exc:
@@ -146,9 +165,18 @@ class Store:
 
         deadline = time.monotonic() + lock_timeout_s()
         delay, said = 0.02, False
+
+        def waiting(who: str) -> None:
+            nonlocal said
+            if not said:
+                sys.stderr.write(f"waiting for the store {self.db_path} (locked by {who}) ...\n")
+                said = True
+
         while True:
             try:
-                return duckdb.connect(str(self.db_path), read_only=read_only)
+                # duckdb reads the header before its lock: no writer may finish closing meanwhile
+                with self._guard(exclusive=False, deadline=deadline, waiting=waiting):
+                    return duckdb.connect(str(self.db_path), read_only=read_only)
             except duckdb.IOException as exc:
                 msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if "lock" not in msg.lower():
@@ -158,14 +186,65 @@ class Store:
                 if time.monotonic() >= deadline:
                     raise StoreBusy(f"{self.db_path}: still locked by {who} after {lock_timeout_s():g} s "
                                     "(SKILLS_STORE_LOCK_TIMEOUT)") from None
-                if not said:
-                    sys.stderr.write(f"waiting for the store {self.db_path} (locked by {who}) ...\n")
-                    said = True
+                waiting(who)
                 time.sleep(delay)
                 delay = min(0.5, delay * 1.5)
             except duckdb.Error as exc:
                 msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise StoreError(f"{self.db_path}: not a usable store ({msg})") from None
+
+    @contextmanager
+    def _guard(self, exclusive: bool, deadline: float, waiting=lambda who: None) -> Iterator[None]:
+        """Hold <root>/store.duckdb.lock: shared around duckdb's open, alone around a writer's close.
+
+        duckdb 2.0 reads the file's header, closes it, then opens it again to take its lock, and
+        goes on with the header it read first. An open whose read comes before another process's
+        closing checkpoint and whose lock comes after it sees the store without that process's last
+        save, and its next checkpoint writes over that save. Opens share this lock, a writer's close
+        (checkpoint, then unlock) takes it alone: no open straddles a close. Held for milliseconds,
+        so a wait past the deadline means a process stuck inside an open or close (StoreBusy)."""
+        fd = None
+        if fcntl is not None:
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError:
+                try:  # a folder this process cannot write: flock works on a read-only descriptor
+                    fd = os.open(self.lock_path, os.O_RDONLY)
+                except OSError:
+                    fd = None  # and none there: no writer closes anything in it
+        if fd is None:
+            yield
+            return
+        try:
+            start = time.monotonic()
+            while True:
+                try:
+                    fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise StoreBusy(f"{self.db_path}: another process kept {self.lock_path.name} past "
+                                        f"{lock_timeout_s():g} s while opening or closing the store "
+                                        "(SKILLS_STORE_LOCK_TIMEOUT)") from None
+                    if now - start > 1.0:
+                        waiting("a process opening or closing it")
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _close_con(self, con, wrote: bool) -> None:
+        """Close a duckdb connection; a read-write one checkpoints and unlocks, so under the guard."""
+        if not wrote:
+            con.close()
+            return
+        try:
+            with self._guard(exclusive=True, deadline=time.monotonic() + lock_timeout_s()):
+                con.close()
+        except StoreBusy as exc:  # a process stuck in an open: close anyway rather than hang here
+            sys.stderr.write(f"{exc}; closing without it\n")
+            con.close()
 
     @contextmanager
     def session(self) -> Iterator["Store"]:
@@ -177,8 +256,9 @@ class Store:
 
     def close(self) -> None:
         if self._con is not None:
-            self._con.close()
-            self._con = None
+            con, self._con = self._con, None
+            _OPEN.discard(self)
+            self._close_con(con, wrote=not self.read_only)
 
     def __enter__(self) -> "Store":
         return self
@@ -264,6 +344,20 @@ class Store:
         row = rows[0]
         row["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
         return row
+
+
+# Stores still open when the interpreter exits: closed here, under the guard, rather than by
+# duckdb's destructor later (that close would checkpoint and unlock unguarded).
+_OPEN: "weakref.WeakSet[Store]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for store in list(_OPEN):
+        try:
+            store.close()
+        except Exception:  # noqa: BLE001 - exiting: one store's failure must not keep the others open
+            pass
 
 
 def main(argv: Optional[list[str]] = None) -> int:
