@@ -35,7 +35,6 @@ skills = [Skill(skill_id="shared-skill", key="c+o", name="shared", intent="", ca
 print("ready", flush=True)
 while not go.exists():
     time.sleep(0.01)
-print("opening", flush=True)
 save_to_store(root, lin, skills, {"definition": {}}, [])
 print("saved", flush=True)
 """
