@@ -19,6 +19,7 @@
 # The loop gates on seed 0 (OPT_SEEDS) and every final kernel is re-gated on seeds 0,1,2. No new
 # step starts after OPT_PROBLEM_MIN minutes of a run and no new run after OPT_MAX_MIN minutes: what
 # did not run is marked incomplete in the JSON, never guessed.
+# Each run's states, attempts and final kernel go under OPT_RUNS (default /tmp/ks-opt-runs/<arm>/<problem>).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device_env.sh || exit 1
@@ -58,6 +59,7 @@ for arm in ${ARMS//,/ }; do
         --store "$PREP/skills.json" --retrieval scan --arms "$arm" --problems "$part" --jobs $JOBS \
         --seeds ${OPT_SEEDS:-0} --budget ${OPT_BUDGET:-10} --problem-minutes ${OPT_PROBLEM_MIN:-1.5} \
         --max-minutes ${OPT_MAX_MIN:-7} --cache /tmp/ks-opt-cache-$g --out "$OUT/part-$arm-$slot.json" \
+        --out-dir "${OPT_RUNS:-/tmp/ks-opt-runs}" \
         > "$OUT/part-$arm-$slot.md" 2> "$OUT/part-$arm-$slot.log" &
       pids+=($!); n=$((n + 1))
     done
