@@ -762,9 +762,12 @@ class _Run:
 
     def _first_estimate(self) -> Optional[float]:
         """Seconds a batch of `jobs` candidates is expected to take before any step was measured: one
-        gate of this problem (the input's, measured) plus timing each of the batch like the input."""
+        gate of this problem plus timing each of the batch, as long as the input's took (the stage's
+        own wall time, or the wall time seen here when longer: waiting for a GPU shared by other
+        processes counts)."""
         prof = float(self.checker.profile_stage(self.cur).get("wall_s") or 0.0) if self.checker.can_time else 0.0
-        est = self.gate_cost_s + prof * max(1, self.config.jobs)
+        gate = max(self.gate_cost_s, self.timeline["input_gate_s"])
+        est = gate + max(prof, self.timeline["input_time_s"]) * max(1, self.config.jobs)
         return est if est > 0 else None
 
     def _propose(self, cur: str, step: int) -> list[Candidate]:
