@@ -228,9 +228,10 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
         w = _primary(problem)
         row["workload"] = w.label
         # naive and final: the loop's own profile stages of those kernels (the same gate stage, already run)
-        tn, en = _workload_ms(res.input_profile, w.label) if res.input_profile else \
+        # (a profile that failed there, e.g. a timeout that is not cached, is run again here)
+        tn, en = _workload_ms(res.input_profile, w.label) if res.input_profile.get("status") == "pass" else \
             _profile_ms(problem_dir, "naive.cu", res.input_source, args.cache, w.label)
-        tf, ef = _workload_ms(res.final_profile, w.label) if res.final_profile else \
+        tf, ef = _workload_ms(res.final_profile, w.label) if res.final_profile.get("status") == "pass" else \
             _profile_ms(problem_dir, "naive.cu", res.final_source, args.cache, w.label)
         te, ee = _once(("expert", str(problem_dir), w.label),
                        lambda: _profile_ms(problem_dir, "kernel.cu", None, args.cache, w.label))

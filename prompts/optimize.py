@@ -685,6 +685,7 @@ def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeC
         # what gating this kernel costs here (the stage's own wall time, also when the cache answered):
         # the first step's deadline estimate (fit_to_deadline) before any step has been measured
         run.gate_cost_s = float((start.raw.get("stages", {}).get("correctness") or {}).get("wall_s") or 0.0)
+        run._start(source0)  # time the input here (the walk's own timing of it is then a lookup): the timeline sees it
         walk = backward_walk(source0, run.propose, checker, strategy="fastest" if checker.can_time else "priority",
                              jobs=config.jobs, max_steps=config.budget_steps, max_rejections=None, check_start=False,
                              min_gain=config.min_gain, keep_going=True, stop=run.stop, on_event=run.on_walk_event)
