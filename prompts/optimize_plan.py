@@ -79,10 +79,11 @@ def attacks_bottleneck(c: Any, regimes: Sequence[str]) -> bool:
 def bottleneck_first(todo: list, regimes: Sequence[str]) -> tuple[list, list]:
     """(the candidates this step gates, the ones held back for a later step): the candidates that
     attack the kernel's bottleneck (``attacks_bottleneck``), in the given order, when there are any;
-    else all of them."""
-    first = [c for c in todo if attacks_bottleneck(c, regimes)]
-    if not first:
+    else all of them. An LLM candidate is never held: its tokens are spent, and a later step would
+    ask the model again."""
+    if not any(attacks_bottleneck(c, regimes) for c in todo):
         return todo, []
+    first = [c for c in todo if attacks_bottleneck(c, regimes) or getattr(c, "proposer", "") == "llm"]
     ids = {id(c) for c in first}
     return first, [c for c in todo if id(c) not in ids]
 

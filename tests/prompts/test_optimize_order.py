@@ -126,6 +126,16 @@ def test_other_regimes_keep_their_structural_step_first():
         assert any(c.operator in ("grid_stride", "add_restrict") for c in held), name
 
 
+def test_llm_candidates_are_never_held():
+    """An LLM candidate's tokens are spent: it is gated in its step, whatever its carrier."""
+    src = (KERNELS / "softmax" / "naive.cu").read_text()
+    cands = library_candidates(src)
+    llm = Candidate("llm_skill", "restrict", "// the model's kernel", "llm", rank=0, prior=1.5)
+    first, held = bottleneck_first(cands + [llm], kernel_regimes(src))
+    assert llm in first and held and all(c.proposer == "deterministic" for c in held)
+    assert bottleneck_first([llm], ["serial"]) == ([llm], [])
+
+
 def test_nothing_held_when_no_candidate_attacks_the_bottleneck():
     """A row-per-thread running sum whose spelling no warp rewrite matches: every candidate is gated
     as before (holding back would leave the step empty)."""
