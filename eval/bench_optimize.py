@@ -91,31 +91,47 @@ def _primary(problem) -> Any:
 
 
 def _profile_ms(problem_dir: Path, kernel: str, source: Optional[str], cache: Path, label: str) -> tuple[Optional[float], str]:
+    """One workload's median from the gate's profile stage (cached by content; the gate holds the GPU
+    timing lock around the timed run only, so several benchmark processes may share the GPU)."""
     from mining.gate import GateConfig, run_gate
-    from mining.checker import gpu_timing_lock
 
-    with gpu_timing_lock(cache):  # several benchmark processes may share the GPU: time one at a time
-        r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache),
-                     source=source)
-    p = r.stages.get("profile", {})
+    r = run_gate(problem_dir, Path(kernel), GateConfig(executor="cuda", stages=("profile",), store=cache),
+                 source=source)
+    return _workload_ms(r.stages.get("profile", {}), label)
+
+
+def _workload_ms(p: dict, label: str) -> tuple[Optional[float], str]:
     if p.get("status") != "pass":
         return None, str(p.get("reason", p.get("status")))[:300]
     w = p.get("workloads", {}).get(label)
     return (w["median_ms"], "") if w else (None, f"workload {label} not timed")
 
 
-def _eager_ms(name: str, problem, workload) -> tuple[Optional[float], str]:
+# per process, per problem: the expert and PyTorch eager do not change between arms, so they are timed
+# once (the expert's profile is also in the gate cache, shared by the processes of one run)
+_ONCE: dict[tuple, tuple[Optional[float], str]] = {}
+
+
+def _once(key: tuple, timer) -> tuple[Optional[float], str]:
+    if key not in _ONCE:
+        _ONCE[key] = timer()
+    return _ONCE[key]
+
+
+def _eager_ms(name: str, problem, workload, cache: Path) -> tuple[Optional[float], str]:
     try:
         import torch
 
         from eval.bench_corpus import eager_reference, time_cuda, torch_inputs
+        from mining.checker import gpu_timing_lock
 
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         fn = eager_reference(name)
         tensors = torch_inputs(problem, workload)
         axes = {**workload.axes, **workload.scalars}
-        t = time_cuda(lambda t=tensors: fn(t, axes))["median_ms"]
+        with gpu_timing_lock(cache):  # the same lock as the gate's timings: no other kernel runs meanwhile
+            t = time_cuda(lambda t=tensors: fn(t, axes))["median_ms"]
         del tensors
         torch.cuda.empty_cache()
         return t, ""
@@ -201,7 +217,7 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
         "steps_used": s["steps_used"], "attempts": s["attempts"], "kept_steps": s["kept"],
         "correctness_failures_caught": s["correctness_failures_caught"], "termination": s["termination"],
         "final_correct": True, "final_hash": s["final_hash"], "llm": s["llm"],
-        "library_fallback": s["library_fallback"],
+        "library_fallback": s["library_fallback"], "timeline": s["timeline"],
         "lineage": [{k: st.get(k) for k in ("step", "what", "skill_name", "rewrite", "materializer", "origin",
                                             "origin_why", "time_ms", "guards")} for st in res.lineage],
         "wall_s": round(time.perf_counter() - t0, 1),
@@ -211,10 +227,15 @@ def run_problem(name: str, arm: str, args, pool, skills_path: Optional[Path], ou
     if args.executor == "cuda":
         w = _primary(problem)
         row["workload"] = w.label
-        tn, en = _profile_ms(problem_dir, "naive.cu", res.input_source, args.cache, w.label)
-        tf, ef = _profile_ms(problem_dir, "naive.cu", res.final_source, args.cache, w.label)
-        te, ee = _profile_ms(problem_dir, "kernel.cu", None, args.cache, w.label)
-        tg, eg = _eager_ms(name, problem, w)
+        # naive and final: the loop's own profile stages of those kernels (the same gate stage, already run)
+        # (a profile that failed there, e.g. a timeout that is not cached, is run again here)
+        tn, en = _workload_ms(res.input_profile, w.label) if res.input_profile.get("status") == "pass" else \
+            _profile_ms(problem_dir, "naive.cu", res.input_source, args.cache, w.label)
+        tf, ef = _workload_ms(res.final_profile, w.label) if res.final_profile.get("status") == "pass" else \
+            _profile_ms(problem_dir, "naive.cu", res.final_source, args.cache, w.label)
+        te, ee = _once(("expert", str(problem_dir), w.label),
+                       lambda: _profile_ms(problem_dir, "kernel.cu", None, args.cache, w.label))
+        tg, eg = _once(("eager", name, w.label), lambda: _eager_ms(name, problem, w, args.cache))
         row.update({"naive_ms": tn, "final_ms": tf, "expert_ms": te, "eager_ms": tg})
         errs = {k: v for k, v in (("naive", en), ("final", ef), ("expert", ee), ("eager", eg)) if v}
         if errs:

@@ -5,7 +5,8 @@
     ms = checker.time(source_a)                           # GPU only: the kernel's time
 
 Correctness (and any other configured stage) runs in spawned worker processes; GPU timing runs
-one at a time in this process, under a file lock shared by every process timing on the GPU.
+in this process, the timed run under a file lock shared by every process timing on the GPU
+(mining/gate/gpu_lock.py).
 
 **A kernel's time** (`kernel_time`), for mining and optimization alike: the geometric mean of the
 median times of the profiled workloads tagged `large` (of all profiled workloads when none is
@@ -16,11 +17,8 @@ the problem's workloads and times it by the large ones. Both committed GPU figur
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import math
 import multiprocessing
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mining.gate import BadInput, GateConfig, run_gate
+from mining.gate.gpu_lock import gpu_timing_lock  # noqa: F401 - re-exported: callers time under it
 from mining.gate.sandbox import gate_worker_init
 from mining.walk import Verdict
 from mining.records import sha256
@@ -70,25 +69,6 @@ def stop_pool(pool: Optional[ProcessPoolExecutor], grace_s: float = 5.0) -> None
         if p.is_alive():
             p.kill()
             p.join(1.0)
-
-
-def gpu_timing_lock(store_root: Path):
-    """Serialize GPU timing across threads and processes that mine into one store: two kernels
-    timed at once would each measure the other. Processes mining into different stores on one
-    GPU share a lock by naming the same file in SKILLS_GPU_LOCK."""
-
-    @contextlib.contextmanager
-    def _lock():
-        shared = os.environ.get("SKILLS_GPU_LOCK")
-        path = Path(shared) if shared else Path(store_root).resolve() / "cache" / "gpu-timing.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-    return _lock()
 
 
 def kernel_time(profile: dict[str, Any]) -> Optional[float]:
@@ -172,8 +152,8 @@ class KernelGateChecker:
             cfg = replace(self.cfg, stages=("profile",))
             if self.profile_repeats is not None:
                 cfg = replace(cfg, profile_repeats=self.profile_repeats)
-            with gpu_timing_lock(Path(self.cfg.store or ".skills")):  # other processes may time on this GPU
-                d = gate_worker((str(self.profile_dir), str(self.kernel), cfg, source))
+            # the gate takes the GPU timing lock around the timed run only (mining/gate/gpu_lock.py)
+            d = gate_worker((str(self.profile_dir), str(self.kernel), cfg, source))
             self.profiles[h] = d.get("stages", {}).get("profile", {})
         return self.profiles[h]
 

@@ -54,8 +54,8 @@ from mining.walk import Candidate as WalkCandidate
 from mining.walk import Verdict, WalkEvent, WalkResult, backward_walk
 from mining.records import Anchor, Skill
 from retrieval.applicability import CODE_TOKEN
-from prompts.optimize_plan import (candidate_key, expand_hits, fit_to_deadline, is_qualifier, library_records,
-                                   order_retrieved)
+from prompts.optimize_plan import (bottleneck_first, candidate_key, checker_for, expand_hits, fit_to_deadline,
+                                   is_qualifier, kernel_regimes, library_records, order_retrieved)
 
 MODES = ("skills", "no_skills", "flat_memory")
 
@@ -174,6 +174,11 @@ class OptimizeResult:
     config: dict
     step_log: list[dict] = field(default_factory=list)
     library_fallback: dict = field(default_factory=dict)  # enabled, the steps it proposed at, the steps it kept
+    # the gate's profile stage of the input and of the final kernel (GPU; {} on the cpu executor): the
+    # benchmark reads its workload times here instead of profiling the same kernels again
+    input_profile: dict = field(default_factory=dict)
+    final_profile: dict = field(default_factory=dict)
+    timeline: dict = field(default_factory=dict)  # seconds: the input's gate and timing, proposing, gating
 
     @property
     def speedup(self) -> Optional[float]:
@@ -194,7 +199,7 @@ class OptimizeResult:
             "final_hash": sha256(self.final_source), "final_correct": True,
             "lineage": [{k: v for k, v in s.items() if k not in ("diff",)} for s in self.lineage],
             "retrieval": self.retrieval, "llm": self.llm, "library_fallback": self.library_fallback,
-            "wall_s": round(self.wall_s, 1),
+            "timeline": self.timeline, "wall_s": round(self.wall_s, 1),
         }
 
     def write(self, out: Path) -> None:
@@ -421,9 +426,7 @@ def retrieve(skills: SkillSource, source: str, axes: Optional[Sequence[dict]] = 
 
 def _scan(skills: SkillSource, source: str, k: int) -> list[Retrieved]:
     try:
-        from retrieval.applicability import Checker
-
-        checker = Checker(source)
+        checker = checker_for(source)
     except Exception:  # noqa: BLE001 - no applicability module: evidence order only
         checker = None
     scored = []
@@ -663,7 +666,9 @@ def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeC
         pool = make_pool(config.jobs)
     try:
         checker = KernelGateChecker(problem.root, kernel_path, gate_cfg, pool)
+        t_in = time.perf_counter()
         start = checker.check_many([source0])[0]
+        input_gate_s = time.perf_counter() - t_in
         if not start.passed:
             raise BadInput(f"{kernel_path}: the input kernel does not pass the gate ({start.reason[:300]}); "
                            "optimize starts from a correct kernel")
@@ -676,6 +681,11 @@ def optimize(problem_dir: Path, kernel: Optional[Path] = None, config: OptimizeC
         if config.mode == "skills" and not skills.records and not model:
             raise BadInput("no skills to materialize: give --store DIR with mined skills (`skills mine ... --store DIR`)")
         run = _Run(problem, kernel_path, config, model, checker, skills, on_event, t0)
+        run.timeline["input_gate_s"] = round(input_gate_s, 3)
+        # what gating this kernel costs here (the stage's own wall time, also when the cache answered):
+        # the first step's deadline estimate (fit_to_deadline) before any step has been measured
+        run.gate_cost_s = float((start.raw.get("stages", {}).get("correctness") or {}).get("wall_s") or 0.0)
+        run._start(source0)  # time the input here (the walk's own timing of it is then a lookup): the timeline sees it
         walk = backward_walk(source0, run.propose, checker, strategy="fastest" if checker.can_time else "priority",
                              jobs=config.jobs, max_steps=config.budget_steps, max_rejections=None, check_start=False,
                              min_gain=config.min_gain, keep_going=True, stop=run.stop, on_event=run.on_walk_event)
@@ -722,6 +732,8 @@ class _Run:
         self.gate_seconds: list[float] = []  # wall seconds per batch of `jobs` gated candidates (fit_to_deadline)
         self.t_gate = 0.0
         self.library: Optional[SkillSource] = None  # the rewrite library's records (the fallback), loaded when needed
+        self.timeline: dict = {"input_gate_s": 0.0, "input_time_s": 0.0, "propose_s": 0.0}
+        self.gate_cost_s = 0.0  # the input's correctness stage, seconds (set by optimize)
         self.fallback_steps: list[int] = []  # steps whose candidates included the library fallback
 
     # ----------------------------------------------------------------- budgets
@@ -733,15 +745,34 @@ class _Run:
             return "budget_tokens"
         if c.max_usd is not None and self.cost >= c.max_usd:
             return "budget_usd"
-        if c.time_limit_s is not None and time.perf_counter() - self.t0 >= c.time_limit_s:
+        # the time limit stops new steps, never the first: a start (gating and timing the input) that
+        # ate the limit still gets one batch of candidates (fit_to_deadline), not zero attempts
+        if c.time_limit_s is not None and step > 1 and time.perf_counter() - self.t0 >= c.time_limit_s:
             return "budget_time"
         return None
 
     # ----------------------------------------------------------------- proposing
     def propose(self, cur: str, step: int) -> list[Candidate]:
-        config = self.config
         if not self.lineage:  # the walk's start state
             self._start(cur)
+        t = time.perf_counter()
+        try:
+            return self._propose(cur, step)
+        finally:
+            self.timeline["propose_s"] = round(self.timeline["propose_s"] + time.perf_counter() - t, 3)
+
+    def _first_estimate(self) -> Optional[float]:
+        """Seconds a batch of `jobs` candidates is expected to take before any step was measured: one
+        gate of this problem plus timing each of the batch, as long as the input's took (the stage's
+        own wall time, or the wall time seen here when longer: waiting for a GPU shared by other
+        processes counts)."""
+        prof = float(self.checker.profile_stage(self.cur).get("wall_s") or 0.0) if self.checker.can_time else 0.0
+        gate = max(self.gate_cost_s, self.timeline["input_gate_s"])
+        est = gate + max(prof, self.timeline["input_time_s"]) * max(1, self.config.jobs)
+        return est if est > 0 else None
+
+    def _propose(self, cur: str, step: int) -> list[Candidate]:
+        config = self.config
         self.steps_used = step
         cands: list[Candidate] = []
         retrieved: list[Retrieved] = []
@@ -776,15 +807,20 @@ class _Run:
             fallback = {"why": why, "candidates": n_lib}
             if n_lib:
                 self.fallback_steps.append(step)
-        todo = list(uniq.values())
+        # the candidates that attack what bounds the kernel first; the rest wait for a later step
+        regimes = kernel_regimes(cur)
+        todo, held = bottleneck_first(list(uniq.values()), regimes)
         if config.max_attempts is not None:
             todo = todo[:max(0, config.max_attempts - _gated(self.attempts))]
         todo = fit_to_deadline(todo[:config.per_step], self.t0, config.time_limit_s, self.gate_seconds, config.jobs,
-                               time.perf_counter())
+                               time.perf_counter(), estimate=self._first_estimate() if not self.gate_seconds else None)
         self.t_gate = time.perf_counter()
         self.entry = {"step": step, "retrieved": [{"skill_id": r.skill.skill_id, "name": r.skill.name,
                                                    "status": r.status, "rank": r.rank} for r in retrieved[:config.k]],
-                      "candidates": len(uniq), "gated": len(todo)}
+                      "candidates": len(uniq), "gated": len(todo), "regimes": regimes}
+        if held:
+            self.entry["held_back"] = {"candidates": len(held), "why": "they do not attack the kernel's bottleneck "
+                                       f"({', '.join(regimes)}); gated at a later step"}
         if fallback is not None:
             self.entry["library_fallback"] = fallback | {"gated": sum(1 for c in todo if c.fallback)}
         self.step_attempts = []
@@ -888,7 +924,9 @@ class _Run:
 
     def _start(self, source0: str) -> None:
         self.cur = source0
+        t = time.perf_counter()
         self.cur_time = self.checker.time(source0)
+        self.timeline["input_time_s"] = round(time.perf_counter() - t, 3)
         self.lineage = [{"step": 0, "source": source0, "source_hash": sha256(source0), "what": "input",
                          "time_ms": self.cur_time, "speedup_vs_input": 1.0 if self.cur_time else None}]
         self.tried = {sha256(source0)}
@@ -918,9 +956,9 @@ class _Run:
 
     def _step_end(self, kept: Optional[Candidate]) -> None:
         """Say why each attempt of this step was kept or dropped; remember what failed or did not pay off."""
+        gate_s = time.perf_counter() - self.t_gate
         if self.step_attempts:  # the gating time of this step, per batch of `jobs` (fit_to_deadline)
-            self.gate_seconds.append((time.perf_counter() - self.t_gate) / len(self.step_attempts)
-                                     * max(1, self.config.jobs))
+            self.gate_seconds.append(gate_s / len(self.step_attempts) * max(1, self.config.jobs))
         timed = self.checker.can_time
         for c, a in self.step_attempts:
             if a.verdict != "pass":
@@ -958,6 +996,7 @@ class _Run:
             elif not a.kept and a.time_ms is not None:
                 self.record.setdefault(_key(c), []).append("slower")
         entry = dict(self.entry)
+        entry["gate_s"] = round(gate_s, 3)
         if self.step_attempts:
             entry["gated"] = len(self.step_attempts)
         kept_attempt = next((a for _, a in self.step_attempts if a.kept), None)
@@ -994,7 +1033,9 @@ class _Run:
             wall_s=time.perf_counter() - self.t0,
             config={k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
                     for k, v in asdict(config).items() if k != "llm_kwargs"},
-            step_log=self.step_log,
+            step_log=self.step_log, input_profile=self.checker.profile_stage(source0),
+            final_profile=self.checker.profile_stage(self.cur) if self.cur_time is not None else {},
+            timeline=self.timeline | {"gate_s": round(sum(e.get("gate_s", 0.0) for e in self.step_log), 3)},
             library_fallback={"enabled": self._fallback_on(), "proposed_at_steps": self.fallback_steps,
                               "kept_steps": [s["step"] for s in self.lineage[1:] if s.get("origin") == "library"
                                              and s.get("origin_why")],

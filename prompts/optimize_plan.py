@@ -18,6 +18,15 @@ carrier the forward rewrites serve, no mined evidence), in the order the no-skil
 rewrites after the skills' structural candidates (LLM ones included) and before the skills'
 qualifiers, and the library's qualifiers last (issue 20: structural steps first).
 
+``bottleneck_first`` decides what one step gates: the kernel's regime (retrieval/value.py
+``kernel_shape``: latency-bound serial loops, reuse, atomics, bandwidth ...) names the carriers that
+attack what bounds it (``addresses``); when some candidates introduce one, the step gates only those
+and holds the others back for a later step. On the GPU the walk keeps the fastest candidate of a
+step, so the plan's order alone did not decide: on the naive exclusive_scan (serial chunk loops,
+H100, session 13) vectorizing the serial loops' loads (2.42 ms) beat the warp scan (2.44 ms on the
+H200) by noise at step 1, and the vectorized loops no longer matched the warp rewrites that give the
+expert's order of speedup; a step that gates fewer candidates is also shorter.
+
 ``fit_to_deadline`` trims a step's candidates to what the time left can gate, from the seconds a
 gated candidate has taken so far in this run: a step that starts just before the time limit does
 not overrun it by a full batch.
@@ -26,13 +35,57 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence
 
 from mining.operators.registry import PAIRS, all_rewrites, get_rewrite, rewrites_for, rewrites_for_carrier
 from mining.records import Skill
 from retrieval.applicability import Checker
 from retrieval.plan import order
-from retrieval.value import QUALIFIERS, Valuer
+from retrieval.value import QUALIFIERS, Valuer, addresses, kernel_shape
+
+
+@lru_cache(maxsize=4)
+def checker_for(source: str) -> Checker:
+    """The applicability checker of ``source``, shared by the step's passes (the scan, the value plan,
+    the regime reading): one parse per kernel state instead of one per pass."""
+    return Checker(source)
+
+
+def kernel_regimes(source: str) -> list[str]:
+    """What bounds ``source`` (retrieval/value.py ``kernel_shape``), most specific first; [] when the
+    parser cannot read it."""
+    try:
+        return list(kernel_shape(checker_for(source)).regimes)
+    except Exception:  # noqa: BLE001 - a detector bug must not stop optimizing
+        return []
+
+
+def candidate_carriers(c: Any) -> set[str]:
+    """The carriers a candidate introduces: its registered rewrite's (and what it serves); an LLM
+    candidate's skill's."""
+    try:
+        r = get_rewrite(c.rewrite)
+        return {r.carrier, *r.serves}
+    except KeyError:
+        skill = getattr(c, "skill", None)
+        return {skill.carrier if skill is not None else c.carrier}
+
+
+def attacks_bottleneck(c: Any, regimes: Sequence[str]) -> bool:
+    return not is_qualifier(c) and any(addresses(x, regimes) for x in candidate_carriers(c))
+
+
+def bottleneck_first(todo: list, regimes: Sequence[str]) -> tuple[list, list]:
+    """(the candidates this step gates, the ones held back for a later step): the candidates that
+    attack the kernel's bottleneck (``attacks_bottleneck``), in the given order, when there are any;
+    else all of them. An LLM candidate is never held: its tokens are spent, and a later step would
+    ask the model again."""
+    if not any(attacks_bottleneck(c, regimes) for c in todo):
+        return todo, []
+    first = [c for c in todo if attacks_bottleneck(c, regimes) or getattr(c, "proposer", "") == "llm"]
+    ids = {id(c) for c in first}
+    return first, [c for c in todo if id(c) not in ids]
 
 
 def expand_hits(ans: dict) -> list[dict]:
@@ -60,7 +113,7 @@ def order_retrieved(retrieved: list, source: str, op_type: Optional[str] = None,
     if policy != "value":
         return baseline_order(retrieved, source, policy, as_json)
     try:
-        checker = Checker(source)
+        checker = checker_for(source)
         valuer = Valuer(checker, None, op_type, exclude_problems)
     except Exception:  # noqa: BLE001 - a source the parser cannot read: keep retrieval's order
         return retrieved
@@ -166,13 +219,15 @@ def baseline_order(retrieved: list, source: str, policy: str, as_json: Callable[
 
 
 def fit_to_deadline(todo: list, t0: float, time_limit_s: Optional[float], gated_seconds: Sequence[float],
-                    jobs: int, now: float) -> list:
-    """The candidates that the time left can gate (at least one), from the mean seconds a gated
-    candidate took so far (``jobs`` at a time); all of them without a limit or a history."""
-    if time_limit_s is None or not gated_seconds or not todo:
+                    jobs: int, now: float, estimate: Optional[float] = None) -> list:
+    """The candidates that the time left can gate (at least one), from the mean seconds a batch of
+    ``jobs`` gated candidates took so far; before any step was measured, from ``estimate`` (the
+    seconds this problem's own input took to gate and time); all of them without a limit or either."""
+    hist = list(gated_seconds) or ([estimate] if estimate else [])
+    if time_limit_s is None or not hist or not todo:
         return todo
     left = time_limit_s - (now - t0)
-    per = sum(gated_seconds) / len(gated_seconds)
+    per = sum(hist) / len(hist)
     batches = max(1, int(left // max(per, 1e-3)))
     return todo[:max(1, min(len(todo), batches * max(1, jobs)))]
 

@@ -651,6 +651,20 @@ def prior_effect(carrier: str, regimes: Sequence[str]) -> dict:
             "table_regime": regime}
 
 
+def addresses(carrier: str, regimes: Sequence[str]) -> bool:
+    """Whether introducing ``carrier`` attacks what bounds the kernel: PRIOR names one of the kernel's
+    regimes for it with more gain than its default ("*"): a warp reduction or scan for a serial
+    (latency-bound) loop, a tile for reuse, a privatized counter for binned atomics, a wider access
+    for a bandwidth-bound one; at the memory roofline (or in a plain bandwidth-bound kernel) also
+    a carrier that moves fewer bytes (BYTE_SAVING). Vectorizing the loads of one thread's serial
+    loop does not make the loop parallel: in a serial kernel vector_load is not the bottleneck's step."""
+    if "roofline" in regimes:  # moving its bytes near the copy bandwidth: only fewer bytes help
+        return carrier in BYTE_SAVING
+    table = PRIOR.get(carrier) or {}
+    base = table.get("*", UNKNOWN_PRIOR)
+    return any(table.get(g, 0.0) > base or (g == "memory" and carrier in BYTE_SAVING) for g in regimes)
+
+
 def size_regime(axes: Optional[dict]) -> str:
     if not axes:
         return "large"

@@ -26,6 +26,7 @@ from mining.gate.data import ITEMSIZE, compare, make_inputs
 from mining.gate.coverage import COVERAGE_VERSION, coverage_stage
 from mining.gate.errors import BadInput
 from mining.gate.executors import explain_failure, gpu_info, make_executor, resolve_executor
+from mining.gate.gpu_lock import gpu_timing_lock
 from mining.gate.reference import ReferenceRun, write_case as write_reference_case
 from mining.gate.sandbox import abort_runs, read_output, require_isolation
 from mining.gate.harness import (HARNESS_HEADER, harness_source, parse_harness_stdout, write_case_files, write_cases,
@@ -483,7 +484,9 @@ def _profile(problem: Problem, binding: EntryBinding, source: str, kernel_path: 
     write_manifest(manifest, cases, mode="profile", warmup=config.profile_warmup,
                    repeats=config.profile_repeats, flush_bytes=config.flush_bytes)
     spec = executor.run_specs(False)[0]
-    res = executor.run(binary, manifest, spec, max(config.timeout_s, 300.0), config.mem_mb, False)
+    # only the timed run holds the GPU: the build and the input files above are CPU work
+    with gpu_timing_lock(config.store or default_store()):
+        res = executor.run(binary, manifest, spec, max(config.timeout_s, 300.0), config.mem_mb, False)
     parsed = parse_harness_stdout(res.stdout)
     if not res.ok:
         return {"status": "fail", "reason": explain_failure(res, config.timeout_s, kernel_path), "transient": res.timed_out}

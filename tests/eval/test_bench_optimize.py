@@ -1,0 +1,42 @@
+"""eval/bench_optimize.py's per-problem overhead: times read from the loop's profiles, the expert
+and eager timed once per problem (not per arm), the loop's timeline in every row."""
+from __future__ import annotations
+
+import argparse
+import shutil
+
+import pytest
+
+from eval import bench_optimize as bo
+
+
+def test_workload_ms_reads_a_profile_stage():
+    prof = {"status": "pass", "workloads": {"w4[N=64]": {"median_ms": 2.5}}}
+    assert bo._workload_ms(prof, "w4[N=64]") == (2.5, "")
+    assert bo._workload_ms(prof, "w0") == (None, "workload w0 not timed")
+    assert bo._workload_ms({"status": "fail", "reason": "build failed: x"}, "w4[N=64]") == (None, "build failed: x")
+
+
+def test_expert_and_eager_are_timed_once_per_problem(monkeypatch):
+    monkeypatch.setattr(bo, "_ONCE", {})
+    calls = []
+
+    def timer():
+        calls.append(1)
+        return 1.25, ""
+
+    for _arm in ("deterministic", "no_skills_det", "flat_memory_det"):
+        assert bo._once(("expert", "/p/softmax", "w4"), timer) == (1.25, "")
+    assert bo._once(("expert", "/p/layernorm", "w4"), timer) == (1.25, "")
+    assert len(calls) == 2
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the cpu executor needs g++")
+def test_a_cpu_row_carries_the_loops_timeline(tmp_path):
+    args = argparse.Namespace(corpus="house", executor="cpu", budget=1, per_step=2, k=8, model=None, seeds="0", jobs=1,
+                              cache=tmp_path / "cache", max_tokens=None, max_usd=None, timeout=60.0, llm_per_step=0,
+                              problem_minutes=5.0, llm_kwargs="", retrieval="scan")
+    row = bo.run_problem("vector_add", "deterministic", args, None, bo.FIXTURE_SKILLS, None)
+    t = row["timeline"]
+    assert row["kept_steps"] == 1 and t["input_gate_s"] > 0 and t["gate_s"] > 0 and t["input_time_s"] == 0.0
+    assert "naive_ms" not in row  # the cpu executor times nothing
