@@ -323,13 +323,14 @@ def load_skill_records(root: Path) -> list[Skill]:
     db = root / "store.duckdb"
     if db.is_file():
         try:
-            import duckdb
+            from skills.store import Store
 
-            con = duckdb.connect(str(db), read_only=True)
+            # through Store: its open waits out a writer's close (skills/store.py, store.duckdb.lock)
+            store = Store(root, read_only=True)
             try:
-                rows = con.execute("SELECT record FROM skills WHERE kind = 'kernel' ORDER BY skill_id").fetchall()
+                rows = store.con.execute("SELECT record FROM skills WHERE kind = 'kernel' ORDER BY skill_id").fetchall()
             finally:
-                con.close()
+                store.close()
             return _validated([json.loads(r[0]) for r in rows], db)
         except BadInput:
             raise
