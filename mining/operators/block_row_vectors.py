@@ -147,8 +147,17 @@ def _rewrite(src: Source, k, reductions: set[str]) -> tuple[list[Edit], str]:
         raise _Refuse
     cached: set[str] = set()
     n_red = 0
+    threaded = _thread_functions(src)
     for st in stmts[start:]:
         ids = identifiers(code(src, st))
+        red = _reduction(src, st, per, reductions) if ids & per else None
+        if red is None and any(n.type == "call_expression" and (_callee(n) in threaded or
+                                                              re.match(r"__sync|__shfl|__ballot|__any|__all", _callee(n)))
+                               for n in walk(st)):
+            # a collective or thread-dependent call outside a reduction of the elements: it would
+            # run once per element, or see a thread count and thread indices that changed
+            if not re.fullmatch(r"__syncthreads\s*\(\s*\)\s*;", code(src, st).strip()):
+                raise _Refuse
         if not ids & per:
             continue
         ind = indent_at(src, st.start_byte)
@@ -157,11 +166,6 @@ def _rewrite(src: Source, k, reductions: set[str]) -> tuple[list[Edit], str]:
             if p in ids and p not in cached:
                 fill.append(_fill(p, idx, reads[p], ind, ty, W, vec))
                 cached.add(p)
-        red = _reduction(src, st, per, reductions)
-        if red is None and any(n.type == "call_expression" and (_callee(n) in reductions or
-                                                              re.match(r"__sync|__shfl", _callee(n)))
-                               for n in walk(st)):
-            raise _Refuse  # a collective call inside per-element work would run once per element
         if red is not None:
             target, rty, arg, kind = red
             parts = [_lifted(src, arg, per, idx, cached, j) for j in range(W)]
@@ -214,6 +218,16 @@ def _max_tree(parts: list[str], fmax: str) -> str:
     while len(parts) > 1:
         parts = [f"{fmax}({a}, {b})" for a, b in zip(parts[::2], parts[1::2])]
     return parts[0]
+
+
+def _thread_functions(src: Source) -> set[str]:
+    """Device functions that read the thread geometry or exchange values across threads, directly
+    or through each other (group reductions among them)."""
+    bodies = {f.name: src.func_code(f).decode("utf-8", "replace") for f in src.funcs if not f.is_kernel and f.name}
+    out = {n for n, b in bodies.items() if re.search(r"\b(threadIdx|blockDim|__shfl\w*|__syncthreads|__syncwarp)\b", b)}
+    for _ in range(3):
+        out |= {n for n, b in bodies.items() if any(re.search(r"\b%s\s*[<(]" % re.escape(g), b) for g in out)}
+    return out
 
 
 def _index_decls(src: Source, k) -> list[IndexDecl]:

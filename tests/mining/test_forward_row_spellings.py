@@ -280,6 +280,7 @@ def test_vectorize_block_rows_on_a_template_reduction_width():
     ("if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];",
      "if (threadIdx.x < s) buf[threadIdx.x] *= buf[threadIdx.x + s];"),  # a product: neither sum nor max
     ("const float* x, float* y", "const double* x, float* y"),  # two element types
+    ("    y[i] = e / s;", "    y[i] = e / s / row_sum(1.0f);"),  # a thread count: it changes with the block
 ])
 def test_vectorize_block_rows_refusals(change):
     src = ROW_BLOCK.replace(*change)
