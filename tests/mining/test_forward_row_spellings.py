@@ -286,3 +286,21 @@ def test_vectorize_block_rows_refusals(change):
     src = ROW_BLOCK.replace(*change)
     assert src != ROW_BLOCK
     assert run_rewrite("vectorize_block_rows", src, Context()) == []
+
+
+# --------------------------------------------------------------------------- fuse_rescale_passes
+@pytest.mark.parametrize("spelled", ["m = s * scale > m ? s * scale : m;", "if (m < s * scale) { m = s * scale; }"])
+def test_fuse_rescale_passes_reads_the_max_however_spelled(spelled, tmp_path):
+    naive = read_kernel("attention_fwd", "naive.cu").replace("m = fmaxf(m, s * scale);", spelled)
+    mats = run_rewrite("fuse_rescale_passes", naive, Context())
+    assert len(mats) == 1
+    new = mats[0].source
+    assert "const float ks_m_new = fmaxf(m, s * scale);\n        const float ks_alpha = expf(m - ks_m_new);" in new
+    assert new.count("for (int j = 0; j < S; ++j)") == 1
+    assert cpu_gate("attention_fwd", new, tmp_path).passed
+
+
+def test_fuse_rescale_passes_refuses_a_running_min():
+    naive = read_kernel("attention_fwd", "naive.cu").replace("m = fmaxf(m, s * scale);",
+                                                              "m = s * scale < m ? s * scale : m;")
+    assert run_rewrite("fuse_rescale_passes", naive, Context()) == []
