@@ -387,6 +387,7 @@ def _fill(p: str, idx: str, bound: Optional[str], ind: str, ty: str, W: int, vec
         f"{ind}if (({last}) && ((unsigned long long)({p} + {idx}) & {W * _SIZES[ty] - 1}) == 0) {{",
         f"{i2}*reinterpret_cast<{vec}*>(ks_{p}) = *reinterpret_cast<const {vec}*>({p} + {idx});",
         f"{ind}}} else {{",
+        f"{i2}#pragma unroll  // constant indices: the array stays in registers",
         f"{i2}for (int ks_k = 0; ks_k < {W}; ++ks_k) {one}ks_{p}[ks_k] = {p}[{idx} + ks_k];",
         f"{ind}}}"])
 
