@@ -27,7 +27,9 @@ same values. The grid is unchanged (one block per row).
 
 `forward` is the inverse the optimizer applies: a kernel launched with one thread per block whose
 serial row loops accumulate sums or maxima gets block-stride loops, a block reduction of each
-accumulator, and 256 threads per block.
+accumulator, and 256 threads per block; a kernel with one row per thread of a wider block gets one
+row per block (`shuffle_to_shared.block_per_row_rows`, the warp-per-row analysis with the block for
+the warp).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from tree_sitter import Node
 from corpora.code.source import Source
 from mining.operators.base import Edit, Operator, Pair, Rewrite
 from mining.operators.rewrite_util import splice_range, structural
+from mining.operators.shuffle_to_shared import block_per_row_rows
 from corpora.code.parse import text, walk
 
 _2D = re.compile(r"\b(threadIdx|blockDim)\s*\.\s*[yz]\b")
@@ -305,7 +308,9 @@ def forward(source: str, ctx=None) -> list:
         out.append(Materialization(source=text_, rewrite="block_per_row", carrier="block_per_row",
                                    description=f"{f.name}: each block's {BLOCK} threads sweep the row in "
                                                f"block-stride steps and reduce their partials"))
-    return out
+    # a kernel that gives each thread a row (`row = blockIdx.x * blockDim.x + threadIdx.x`), read
+    # by the warp-per-row rewrite's analysis, gets the block for the warp (issue 20)
+    return out + block_per_row_rows(source, ctx)
 
 
 def _ancestors(node: Node, stop: Node) -> list[Node]:
@@ -317,4 +322,16 @@ def _ancestors(node: Node, stop: Node) -> list[Node]:
     return out
 
 
-PAIR = Pair(BlockPerRowToThread, (Rewrite("block_per_row", "block_per_row", forward, prior=1.5),))
+def vectorize_block_rows(source: str, ctx=None) -> list:
+    """block_row_vectors.vectorize_block_rows (imported here, where it is registered: that module
+    reads this one's group reductions)."""
+    from mining.operators.block_row_vectors import vectorize_block_rows as rows
+    return rows(source, ctx)
+
+
+# a block-per-row kernel's threads each take four floats of the row with one 16-byte access
+# (issue 20): a vector_load / vector_store skill is applied by it, a block_per_row step is not
+PAIR = Pair(BlockPerRowToThread, (Rewrite("block_per_row", "block_per_row", forward, prior=1.5),
+                                  Rewrite("vectorize_block_rows", "vector_load", vectorize_block_rows, prior=1.8,
+                                          serves=("vector_load", "vector_store"))),
+            inverted_by=("block_per_row",))

@@ -73,6 +73,7 @@ from corpora.code.source import Source
 from mining.operators.base import Edit, Materialization, Operator, Pair, Rewrite, candidate
 from mining.operators.nodes import identifiers, kernels, rename_identifiers
 from mining.operators.rewrite_util import line_indent, structural
+from mining.operators.running_update import read_update
 from corpora.code.parse import parse_cuda, text, walk
 
 
@@ -600,6 +601,13 @@ def _fuse_rescale(src: Source, l1: Node, l2: Node, between: list[Node]) -> Optio
                 run, b1, new = _norm(u.group(1)), n.parent, "ks_m_new"
                 x = args[1] if args[0] == run else args[0]
                 update = (n, x)
+                break
+            # the same float max spelled `M = X > M ? X : M;` or `if (X > M) M = X;` (issue 20)
+            ru = read_update(src, n) if n.type in ("expression_statement", "if_statement") else None
+            if ru is not None and ru.op == "max" and ru.fn == "fmaxf" and n.parent is not None and \
+                    n.parent.type == "compound_statement":
+                run, b1, new = _norm(ru.target), n.parent, "ks_m_new"
+                update = (n, _norm(ru.operand))
                 break
     if new is None or not re.fullmatch(r"\w+(\s*\[\s*\w+\s*\])?", run):
         return None

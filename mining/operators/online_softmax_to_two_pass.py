@@ -66,6 +66,7 @@ from corpora.code.source import Source
 from mining.operators.base import Edit, Materialization, Operator, Pair, Rewrite, candidate
 from mining.operators.nodes import identifiers, kernels, rename_identifiers, split_top, strip_parens
 from mining.operators.rewrite_util import declaration_of, line_indent, splice_range, structural
+from mining.operators.running_update import read_update
 from corpora.code.parse import text, walk
 
 
@@ -503,12 +504,16 @@ def _max_update(src: Source, stmts: list[Node]) -> Optional[tuple[str, str, str,
     last = _norm(src.code[stmts[-1].start_byte:stmts[-1].end_byte].decode("utf-8", "replace"))
     a = re.fullmatch(r"(\w+)\s*=\s*(.+);", last)
     if a is None:
-        return None
+        u = read_update(src, stmts[-1])
+        return (u.base, _norm(u.operand), "", 1) if u is not None and u.op == "max" and u.target == u.base else None
     m, rhs = a.group(1), a.group(2)
     c = call(rhs)
     if c is not None:
         x = pick(m, c[1])
         return (m, x, "", 1) if x is not None else None
+    u = read_update(src, stmts[-1])  # `m = X > m ? X : m;`, `if (X > m) m = X;`: the same max (issue 20)
+    if u is not None and u.op == "max" and u.target == u.base:
+        return u.base, _norm(u.operand), "", 1
     if len(stmts) < 2 or not re.fullmatch(r"\w+", rhs):
         return None
     prev = _norm(src.code[stmts[-2].start_byte:stmts[-2].end_byte].decode("utf-8", "replace"))
@@ -668,8 +673,12 @@ def _fuse_loop(src: Source, sw: _Sweep, m: str, fn_names: set[str]) -> Optional[
     body = l1.child_by_field_name("body")
     lines = []
     if not mx:
-        fmax = re.match(r"\s*\w+\s*=\s*(\w+)", code_of(src, s1[-1])).group(1)
-        lines.append(f"float {new} = {fmax}({m}, {_norm(x)});")
+        # the new max in m's own type, through the max call of that type (a double row stays double)
+        u = read_update(src, s1[-1])
+        t = declaration_of(src, m, l1)
+        ty = t[0] if t is not None and t[0] in ("float", "double") else "float"
+        fmax = u.fn if u is not None and u.fn else "fmaxf"
+        lines.append(f"{ty} {new} = {fmax}({m}, {_norm(x)});")
     else:
         lines.append(_norm(code_of(src, s1[-2])))
     # the sum sweep's own declarations are substituted into the update (pure: no effects), which

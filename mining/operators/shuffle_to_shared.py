@@ -54,6 +54,7 @@ from mining.operators.nodes import (WARP, Kernel, bare_jumps, base_name, block_d
                                     grid_is_scalar, has, has_loop, indent_at, index_decls, int_value, kernels, launches,
                                     local_pointers, loop_init_value, loop_var, mentions, raw, returns_or_syncs,
                                     split_top, statements, strip_parens, sub_index, unit_update)
+from mining.operators.running_update import read_update
 from mining.operators.rewrite_util import (after_open_brace, body_indent, ctext, expression_type, has_side_effects,
                                            line_indent, paren, scope_body, scope_of, splice_range, structural)
 from corpora.code.parse import text, walk
@@ -350,8 +351,9 @@ class Acc:
 def _classify_loop(src: Source, loop: Node, globals_: set[str]) -> Optional[tuple[list[Acc], bool]]:
     """(accumulators, writes global memory) when the loop can be split across the lanes of a
     warp: every write is to memory indexed by the loop variable, to a variable declared inside
-    the loop, or to an accumulator updated only by `+=` / `= fmaxf(acc, e)` (and not read
-    otherwise in the loop). None otherwise."""
+    the loop, or to an accumulator updated only by a running sum, max or min, however spelled
+    (`+=`, `= fmaxf(acc, e)`, `= acc + e`, `= e > acc ? e : acc`, `if (e > acc) acc = e;`: see
+    running_update.py) and not read otherwise in the loop. None otherwise."""
     lv = loop_var(src, loop)
     cond = loop.child_by_field_name("condition")
     if lv is None or cond is None or not unit_update(src, loop, lv[1]):
@@ -365,17 +367,27 @@ def _classify_loop(src: Source, loop: Node, globals_: set[str]) -> Optional[tupl
         return None
     local = declared_within(src, loop)
     accs: dict[str, Acc] = {}
-    acc_nodes: list[Node] = []
+    acc_nodes: list[tuple[str, Node]] = []
     writes_global = False
+    taken: list[Node] = []  # compare-and-assign updates (`if (e > m) m = e;`): their assignment is read with them
     for n in walk(body):
+        if any(t.start_byte <= n.start_byte and n.end_byte <= t.end_byte for t in taken):
+            continue
         if n.type == "update_expression":
             b = base_name(n.child_by_field_name("argument"))
             if b and b not in local:
                 return None
+        if n.type == "if_statement":
+            u = read_update(src, n)
+            if u is not None and u.base not in local and u.base not in globals_:
+                if not _add_acc(accs, Acc(u.base, u.fn, False)) or "[" in u.target:
+                    return None
+                acc_nodes.append((u.base, n))
+                taken.append(n)
+            continue
         if n.type != "assignment_expression":
             continue
-        left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
-        opn = n.children[1].type if len(n.children) > 1 else ""
+        left = n.child_by_field_name("left")
         b = base_name(left)
         if not b:
             return None
@@ -386,39 +398,33 @@ def _classify_loop(src: Source, loop: Node, globals_: set[str]) -> Optional[tupl
                 return None
             writes_global = True
             continue
-        lt = code(src, left)
-        if opn == "+=":
-            is_arr = left.type == "subscript_expression"
-            if is_arr and (left.child_by_field_name("argument").type != "identifier"):
-                return None
-            acc = Acc(b, "+", is_arr)
-        elif opn == "=" and right is not None and right.type == "call_expression" and \
-                call_name(right) in ("fmaxf", "fminf", "max", "min", "fmax", "fmin") and left.type == "identifier":
-            args = right.child_by_field_name("arguments")
-            a = [code(src, x) for x in args.named_children] if args is not None else []
-            if len(a) != 2 or lt not in a or (a[0] == lt and a[1] == lt):
-                return None
-            acc = Acc(b, call_name(right), False)
-        else:
+        # a running sum, max or min however spelled (mining/operators/running_update.py)
+        u = read_update(src, n)
+        if u is None:
             return None
-        prev = accs.get(b)
-        if prev is not None and (prev.op != acc.op or prev.array != acc.array):
+        is_arr = left.type == "subscript_expression"
+        if is_arr and (u.op != "+" or left.child_by_field_name("argument").type != "identifier"):
             return None
-        accs[b] = acc
-        acc_nodes.append(n)
-    # accumulators are read only in their own updates
+        if not _add_acc(accs, Acc(b, "+" if u.op == "+" else u.fn, is_arr)):
+            return None
+        acc_nodes.append((b, n))
+    # accumulators are read only in their own updates (whose operand never reads them: read_update)
     body_code = code(src, body)
     for name, acc in accs.items():
         total = len(re.findall(r"\b%s\b" % re.escape(name), body_code))
-        own = sum(len(re.findall(r"\b%s\b" % re.escape(name), code(src, n))) for n in acc_nodes if base_name(n.child_by_field_name("left")) == name)
+        own = sum(len(re.findall(r"\b%s\b" % re.escape(name), code(src, n))) for b, n in acc_nodes if b == name)
         if total != own:
             return None
-        if acc.op == "+" and not acc.array:
-            # the update's right-hand side must not use the accumulator
-            for n in acc_nodes:
-                if base_name(n.child_by_field_name("left")) == name and mentions(code(src, n.child_by_field_name("right")), name):
-                    return None
     return list(accs.values()), writes_global
+
+
+def _add_acc(accs: dict[str, Acc], acc: Acc) -> bool:
+    """Record an accumulator; False when it is also updated another way in the same loop."""
+    prev = accs.get(acc.name)
+    if prev is not None and (prev.op != acc.op or prev.array != acc.array):
+        return False
+    accs[acc.name] = acc
+    return True
 
 
 def _allreduce(acc: Acc, ind: str) -> str:
@@ -430,6 +436,41 @@ def _allreduce(acc: Acc, ind: str) -> str:
     v = acc.name
     upd = f"{v} += {sh.format(v=v)};" if acc.op == "+" else f"{v} = {acc.op}({v}, {sh.format(v=v)});"
     return f"{ind}for (int ks_o = 16; ks_o > 0; ks_o >>= 1) {upd}"
+
+
+def _block_allreduce(acc: Acc, ty: str, ind: str) -> str:
+    """Every thread of the block gets the block's value of a scalar accumulator: a butterfly inside
+    each warp, then each warp's value through shared memory, folded in the same order by every
+    thread (so all hold the same bits). blockDim.x is a multiple of 32 (the launch is checked)."""
+    def comb(a: str, b: str) -> str:
+        return f"{a} += {b};" if acc.op == "+" else f"{a} = {acc.op}({a}, {b});"
+    v, part = acc.name, f"ks_part_{acc.name}"
+    i2 = ind + "    "
+    return "\n".join([
+        f"{ind}for (int ks_o = 16; ks_o > 0; ks_o >>= 1) {comb(v, f'__shfl_xor_sync(0xffffffffu, {v}, ks_o)')}",
+        f"{ind}{{  // ks-optimize: the warps' values of {v} combined through shared memory",
+        f"{i2}__shared__ {ty} {part}[32];",
+        f"{i2}if ((threadIdx.x & 31) == 0) {part}[threadIdx.x >> 5] = {v};",
+        f"{i2}__syncthreads();",
+        f"{i2}{v} = {part}[0];",
+        f"{i2}for (int ks_w = 1; ks_w < (int)(blockDim.x >> 5); ++ks_w) {comb(v, f'{part}[ks_w]')}",
+        f"{i2}__syncthreads();",
+        f"{ind}}}"])
+
+
+def _scalar_type(src: Source, k: Kernel, name: str, before: int) -> Optional[str]:
+    """The declared type of a scalar local declared at the kernel's top level before `before`."""
+    for decl in src.nodes("declaration", within=k.body):
+        if decl.start_byte >= before:
+            break
+        for d in decl.named_children:
+            node = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+            if node is not None and node.type == "identifier" and text(node) == name:
+                t = decl.child_by_field_name("type")
+                ty = " ".join(w for w in code(src, t).split() if w != "const") if t is not None else ""
+                return ty if re.fullmatch(r"(unsigned |signed )?(float|double|int|long|long long|unsigned)", ty) \
+                    else None
+    return None
 
 
 def _array_size(src: Source, k: Kernel, name: str) -> Optional[str]:
@@ -473,7 +514,8 @@ def _top_loops(src: Source, body: Node) -> list[Node]:
     return out
 
 
-def _one_lane_writes(src: Source, k: Kernel, globals_: set[str], start: int, edits: list[Edit]) -> list[Edit]:
+def _one_lane_writes(src: Source, k: Kernel, globals_: set[str], start: int, edits: list[Edit],
+                     first: str = "ks_lane == 0", sync: str = "__syncwarp();") -> list[Edit]:
     """The row's results written once: every statement after `start` and outside the loops the
     rewrite changed that writes memory (an assignment through a pointer, an atomic) runs on lane 0,
     then `__syncwarp()` so the other lanes read what it wrote. Every lane holds the same values
@@ -498,13 +540,24 @@ def _one_lane_writes(src: Source, k: Kernel, globals_: set[str], start: int, edi
         if not (writes or (e.type == "call_expression" and (call_name(e) or "").startswith("atomic"))):
             continue
         # braced as one statement: it may be an `if`'s body, with an `else` after it
-        out.append(Edit(st.start_byte, st.start_byte, "{ if (ks_lane == 0) { "))
-        out.append(Edit(st.end_byte, st.end_byte, " } __syncwarp(); }"))
+        out.append(Edit(st.start_byte, st.start_byte, f"{{ if ({first}) {{ "))
+        out.append(Edit(st.end_byte, st.end_byte, f" }} {sync} }}"))
     return out
 
 
 def warp_per_row(source: str, ctx: Context) -> list[Materialization]:
     return all_kernels_too(source, ctx, False)
+
+
+def block_per_row_rows(source: str, ctx: Context) -> list[Materialization]:
+    """The same one-row-per-thread kernels, one row per block (block_per_row's forward, issue 20):
+    the row loops block-stride (`j = start + threadIdx.x; j += blockDim.x`), each scalar accumulator
+    all-reduced across the block (shuffles, then the warps' values through shared memory), writes
+    after the loops made by thread 0 then `__syncthreads()`; the grid gets blockDim.x times the
+    blocks and the row index is the block's. Sound as the warp form, with the block for the warp:
+    every value outside the strided loops is the same in all threads of a block (the row index is
+    the block's, accumulators are all-reduced), so every branch, `return` and barrier is uniform."""
+    return _warp_per_row(source, ctx, False, group="block")
 
 
 def all_kernels_too(source: str, ctx: Context, scans: bool) -> list[Materialization]:
@@ -623,7 +676,7 @@ def _scan_loop(src: Source, k: Kernel, loop: Node, globals_: set[str]) -> Option
     return "\n".join(lines)
 
 
-def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materialization]:
+def _warp_per_row(source: str, ctx: Context, scans: bool = False, group: str = "warp") -> list[Materialization]:
     """A kernel that gives each thread a whole row (or chunk) and walks it with serial loops ->
     one warp per row: those loops are split across the 32 lanes (`j = start + lane; j += 32`)
     and each accumulator they carry (`s += e`, `m = fmaxf(m, e)`, `o[d] += e`) is all-reduced
@@ -640,7 +693,7 @@ def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materi
         if not ls:
             continue
         decls = [d for d in index_decls(src, k) if d.axis == "x"]
-        single = not decls and not re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", c) and \
+        single = group == "warp" and not decls and not re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", c) and \
             all(code(src, l.grid) == "1" and code(src, l.block) == "1" for l in ls)
         if not single:
             if len(decls) != 1:
@@ -652,6 +705,8 @@ def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materi
             dims = [block_dims(src, l) for l in ls]
             if any(x is None or x[1:] != (1, 1) or x[0] % WARP for x in dims) or \
                     not all(grid_is_scalar(src, l) for l in ls):
+                continue
+            if group == "block" and (any(x[0] > 1024 for x in dims) or "ks_part_" in c):
                 continue
         globals_ = set(local_pointers(src, k)) | {p.name for p in k.sig.params if p.is_pointer}
         edits: list[Edit] = []
@@ -669,7 +724,13 @@ def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materi
                 continue
             accs, writes_global = cl
             ok = True
+            types = {}
             for a in accs:
+                if group == "block":
+                    # a block all-reduce needs the scalar's type for its shared slots
+                    types[a.name] = None if a.array else _scalar_type(src, k, a.name, loop.start_byte)
+                    if types[a.name] is None:
+                        ok = False
                 if a.array:
                     a.size = _array_size(src, k, a.name) or ""
                     if not a.size:
@@ -680,18 +741,32 @@ def _warp_per_row(source: str, ctx: Context, scans: bool = False) -> list[Materi
                 continue
             init = loop_init_value(loop)
             upd = loop.child_by_field_name("update")
-            edits.append(Edit(init.start_byte, init.end_byte, f"({raw(src, init)}) + ks_lane"))
-            edits.append(Edit(upd.start_byte, upd.end_byte, f"{loop_var(src, loop)[1]} += {WARP}"))
+            lane, width = ("ks_lane", str(WARP)) if group == "warp" else ("threadIdx.x", "blockDim.x")
+            edits.append(Edit(init.start_byte, init.end_byte, f"({raw(src, init)}) + {lane}"))
+            edits.append(Edit(upd.start_byte, upd.end_byte, f"{loop_var(src, loop)[1]} += {width}"))
             ind = indent_at(src, loop.start_byte)
-            after = [_allreduce(a, ind) for a in accs]
+            after = [_allreduce(a, ind) if group == "warp" else _block_allreduce(a, types[a.name], ind) for a in accs]
             if writes_global:
-                after.append(f"{ind}__syncwarp();")
+                after.append(f"{ind}{'__syncwarp();' if group == 'warp' else '__syncthreads();'}")
             if after:
                 edits.append(Edit(loop.end_byte, loop.end_byte, "\n" + "\n".join(after)))
             strided += 1
         if not strided or (scans and not n_scans):
             continue
         start = k.body.start_byte if single else decls[0].stmt.end_byte
+        if group == "block":
+            edits += _one_lane_writes(src, k, globals_, start, edits, "threadIdx.x == 0", "__syncthreads();")
+            d = decls[0]
+            edits.append(Edit(d.value.start_byte, d.value.end_byte, f"({raw(src, d.value)}) / blockDim.x"))
+            eol = src.raw.find(b"\n", d.stmt.end_byte)
+            eol = len(src.raw) if eol < 0 else eol
+            edits.append(Edit(eol, eol, f"  // ks-optimize: one {d.name} per block"))
+            for l, x in zip(ls, dims):
+                edits.append(Edit(l.grid.start_byte, l.grid.end_byte, f"({raw(src, l.grid)}) * {x[0]}"))
+            how = f"{strided} loop(s) block-strided, accumulators all-reduced across the block"
+            out.append(candidate(src, edits, "block_per_row", f"{k.name}: one {d.name} per thread -> one {d.name} "
+                                 f"per block; {how}", excerpt=code(src, d.stmt)))
+            continue
         edits += _one_lane_writes(src, k, globals_, start, edits)
         if single:
             pos = k.body.start_byte + 1
