@@ -20,7 +20,7 @@ from typing import Optional
 
 from corpora.code.source import Source
 from mining.operators.base import (Edit, Operator, Pair)
-from mining.operators.nodes import ensure_helper, grid_is_scalar, launches, raw
+from mining.operators.nodes import ensure_helper, grid_is_scalar, kernel_launches, raw
 
 
 _LAUNCH = re.compile(rb"<<<(.*?)>>>", re.S)
@@ -107,7 +107,7 @@ static inline unsigned ks_clamp_grid(long long blocks, int per_sm) {
 
 
 def clamp_edits(src: Source, kernel: str) -> Optional[list[Edit]]:
-    ls = launches(src, kernel)
+    ls = kernel_launches(src, kernel)  # templated launches (`k<256><<<...>>>`) are launches of k too
     if not ls or not all(grid_is_scalar(src, l) for l in ls):
         return None
     edits = []

@@ -41,6 +41,7 @@ from mining.carriers import grid_stride_loops, grid_stride_whiles, macro_grid_st
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text,
                                    rewrite_range)
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
+from mining.operators.grid_stride_sum import sum_sites
 from mining.operators.rewrite_util import splice_range
 from mining.operators.nodes import (IndexDecl, Kernel, bare_jumps, code, global_index_axis, has_loop, indent_at, int_value,
                                     index_decls, kernel_launches, kernels, loop_var, raw, reindent, returns_or_syncs, split_top,
@@ -379,8 +380,10 @@ def grid_stride_edits(src: Source, oe: OneElement) -> list[Edit]:
 
 
 def grid_stride(source: str, ctx: Context) -> list[Materialization]:
+    """One element per thread -> a grid-stride loop; and an element handed to a sum -> a
+    register sum over a grid-stride loop (grid_stride_sum.py)."""
     src = Source(source)
-    out = []
+    out = sum_sites(source)
     for k in kernels(src):
         oe = one_element(src, k)
         if oe is None:
@@ -404,7 +407,8 @@ def grid_stride_x_loops(src: Source, k: Kernel) -> list[tuple[Node, str, str, st
         lv = loop_var(src, loop)
         cond = loop.child_by_field_name("condition")
         upd = loop.child_by_field_name("update")
-        if lv is None or cond is None or upd is None or global_index_axis(lv[2]) != "x":
+        if lv is None or cond is None or upd is None or (global_index_axis(lv[2]) != "x" and
+                                                         _index_copy_axis(src, loop, lv[2]) != "x"):
             continue
         m = re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(lv[1]), code(src, cond))
         mu = re.fullmatch(r"%s\s*\+=\s*(.+)" % re.escape(lv[1]), code(src, upd))
@@ -412,6 +416,22 @@ def grid_stride_x_loops(src: Source, k: Kernel) -> list[tuple[Node, str, str, st
             continue
         out.append((loop, lv[0], lv[1], m.group(1), mu.group(1)))
     return out
+
+
+def _index_copy_axis(src: Source, loop: Node, init: str) -> Optional[str]:
+    """The axis of a loop start that names a variable holding the global index (`int i = gidx;
+    for (int j = i; ...)`, as grid_stride_sum writes): assigned once in the function, before the loop."""
+    name = init.strip()
+    f = src.function_at(loop.start_byte)
+    if f is None or not re.fullmatch(r"[A-Za-z_]\w*", name):
+        return None
+    body = src.code[f.start_byte:f.end_byte].decode("utf-8", "replace")
+    writes = re.findall(r"\b%s\s*(?:[-+*/%%&|^]?=(?!=)|\+\+|--)|(?:\+\+|--)\s*%s\b" % (re.escape(name), re.escape(name)), body)
+    before = src.code[f.start_byte:loop.start_byte].decode("utf-8", "replace")
+    found = re.findall(r"\b%s\s*=(?!=)\s*([^;]+);" % re.escape(name), before)
+    if len(writes) != 1 or len(found) != 1:
+        return None
+    return global_index_axis(found[0])
 
 
 PAIR = Pair(GridStrideToSingle, (Rewrite("grid_stride", "grid_stride", grid_stride, prior=1.5),))
