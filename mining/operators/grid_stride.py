@@ -41,7 +41,7 @@ from mining.carriers import grid_stride_loops, grid_stride_whiles, macro_grid_st
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text,
                                    rewrite_range)
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
-from mining.operators.grid_stride_sum import sum_sites
+from mining.operators.grid_stride_sum import sum_sites, x_index
 from mining.operators.rewrite_util import splice_range
 from mining.operators.nodes import (IndexDecl, Kernel, bare_jumps, code, global_index_axis, has_loop, indent_at, int_value,
                                     index_decls, kernel_launches, kernels, loop_var, raw, reindent, returns_or_syncs, split_top,
@@ -407,18 +407,35 @@ def grid_stride_x_loops(src: Source, k: Kernel) -> list[tuple[Node, str, str, st
         lv = loop_var(src, loop)
         cond = loop.child_by_field_name("condition")
         upd = loop.child_by_field_name("update")
-        if lv is None or cond is None or upd is None or (global_index_axis(lv[2]) != "x" and
-                                                         _index_copy_axis(src, loop, lv[2]) != "x"):
+        if lv is None or cond is None or upd is None:
             continue
         m = re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(lv[1]), code(src, cond))
         mu = re.fullmatch(r"%s\s*\+=\s*(.+)" % re.escape(lv[1]), code(src, upd))
-        if not m or not mu:
+        if not m or not mu or x_loop_block(src, k, loop, lv[2], mu.group(1)) is None:
             continue
         out.append((loop, lv[0], lv[1], m.group(1), mu.group(1)))
     return out
 
 
-def _index_copy_axis(src: Source, loop: Node, init: str) -> Optional[str]:
+def x_loop_block(src: Source, k: Kernel, loop: Node, init: str, stride: str) -> Optional[str]:
+    """The B of a grid-stride loop over x whose threads start at `blockIdx.x * B + threadIdx.x` and
+    step by `gridDim.x * B`: "blockDim.x" for the usual spelling (any stride text: the callers
+    gate it), else B when the start is the kernel's x index (`int i = blockIdx.x * NUM_THREADS + tid`,
+    grid_stride_sum.x_index) and the stride is gridDim.x times the same B. Such a loop visits
+    each index once for any grid, so a wider loop with the same start and stride does too."""
+    if global_index_axis(init) == "x" or _index_copy_axis(src, loop, init) == "x":
+        return "blockDim.x"
+    ix = x_index(src, k)
+    if ix is None or ix[1] != init.strip() or _index_copy_axis(src, loop, init, any_form=True) is None:
+        return None
+    b = re.sub(r"\s+", "", strip_parens(ix[3]))
+    st = re.sub(r"\s+", "", strip_parens(stride))
+    if st not in (f"gridDim.x*{b}", f"{b}*gridDim.x", f"gridDim.x*({b})", f"({b})*gridDim.x"):
+        return None
+    return ix[3]
+
+
+def _index_copy_axis(src: Source, loop: Node, init: str, any_form: bool = False) -> Optional[str]:
     """The axis of a loop start that names a variable holding the global index (`int i = gidx;
     for (int j = i; ...)`, as grid_stride_sum writes): assigned once in the function, before the loop."""
     name = init.strip()
@@ -431,7 +448,7 @@ def _index_copy_axis(src: Source, loop: Node, init: str) -> Optional[str]:
     found = re.findall(r"\b%s\s*=(?!=)\s*([^;]+);" % re.escape(name), before)
     if len(writes) != 1 or len(found) != 1:
         return None
-    return global_index_axis(found[0])
+    return "x" if any_form else global_index_axis(found[0])
 
 
 PAIR = Pair(GridStrideToSingle, (Rewrite("grid_stride", "grid_stride", grid_stride, prior=1.5),))

@@ -240,7 +240,7 @@ def _decl_type(src: Source, decl: Node, name: str) -> str:
     return " ".join(re.sub(r"\bconst\b", "", m.group(1)).split()) if m else ""
 
 
-def _index(src: Source, k: Kernel) -> Optional[tuple[Node, str, str, str]]:
+def x_index(src: Source, k: Kernel) -> Optional[tuple[Node, str, str, str]]:
     """The kernel's one x index `I i = blockIdx.x * B + t` (t threadIdx.x or a copy): (stmt, name, type, B)."""
     sts = statements(k.body)
     copies = {"threadIdx.x"}
@@ -295,7 +295,7 @@ def _site(src: Source, k: Kernel) -> Optional[SumSite]:
     body_code = code(src, k.body)
     if re.search(r"\b(threadIdx|blockIdx)\s*\.\s*[yz]\b|\bgridDim\b|\bgoto\b", body_code):
         return None
-    ix = _index(src, k)
+    ix = x_index(src, k)
     if ix is None:
         return None
     stmt, i, ity, b = ix

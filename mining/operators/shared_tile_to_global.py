@@ -365,6 +365,21 @@ def _dot_loop(src: Source, k: Kernel, loop, row: str, col: str):
     return kv, m.group(1), body, a, b, text(asg[0].child_by_field_name("left"))
 
 
+_ELEM_BYTES = {"float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "half": 2, "__half": 2, "__nv_bfloat16": 2,
+               "double": 8, "long long": 8}
+STATIC_SHARED_BYTES = 48 * 1024  # the most a kernel may declare statically
+
+
+def _tiles_fit(ta: str, tb: str, T: int, R: int) -> bool:
+    """The two operand tiles (T*R x T+1 of A, T x T*R of B) fit the static shared-memory limit: a
+    32 x 32 block takes 4 x 4 outputs per thread (128 x 128 tiles) for float or half, not for double;
+    an element type of unknown size keeps the tile at 64 x 64."""
+    sa, sb = _ELEM_BYTES.get(" ".join(ta.split())), _ELEM_BYTES.get(" ".join(tb.split()))
+    if sa is None or sb is None:
+        return T * R <= 64
+    return T * R * (T + 1) * sa + T * T * R * sb <= STATIC_SHARED_BYTES
+
+
 def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[Materialization]:
     two = _two_d(src, k)
     if two is None:
@@ -412,6 +427,8 @@ def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[M
         grid_edits += e
     ptrs = pointer_params(k.sig)
     ta, tb = ptrs[sub_base(a)].base_type, ptrs[sub_base(b)].base_type
+    if not _tiles_fit(ta, tb, T, R):
+        return None
     inner = rewrite_range(src, body.start_byte, body.end_byte,
                           [Edit(a.start_byte, a.end_byte, f"ks_As[threadIdx.y + {T} * ks_a][ks_kk]"),
                            Edit(b.start_byte, b.end_byte, f"ks_Bs[ks_kk][threadIdx.x + {T} * ks_b]")] +
@@ -539,8 +556,6 @@ def _matmul_tiles(source: str, ctx: Context) -> list[Materialization]:
         if two is None or two[2][0] != two[2][1] or two[2][0] not in (8, 16, 32):
             continue
         for R in (4, 2):
-            if two[2][0] * R > 64:
-                continue
             m = _matmul_register_tiles(src, k, two[2][0], R)
             if m is not None:
                 out.append(m)

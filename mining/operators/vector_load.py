@@ -34,7 +34,8 @@ from mining.carriers import vector_accesses
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
                                    rewrite_range)
 from mining.operators.grid_clamp import clamp_edits
-from mining.operators.grid_stride import unguarded_element, grid_stride_edits, grid_stride_x_loops, one_element
+from mining.operators.grid_stride import (unguarded_element, grid_stride_edits, grid_stride_x_loops, one_element,
+                                         x_loop_block)
 from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents, in_ldg,
                                     indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var, mentions,
                                     raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
@@ -232,6 +233,8 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             if len(widths) != 1:
                 continue  # mixed element widths: one access per iteration cannot cover them all
             W = widths.pop()
+            blk = x_loop_block(src, k, loop, raw(src, loop_init_value(loop)), stride)
+            blk = blk if re.fullmatch(r"[\w.]+", blk or "") else f"({blk})"  # the loop's own B (its start and stride)
             ind = indent_at(src, loop.start_byte)
             i2, i3 = ind + "    ", ind + "        "
             if all(" ".join(t.split()) in VEC_OF for t, _ in plan.types.values()):
@@ -246,8 +249,8 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
                      f"scalar tail\n"
                      f"{i2}const long long ks_n = (long long)({bound});\n"
                      f"{i2}const long long ks_nv = ({_align_check(ptrs)}) ? ks_n / {W} : 0;\n"
-                     f"{i2}for (long long ks_v = (long long)blockIdx.x * blockDim.x + threadIdx.x; ks_v < ks_nv; "
-                     f"ks_v += (long long)gridDim.x * blockDim.x) {{\n"
+                     f"{i2}for (long long ks_v = (long long)blockIdx.x * {blk} + threadIdx.x; ks_v < ks_nv; "
+                     f"ks_v += (long long)gridDim.x * {blk}) {{\n"
                      f"{pre}\n"
                      f"{i3}#pragma unroll\n"
                      f"{i3}for (int ks_k = 0; ks_k < {W}; ++ks_k) {{\n"

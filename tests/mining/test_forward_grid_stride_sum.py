@@ -133,3 +133,17 @@ def test_house_reduce_sum_gated_and_the_chain(tmp_path):
     vec = vectorize_elementwise(warp[0].source, ctx)
     assert vec and "float4" in vec[0].source
     assert cpu_gate("reduce_sum", vec[0].source, tmp_path / "chain").passed
+
+
+def test_sum_loop_with_its_own_block_constant_is_vectorized(tmp_path):
+    # the index is threadIdx.x + blockIdx.x * B (B a template parameter): the 16-byte loop keeps that
+    # start and the stride gridDim.x * B
+    ctx = Context()
+    vec = vectorize_elementwise(_one(WARP), ctx)
+    assert len(vec) == 1
+    new = vec[0].source
+    assert "ks_v = (long long)blockIdx.x * B + threadIdx.x; ks_v < ks_nv; ks_v += (long long)gridDim.x * B)" in new
+    assert cpu_gate("reduce_sum", new, tmp_path / "vec").passed
+    # a stride that is not gridDim.x times the index's B is no grid-stride loop of that index
+    odd = _one(WARP).replace("ks_j += gridDim.x * B", "ks_j += gridDim.x * 64")
+    assert vectorize_elementwise(odd, ctx) == []
