@@ -222,8 +222,10 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             body = loop.child_by_field_name("body")
             if body is None or returns_or_syncs(src, body) or bare_jumps(src, body) or has_loop(body):
                 continue
-            if "ks_v" in code(src, loop):
-                continue
+            if re.search(r"\bks_nv\b", code(src, loop)):
+                continue  # already the 16-byte loop's scalar tail
+            # the vector index: ks_v unless the kernel already names something so (an accumulator)
+            vi = next(n for n in ("ks_v", "ks_vi", "ks_v16") if not re.search(r"\b%s\b" % n, code(src, k.body)))
             top = _top_of(body)
             res = _vector_plan(src, k, body, var, lambda idx, var=var: "" if idx == var else None, top, wide=True)
             if res is None:
@@ -238,9 +240,9 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             ind = indent_at(src, loop.start_byte)
             i2, i3 = ind + "    ", ind + "        "
             if all(" ".join(t.split()) in VEC_OF for t, _ in plan.types.values()):
-                pre, post = _vec_io(plan, lambda p: p, "ks_v", i3)
+                pre, post = _vec_io(plan, lambda p: p, vi, i3)
             else:
-                pre, post = _wide_io(plan, W, "ks_v", i3)
+                pre, post = _wide_io(plan, W, vi, i3)
             inner = _vector_body(src, body, plan, "ks_k")
             t = " ".join(ty.replace("const", "").split()) or "int"
             ptrs = sorted(set(plan.loads) | set(plan.stores))
@@ -249,12 +251,12 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
                      f"scalar tail\n"
                      f"{i2}const long long ks_n = (long long)({bound});\n"
                      f"{i2}const long long ks_nv = ({_align_check(ptrs)}) ? ks_n / {W} : 0;\n"
-                     f"{i2}for (long long ks_v = (long long)blockIdx.x * {blk} + threadIdx.x; ks_v < ks_nv; "
-                     f"ks_v += (long long)gridDim.x * {blk}) {{\n"
+                     f"{i2}for (long long {vi} = (long long)blockIdx.x * {blk} + threadIdx.x; {vi} < ks_nv; "
+                     f"{vi} += (long long)gridDim.x * {blk}) {{\n"
                      f"{pre}\n"
                      f"{i3}#pragma unroll\n"
                      f"{i3}for (int ks_k = 0; ks_k < {W}; ++ks_k) {{\n"
-                     f"{i3}    const {t} {var} = ({t})(ks_v * {W} + ks_k);\n"
+                     f"{i3}    const {t} {var} = ({t})({vi} * {W} + ks_k);\n"
                      f"{block_body(inner, i3 + '    ')}\n"
                      f"{i3}}}\n"
                      + (f"{post}\n" if post else "") +

@@ -147,3 +147,14 @@ def test_sum_loop_with_its_own_block_constant_is_vectorized(tmp_path):
     # a stride that is not gridDim.x times the index's B is no grid-stride loop of that index
     odd = _one(WARP).replace("ks_j += gridDim.x * B", "ks_j += gridDim.x * 64")
     assert vectorize_elementwise(odd, ctx) == []
+
+
+def test_warp_sum_first_then_the_loop_then_16_byte_loads(tmp_path):
+    # warp_aggregate_atomics names its value ks_v; the 16-byte loop then takes another index name
+    ctx = Context()
+    warp = warp_aggregate_atomics(ATOMIC, ctx)[0].source
+    summed = _one(warp)
+    assert "ks_v += (float)(x[ks_j]);" in summed
+    vec = vectorize_elementwise(summed, ctx)
+    assert len(vec) == 1 and "for (long long ks_vi = " in vec[0].source
+    assert cpu_gate("reduce_sum", vec[0].source, tmp_path / "vec").passed
