@@ -31,7 +31,8 @@ from tree_sitter import Node
 from corpora.code.source import Source
 from mining.operators.base import Edit, Materialization, candidate
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
-from mining.operators.nodes import Kernel, code, indent_at, kernels, raw, rename_identifiers, statements, strip_parens
+from mining.operators.nodes import (Kernel, code, declared_within, identifiers, indent_at, kernels, raw, rename_identifiers,
+                                    statements, strip_parens)
 
 _LIT0 = r"(?:0+(?:\.0*)?|\.0+)(?:[eE][+-]?\d+)?[fFuUlL]*"
 _SHUFFLES = {"__shfl_xor_sync": 1, "__shfl_down_sync": 1, "__shfl_sync": 1, "__reduce_add_sync": 1}
@@ -347,6 +348,12 @@ def _site(src: Source, k: Kernel) -> Optional[SumSite]:
         return None
     if site.target is not None and _ident_texts(src, site.target) & {i}:
         return None
+    # the element and the bound are functions of i alone (parameters, constants): another thread
+    # computes element j after the rewrite, so nothing of the thread's own may enter them
+    own = declared_within(src, k.body) - {i}
+    for t in (code(src, site.value), site.bound):
+        if identifiers(t) & own or re.search(r"\b(threadIdx|blockIdx|__shfl\w*|__syncthreads|__syncwarp)\b", t):
+            return None
     # global writes: only the sum's atomics; the element's own loads are free to be anything
     shared = set(src.shared_names)
     atomics: list[Node] = []

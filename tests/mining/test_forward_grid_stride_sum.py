@@ -108,6 +108,8 @@ def test_atomic_per_element_becomes_one_per_thread():
     (WARP, "a += __shfl_down_sync(0xffffffff, a, o);", "a = fmaxf(a, __shfl_down_sync(0xffffffff, a, o));"),
     (WARP, "if ((threadIdx.x & 31) == 0) atomicAdd(y, v);", "if (v > 0.0f) atomicAdd(y, v);"),  # v in a condition
     (ATOMIC, "atomicAdd(y, x[i]);", "atomicAdd(y + i % 4, x[i]);"),  # the target moves with the element
+    (ATOMIC, "atomicAdd(y, x[i]);", "atomicAdd(y, x[i] * threadIdx.x);"),  # the element weighs its thread
+    (TREE, "float v = (g < n) ? x[g] : (float)0;", "float v = (g < n) ? x[g] * t : (float)0;"),  # a local of the thread
     (ATOMIC, "atomicAdd(y, x[i]);", "atomicAdd(y, x[i]); y[1] = 0.0f;"),
 ])
 def test_refusals(source, old, new):
