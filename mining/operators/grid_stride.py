@@ -354,6 +354,60 @@ def unguarded_element(src: Source, k: Kernel) -> Optional[OneElement]:
     return OneElement(k, d, "(long long)gridDim.x * blockDim.x", rest[0].start_byte, rest[-1].end_byte, None)
 
 
+def counted_unguarded_edits(src: Source) -> Optional[tuple[list[Edit], list[str]]]:
+    """Every kernel of unguarded elements (`unguarded_element`) as a grid-stride loop to a new last
+    parameter `long long ks_total`, which each launch passes as its own thread count
+    (`(long long)(grid) * (block)`, a 1-D scalar launch) while its grid is clamped to the resident
+    grid: each thread count the launch covered is still the bound, so the same elements are visited,
+    each once, by fewer threads. Every kernel of a name must have this form (specializations share
+    their launches). None when no kernel does or a launch cannot be carried."""
+    ks = kernels(src)
+    names = sorted({k.name for k in ks if unguarded_element(src, k) is not None})
+    edits: list[Edit] = []
+    for name in names:
+        same = [k for k in ks if k.name == name]
+        if any(unguarded_element(src, k) is None for k in same) or re.search(rb"\bks_total\b", src.code):
+            continue
+        ls = kernel_launches(src, name)
+        if not ls or any(re.match(r"\s*dim3\b", code(src, la.grid)) or re.match(r"\s*dim3\b", code(src, la.block))
+                         for la in ls):
+            continue
+        clamp = clamp_edits(src, name)
+        if clamp is None:
+            continue
+        mine: list[Edit] = []
+        for k in same:
+            oe = unguarded_element(src, k)
+            oe.bound = "ks_total"
+            mine += grid_stride_edits(src, oe)
+            plist = k.node.child_by_field_name("declarator")
+            plist = plist.child_by_field_name("parameters") if plist is not None else None
+            if plist is None:
+                mine = []
+                break
+            mine.append(Edit(plist.end_byte - 1, plist.end_byte - 1, ", long long ks_total" if plist.named_children
+                             else "long long ks_total"))
+        if not mine:
+            continue
+        for la in ls:
+            args = la.call.child_by_field_name("arguments")
+            if args is None:
+                mine = []
+                break
+            total = f"(long long)({raw(src, la.grid)}) * ({raw(src, la.block)})"
+            mine.append(Edit(args.end_byte - 1, args.end_byte - 1, (", " if args.named_children else "") + total))
+        if mine:
+            edits += mine + clamp
+    # one helper insertion even when several kernels are carried
+    seen, out = set(), []
+    for e in edits:
+        key = (e.start, e.end, e.replacement)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return (out, names) if out else None
+
+
 def _stride_expr(ty: str) -> str:
     t = " ".join(ty.replace("const", "").split())
     if t in ("int", "unsigned", "unsigned int", ""):

@@ -34,8 +34,8 @@ from mining.carriers import vector_accesses
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
                                    rewrite_range)
 from mining.operators.grid_clamp import clamp_edits
-from mining.operators.grid_stride import (unguarded_element, grid_stride_edits, grid_stride_x_loops, one_element,
-                                         x_loop_block)
+from mining.operators.grid_stride import (counted_unguarded_edits, unguarded_element, grid_stride_edits, grid_stride_x_loops,
+                                         one_element, x_loop_block)
 from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents, in_ldg,
                                     indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var, mentions,
                                     raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
@@ -278,6 +278,14 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             for m in vectorize_elementwise(apply_edits(src.raw, edits), ctx):
                 m.description += " (an unguarded element per thread first read as a grid-stride loop over the same grid)"
                 m.guards.append("the launch's grid is the element count (unchanged)")
+                out.append(m)
+        # the same loops bounded by each launch's thread count, passed in, over a clamped grid: the
+        # wide accesses then also take 1/W of the threads
+        counted = counted_unguarded_edits(src)
+        if counted is not None:
+            for m in vectorize_elementwise(apply_edits(src.raw, counted[0]), ctx):
+                m.description += (" (an unguarded element per thread first read as a grid-stride loop to the launch's "
+                                  "thread count, passed as ks_total; the grid clamped)")
                 out.append(m)
     return out
 
