@@ -372,7 +372,7 @@ def counted_unguarded_edits(src: Source) -> Optional[tuple[list[Edit], list[str]
         if not ls or any(re.match(r"\s*dim3\b", code(src, la.grid)) or re.match(r"\s*dim3\b", code(src, la.block))
                          for la in ls):
             continue
-        clamp = clamp_edits(src, name)
+        clamp = clamp_edits(src, name, every_definition=True)
         if clamp is None:
             continue
         mine: list[Edit] = []

@@ -43,3 +43,24 @@ def test_counted_candidate_passes_the_gate(tmp_path):
 def test_refusals(old, new):
     assert old in ONE
     assert counted_unguarded_edits(Source(ONE.replace(old, new))) is None
+
+
+def test_a_launch_shared_by_two_definitions_is_not_clamped_for_one():
+    # a generic guarded kernel and its specialization share the name: grid_stride may rewrite only the
+    # one it matched, so a clamp of the shared launch could leave the other without threads
+    two = """template <typename T>
+__global__ void scale(T* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = y[i] * 2;
+}
+template <>
+__global__ void scale(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] = y[i] * 2.0f; y[0] += 0.0f; }
+}
+void run(float* y, int n) { scale<float><<<(n + 255) / 256, 256>>>(y, n); }
+"""
+    from mining.operators.grid_stride import grid_stride
+    assert grid_stride(two, Context()) == []
+    generic_only = two[:two.index("template <>")] + two[two.index("void run"):]
+    assert grid_stride(generic_only, Context())  # one definition of the name: its templated launch is clamped
