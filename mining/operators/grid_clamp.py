@@ -20,7 +20,7 @@ from typing import Optional
 
 from corpora.code.source import Source
 from mining.operators.base import (Edit, Operator, Pair)
-from mining.operators.nodes import ensure_helper, grid_is_scalar, launches, raw
+from mining.operators.nodes import ensure_helper, grid_is_scalar, kernel_launches, kernels, raw
 
 
 _LAUNCH = re.compile(rb"<<<(.*?)>>>", re.S)
@@ -106,8 +106,13 @@ static inline unsigned ks_clamp_grid(long long blocks, int per_sm) {
 }"""
 
 
-def clamp_edits(src: Source, kernel: str) -> Optional[list[Edit]]:
-    ls = launches(src, kernel)
+def clamp_edits(src: Source, kernel: str, every_definition: bool = False) -> Optional[list[Edit]]:
+    """Every launch of `kernel` clamped. Templated launches (`k<256><<<...>>>`) are launches of k too,
+    so where several definitions share the name (overloads, specializations) a launch may run another
+    one: refused unless the caller rewrites every definition of the name (`every_definition`)."""
+    if not every_definition and sum(1 for k in kernels(src) if k.name == kernel) > 1:
+        return None
+    ls = kernel_launches(src, kernel)
     if not ls or not all(grid_is_scalar(src, l) for l in ls):
         return None
     edits = []

@@ -41,6 +41,7 @@ from mining.carriers import grid_stride_loops, grid_stride_whiles, macro_grid_st
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, candidate, raw_text,
                                    rewrite_range)
 from mining.operators.grid_clamp import GRID_PER_SM, clamp_edits
+from mining.operators.grid_stride_sum import sum_sites, x_index
 from mining.operators.rewrite_util import splice_range
 from mining.operators.nodes import (IndexDecl, Kernel, bare_jumps, code, global_index_axis, has_loop, indent_at, int_value,
                                     index_decls, kernel_launches, kernels, loop_var, raw, reindent, returns_or_syncs, split_top,
@@ -353,6 +354,60 @@ def unguarded_element(src: Source, k: Kernel) -> Optional[OneElement]:
     return OneElement(k, d, "(long long)gridDim.x * blockDim.x", rest[0].start_byte, rest[-1].end_byte, None)
 
 
+def counted_unguarded_edits(src: Source) -> Optional[tuple[list[Edit], list[str]]]:
+    """Every kernel of unguarded elements (`unguarded_element`) as a grid-stride loop to a new last
+    parameter `long long ks_total`, which each launch passes as its own thread count
+    (`(long long)(grid) * (block)`, a 1-D scalar launch) while its grid is clamped to the resident
+    grid: each thread count the launch covered is still the bound, so the same elements are visited,
+    each once, by fewer threads. Every kernel of a name must have this form (specializations share
+    their launches). None when no kernel does or a launch cannot be carried."""
+    ks = kernels(src)
+    names = sorted({k.name for k in ks if unguarded_element(src, k) is not None})
+    edits: list[Edit] = []
+    for name in names:
+        same = [k for k in ks if k.name == name]
+        if any(unguarded_element(src, k) is None for k in same) or re.search(rb"\bks_total\b", src.code):
+            continue
+        ls = kernel_launches(src, name)
+        if not ls or any(re.match(r"\s*dim3\b", code(src, la.grid)) or re.match(r"\s*dim3\b", code(src, la.block))
+                         for la in ls):
+            continue
+        clamp = clamp_edits(src, name, every_definition=True)
+        if clamp is None:
+            continue
+        mine: list[Edit] = []
+        for k in same:
+            oe = unguarded_element(src, k)
+            oe.bound = "ks_total"
+            mine += grid_stride_edits(src, oe)
+            plist = k.node.child_by_field_name("declarator")
+            plist = plist.child_by_field_name("parameters") if plist is not None else None
+            if plist is None:
+                mine = []
+                break
+            mine.append(Edit(plist.end_byte - 1, plist.end_byte - 1, ", long long ks_total" if plist.named_children
+                             else "long long ks_total"))
+        if not mine:
+            continue
+        for la in ls:
+            args = la.call.child_by_field_name("arguments")
+            if args is None:
+                mine = []
+                break
+            total = f"(long long)({raw(src, la.grid)}) * ({raw(src, la.block)})"
+            mine.append(Edit(args.end_byte - 1, args.end_byte - 1, (", " if args.named_children else "") + total))
+        if mine:
+            edits += mine + clamp
+    # one helper insertion even when several kernels are carried
+    seen, out = set(), []
+    for e in edits:
+        key = (e.start, e.end, e.replacement)
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return (out, names) if out else None
+
+
 def _stride_expr(ty: str) -> str:
     t = " ".join(ty.replace("const", "").split())
     if t in ("int", "unsigned", "unsigned int", ""):
@@ -379,8 +434,10 @@ def grid_stride_edits(src: Source, oe: OneElement) -> list[Edit]:
 
 
 def grid_stride(source: str, ctx: Context) -> list[Materialization]:
+    """One element per thread -> a grid-stride loop; and an element handed to a sum -> a
+    register sum over a grid-stride loop (grid_stride_sum.py)."""
     src = Source(source)
-    out = []
+    out = sum_sites(source)
     for k in kernels(src):
         oe = one_element(src, k)
         if oe is None:
@@ -404,14 +461,48 @@ def grid_stride_x_loops(src: Source, k: Kernel) -> list[tuple[Node, str, str, st
         lv = loop_var(src, loop)
         cond = loop.child_by_field_name("condition")
         upd = loop.child_by_field_name("update")
-        if lv is None or cond is None or upd is None or global_index_axis(lv[2]) != "x":
+        if lv is None or cond is None or upd is None:
             continue
         m = re.fullmatch(r"%s\s*<\s*(.+)" % re.escape(lv[1]), code(src, cond))
         mu = re.fullmatch(r"%s\s*\+=\s*(.+)" % re.escape(lv[1]), code(src, upd))
-        if not m or not mu:
+        if not m or not mu or x_loop_block(src, k, loop, lv[2], mu.group(1)) is None:
             continue
         out.append((loop, lv[0], lv[1], m.group(1), mu.group(1)))
     return out
+
+
+def x_loop_block(src: Source, k: Kernel, loop: Node, init: str, stride: str) -> Optional[str]:
+    """The B of a grid-stride loop over x whose threads start at `blockIdx.x * B + threadIdx.x` and
+    step by `gridDim.x * B`: "blockDim.x" for the usual spelling (any stride text: the callers
+    gate it), else B when the start is the kernel's x index (`int i = blockIdx.x * NUM_THREADS + tid`,
+    grid_stride_sum.x_index) and the stride is gridDim.x times the same B. Such a loop visits
+    each index once for any grid, so a wider loop with the same start and stride does too."""
+    if global_index_axis(init) == "x" or _index_copy_axis(src, loop, init) == "x":
+        return "blockDim.x"
+    ix = x_index(src, k)
+    if ix is None or ix[1] != init.strip() or _index_copy_axis(src, loop, init, any_form=True) is None:
+        return None
+    b = re.sub(r"\s+", "", strip_parens(ix[3]))
+    st = re.sub(r"\s+", "", strip_parens(stride))
+    if st not in (f"gridDim.x*{b}", f"{b}*gridDim.x", f"gridDim.x*({b})", f"({b})*gridDim.x"):
+        return None
+    return ix[3]
+
+
+def _index_copy_axis(src: Source, loop: Node, init: str, any_form: bool = False) -> Optional[str]:
+    """The axis of a loop start that names a variable holding the global index (`int i = gidx;
+    for (int j = i; ...)`, as grid_stride_sum writes): assigned once in the function, before the loop."""
+    name = init.strip()
+    f = src.function_at(loop.start_byte)
+    if f is None or not re.fullmatch(r"[A-Za-z_]\w*", name):
+        return None
+    body = src.code[f.start_byte:f.end_byte].decode("utf-8", "replace")
+    writes = re.findall(r"\b%s\s*(?:[-+*/%%&|^]?=(?!=)|\+\+|--)|(?:\+\+|--)\s*%s\b" % (re.escape(name), re.escape(name)), body)
+    before = src.code[f.start_byte:loop.start_byte].decode("utf-8", "replace")
+    found = re.findall(r"\b%s\s*=(?!=)\s*([^;]+);" % re.escape(name), before)
+    if len(writes) != 1 or len(found) != 1:
+        return None
+    return "x" if any_form else global_index_axis(found[0])
 
 
 PAIR = Pair(GridStrideToSingle, (Rewrite("grid_stride", "grid_stride", grid_stride, prior=1.5),))

@@ -162,7 +162,7 @@ def _two_d(src: Source, k: Kernel) -> Optional[tuple[IndexDecl, IndexDecl, tuple
     return decls["x"], decls["y"], bd
 
 
-def stage_transpose_tile(source: str, ctx: Context) -> list[Materialization]:
+def _transpose_tiles(source: str, ctx: Context) -> list[Materialization]:
     """`out[f(c) + r] = in[g(r) + c]` (a transposing copy: the load coalesced along x, the store
     along y) -> the block's BY x BX patch goes through a shared tile: loaded with x = column,
     stored with consecutive threads on consecutive output addresses. Padded so the transposed
@@ -223,6 +223,95 @@ def stage_transpose_tile(source: str, ctx: Context) -> list[Materialization]:
                         f"{k.name}: transposing copy staged through a shared {by} x {pitch} tile (reads and writes coalesced)",
                         excerpt=code(src, last)))
     return out
+
+
+def stage_transpose_tile(source: str, ctx: Context) -> list[Materialization]:
+    """The transposing copy of `_transpose_tiles`; a kernel that walks the matrix through one
+    flattened index (`r = i / C; c = i % C; if (i < R * C) out[c * R + r] = in[i];`) is first read
+    as the 2-D kernel it spells (`_unflatten`: x = column, y = row, a 32 x 32 block), in the same step."""
+    out = _transpose_tiles(source, ctx)
+    if not out:
+        staged = _unflatten(source)
+        if staged is not None:
+            for m in _transpose_tiles(staged, ctx):
+                m.description += " (its flattened index read as 2-D: a 32 x 32 block over columns and rows)"
+                out.append(m)
+    return out
+
+
+_FLAT_BLOCK = (32, 32)  # a warp per tile row: the transposed stores are whole 128-byte rows too
+
+
+def _unflatten(source: str) -> Optional[str]:
+    """`I i = gidx; I r = i / C; I c = i % C; if (i < R * C) { out[..c..r..] = in[i]; }` with R and C
+    integer parameters -> `I c = x index; I r = y index; if (r < R && c < C) { out[..] = in[r * C + c]; }`,
+    every launch of the kernel over ceil(C / 32) x ceil(R / 32) blocks of 32 x 32. Sound: (r, c) with
+    r < R, c < C is a bijection with i = r * C + c < R * C, so the same element pairs are copied."""
+    src = Source(source)
+    edits: list[Edit] = []
+    for k in kernels(src):
+        d = [x for x in index_decls(src, k) if x.axis == "x"]
+        sts = statements(k.body)
+        if len(d) != 1 or len(index_decls(src, k)) != 1 or len(sts) != 4 or has(src, k.body, r"__shared__|__syncthreads|\breturn\b"):
+            continue
+        i = d[0].name
+        iw = re.escape(i)
+        rc: dict[str, tuple[str, str, str]] = {}  # "/" or "%" -> (name, type, C)
+        for st in sts[1:3]:
+            m = re.fullmatch(r"((?:const\s+)?(?:unsigned\s+)?\w+)\s+(\w+)\s*=\s*%s\s*([/%%])\s*(\w+)\s*;" % iw, code(src, st).strip())
+            if m is None:
+                break
+            rc[m.group(3)] = (m.group(2), " ".join(m.group(1).replace("const", "").split()), m.group(4))
+        if set(rc) != {"/", "%"} or rc["/"][2] != rc["%"][2] or sts[0].start_byte != d[0].stmt.start_byte:
+            continue
+        r, rt, C = rc["/"]
+        c, ct, _ = rc["%"]
+        last = sts[3]
+        if last.type != "if_statement" or last.child_by_field_name("alternative") is not None:
+            continue
+        cond = strip_parens(code(src, last.child_by_field_name("condition")))
+        m = re.fullmatch(r"%s\s*<\s*(\w+)\s*\*\s*(\w+)" % iw, cond)
+        if m is None or C not in (m.group(1), m.group(2)):
+            continue
+        R = m.group(2) if m.group(1) == C else m.group(1)
+        params = [p.name for p in k.sig.params]
+        if R not in params or C not in params or R == C:
+            continue
+        cons = last.child_by_field_name("consequence")
+        inner = statements(cons) if cons.type == "compound_statement" else [cons]
+        if len(inner) != 1 or inner[0].type != "expression_statement" or not inner[0].named_children:
+            continue
+        asg = inner[0].named_children[0]
+        if asg.type != "assignment_expression" or asg.children[1].type != "=":
+            continue
+        left, right = asg.child_by_field_name("left"), asg.child_by_field_name("right")
+        if right.type != "subscript_expression" or strip_parens(sub_index(right)).strip() != i or \
+                left.type != "subscript_expression" or mentions(code(src, left), i):
+            continue
+        ls = [la for la in launches(src) if la.kernel.split("<", 1)[0].split("::")[-1].strip() == k.name]
+        if not ls:
+            continue
+        launch_edits = []
+        for la in ls:
+            args = la.call.child_by_field_name("arguments")
+            av = [x for x in args.named_children if x.type != "comment"] if args is not None else []
+            if len(av) != len(params) or block_dims(src, la) is None or block_dims(src, la)[1:] != (1, 1):
+                launch_edits = None
+                break
+            ra, ca = raw(src, av[params.index(R)]), raw(src, av[params.index(C)])
+            bx, by = _FLAT_BLOCK
+            launch_edits += [Edit(la.grid.start_byte, la.grid.end_byte, f"dim3((({ca}) + {bx - 1}) / {bx}, (({ra}) + {by - 1}) / {by})"),
+                             Edit(la.block.start_byte, la.block.end_byte, f"dim3({bx}, {by})")]
+        if not launch_edits:
+            continue
+        ind = indent_at(src, sts[0].start_byte)
+        body = (f"const {ct} {c} = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                f"{ind}const {rt} {r} = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                f"{ind}if ({r} < {R} && {c} < {C}) {{\n"
+                f"{ind}    {raw(src, left)} = {sub_base(right)}[{r} * {C} + {c}];\n"
+                f"{ind}}}")
+        edits += [Edit(sts[0].start_byte, last.end_byte, body)] + launch_edits
+    return apply_edits(src.raw, edits) if edits else None
 
 
 def _square_tiles(source: str, ctx: Context) -> list[Materialization]:
@@ -365,6 +454,21 @@ def _dot_loop(src: Source, k: Kernel, loop, row: str, col: str):
     return kv, m.group(1), body, a, b, text(asg[0].child_by_field_name("left"))
 
 
+_ELEM_BYTES = {"float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "half": 2, "__half": 2, "__nv_bfloat16": 2,
+               "double": 8, "long long": 8}
+STATIC_SHARED_BYTES = 48 * 1024  # the most a kernel may declare statically
+
+
+def _tiles_fit(ta: str, tb: str, T: int, R: int) -> bool:
+    """The two operand tiles (T*R x T+1 of A, T x T*R of B) fit the static shared-memory limit: a
+    32 x 32 block takes 4 x 4 outputs per thread (128 x 128 tiles) for float or half, not for double;
+    an element type of unknown size keeps the tile at 64 x 64."""
+    sa, sb = _ELEM_BYTES.get(" ".join(ta.split())), _ELEM_BYTES.get(" ".join(tb.split()))
+    if sa is None or sb is None:
+        return T * R <= 64
+    return T * R * (T + 1) * sa + T * T * R * sb <= STATIC_SHARED_BYTES
+
+
 def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[Materialization]:
     two = _two_d(src, k)
     if two is None:
@@ -412,6 +516,8 @@ def _matmul_register_tiles(src: Source, k: Kernel, T: int, R: int) -> Optional[M
         grid_edits += e
     ptrs = pointer_params(k.sig)
     ta, tb = ptrs[sub_base(a)].base_type, ptrs[sub_base(b)].base_type
+    if not _tiles_fit(ta, tb, T, R):
+        return None
     inner = rewrite_range(src, body.start_byte, body.end_byte,
                           [Edit(a.start_byte, a.end_byte, f"ks_As[threadIdx.y + {T} * ks_a][ks_kk]"),
                            Edit(b.start_byte, b.end_byte, f"ks_Bs[ks_kk][threadIdx.x + {T} * ks_b]")] +
@@ -539,8 +645,6 @@ def _matmul_tiles(source: str, ctx: Context) -> list[Materialization]:
         if two is None or two[2][0] != two[2][1] or two[2][0] not in (8, 16, 32):
             continue
         for R in (4, 2):
-            if two[2][0] * R > 64:
-                continue
             m = _matmul_register_tiles(src, k, two[2][0], R)
             if m is not None:
                 out.append(m)

@@ -34,7 +34,8 @@ from mining.carriers import vector_accesses
 from mining.operators.base import (Context, Edit, Materialization, Operator, Pair, Rewrite, apply_edits, candidate,
                                    rewrite_range)
 from mining.operators.grid_clamp import clamp_edits
-from mining.operators.grid_stride import unguarded_element, grid_stride_edits, grid_stride_x_loops, one_element
+from mining.operators.grid_stride import (counted_unguarded_edits, unguarded_element, grid_stride_edits, grid_stride_x_loops,
+                                         one_element, x_loop_block)
 from mining.operators.nodes import (WARP, Kernel, address_taken, bare_jumps, block_body, code, has_loop, idents, in_ldg,
                                     indent_at, is_lhs, kernels, local_pointers, loop_init_value, loop_var, mentions,
                                     raw, returns_or_syncs, split_top, strip_parens, sub_base, sub_index, subscripts_of,
@@ -221,8 +222,10 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             body = loop.child_by_field_name("body")
             if body is None or returns_or_syncs(src, body) or bare_jumps(src, body) or has_loop(body):
                 continue
-            if "ks_v" in code(src, loop):
-                continue
+            if re.search(r"\bks_nv\b", code(src, loop)):
+                continue  # already the 16-byte loop's scalar tail
+            # the vector index: ks_v unless the kernel already names something so (an accumulator)
+            vi = next(n for n in ("ks_v", "ks_vi", "ks_v16") if not re.search(r"\b%s\b" % n, code(src, k.body)))
             top = _top_of(body)
             res = _vector_plan(src, k, body, var, lambda idx, var=var: "" if idx == var else None, top, wide=True)
             if res is None:
@@ -232,12 +235,14 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             if len(widths) != 1:
                 continue  # mixed element widths: one access per iteration cannot cover them all
             W = widths.pop()
+            blk = x_loop_block(src, k, loop, raw(src, loop_init_value(loop)), stride)
+            blk = blk if re.fullmatch(r"[\w.]+", blk or "") else f"({blk})"  # the loop's own B (its start and stride)
             ind = indent_at(src, loop.start_byte)
             i2, i3 = ind + "    ", ind + "        "
             if all(" ".join(t.split()) in VEC_OF for t, _ in plan.types.values()):
-                pre, post = _vec_io(plan, lambda p: p, "ks_v", i3)
+                pre, post = _vec_io(plan, lambda p: p, vi, i3)
             else:
-                pre, post = _wide_io(plan, W, "ks_v", i3)
+                pre, post = _wide_io(plan, W, vi, i3)
             inner = _vector_body(src, body, plan, "ks_k")
             t = " ".join(ty.replace("const", "").split()) or "int"
             ptrs = sorted(set(plan.loads) | set(plan.stores))
@@ -246,12 +251,12 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
                      f"scalar tail\n"
                      f"{i2}const long long ks_n = (long long)({bound});\n"
                      f"{i2}const long long ks_nv = ({_align_check(ptrs)}) ? ks_n / {W} : 0;\n"
-                     f"{i2}for (long long ks_v = (long long)blockIdx.x * blockDim.x + threadIdx.x; ks_v < ks_nv; "
-                     f"ks_v += (long long)gridDim.x * blockDim.x) {{\n"
+                     f"{i2}for (long long {vi} = (long long)blockIdx.x * {blk} + threadIdx.x; {vi} < ks_nv; "
+                     f"{vi} += (long long)gridDim.x * {blk}) {{\n"
                      f"{pre}\n"
                      f"{i3}#pragma unroll\n"
                      f"{i3}for (int ks_k = 0; ks_k < {W}; ++ks_k) {{\n"
-                     f"{i3}    const {t} {var} = ({t})(ks_v * {W} + ks_k);\n"
+                     f"{i3}    const {t} {var} = ({t})({vi} * {W} + ks_k);\n"
                      f"{block_body(inner, i3 + '    ')}\n"
                      f"{i3}}}\n"
                      + (f"{post}\n" if post else "") +
@@ -273,6 +278,14 @@ def vectorize_elementwise(source: str, ctx: Context) -> list[Materialization]:
             for m in vectorize_elementwise(apply_edits(src.raw, edits), ctx):
                 m.description += " (an unguarded element per thread first read as a grid-stride loop over the same grid)"
                 m.guards.append("the launch's grid is the element count (unchanged)")
+                out.append(m)
+        # the same loops bounded by each launch's thread count, passed in, over a clamped grid: the
+        # wide accesses then also take 1/W of the threads
+        counted = counted_unguarded_edits(src)
+        if counted is not None:
+            for m in vectorize_elementwise(apply_edits(src.raw, counted[0]), ctx):
+                m.description += (" (an unguarded element per thread first read as a grid-stride loop to the launch's "
+                                  "thread count, passed as ks_total; the grid clamped)")
                 out.append(m)
     return out
 

@@ -340,10 +340,13 @@ def test_vectorize_an_unguarded_element_per_thread(tmp_path):
         "T* y", "float* y").replace("add_all<float>", "add_all")
     for naive in (UNGUARDED, concrete):
         mats = run_rewrite("vectorize_elementwise", naive)
-        assert len(mats) == (0 if naive is UNGUARDED else 1)  # a template element type is not known to be 4 bytes
-    new = run_rewrite("vectorize_elementwise", concrete)[0].source
+        assert len(mats) == (0 if naive is UNGUARDED else 2)  # a template element type is not known to be 4 bytes
+    new, counted = (m.source for m in run_rewrite("vectorize_elementwise", concrete))
     assert "t < (long long)gridDim.x * blockDim.x" in new and "add_all<<<N / 128, 128>>>" in new  # the grid kept
     assert _vector_add_gate(tmp_path, new, "float32", sizes).passed
+    # or each launch's thread count passed in, over a clamped grid
+    assert "add_all<<<ks_clamp_grid(N / 128, 8), 128>>>(a, b, y, (long long)(N / 128) * (128));" in counted
+    assert _vector_add_gate(tmp_path / "counted", counted, "float32", sizes).passed
 
 
 @pytest.mark.parametrize("change", [
