@@ -29,7 +29,8 @@ for none (`0`): fewer bytes, more resident blocks. `#pragma unroll` goes on the 
 every index is a constant after unrolling and the array stays in registers (ptxas: 0 bytes stack
 frame on the causal linear-attention kernel, `e < 8 && e + e0 < E` form included).
 
-Backward, why it is sound: a register array `T A[C]` (C compile-time, no initializer, no address
+Backward, why it is sound: a register array `T A[C]` (C compile-time and at most MAX_STATE, a
+handful of running values, so a naive kernel's register row of outputs is left alone; no initializer, no address
 taken, every use `A[i]` with i a constant-extent loop variable or a literal) is private to its
 thread; slot i of thread t moved to `A_s[t + i * BX]` of a shared array with BX the block's x
 extent and a one-dimensional block (every launch in the file, y = z = 1) is a slot no other thread
@@ -56,6 +57,9 @@ from corpora.code.nodes import declarator_shape
 
 CARRIER = "register_state"
 MAX_EXTENT = 64  # register slots per thread: more would spill to local memory
+# the backward half takes only a handful of running values: a longer register array (a naive kernel's
+# row of outputs, `float o[HEAD_DIM]`) is the plain form, not an optimization to undo
+MAX_STATE = 16
 SHARED_STATIC_BYTES = 48 * 1024
 SIZEOF = {"float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "double": 8, "long long": 8,
           "unsigned long long": 8, "short": 2, "char": 1}
@@ -430,7 +434,7 @@ class RegisterStateToShared(Operator):
             return None
         typ, name, dims = parts
         c = int_value(src, dims[0])
-        if c is None or not 1 <= c <= MAX_EXTENT or typ not in SIZEOF:
+        if c is None or not 1 <= c <= MAX_STATE or typ not in SIZEOF:
             return None
         var = next((v for v in idx.vars if same(v.decl, decl) and v.name == name), None)
         if var is None:
