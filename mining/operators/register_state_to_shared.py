@@ -135,6 +135,10 @@ def _block_at_most(src: Source, k: Kernel, idx: FunctionIndex, bound: str) -> bo
         pos = params.index(bound)
         if v is None or _reassigned(v) or pos >= len(args) or args[pos] != xyz[0]:
             return False
+        if re.fullmatch(r"[A-Za-z_]\w*", xyz[0]) and la.host is not None and re.search(
+                r"(\+\+|--)\s*%s\b|\b%s\s*(\+\+|--|[-+*/%%&|^]?=(?!=))" % (xyz[0], xyz[0]),
+                src.func_code(la.host).decode("utf-8", "replace")):
+            return False  # the host changes it: the block may have been built from another value
     return True
 
 
@@ -161,8 +165,9 @@ def _thread_id(src: Source, idx: FunctionIndex, term: str, at: int) -> Optional[
     return None
 
 
-def _const_loop(src: Source, idx: FunctionIndex, name: str, at: int) -> Optional[tuple[Node, int]]:
-    """The loop whose variable `name` is at byte `at`, and its compile-time extent C (`i = 0; i < C [&& ...]; ++i`)."""
+def _const_loop(src: Source, idx: FunctionIndex, name: str, at: int) -> Optional[tuple[Node, int, str]]:
+    """The loop whose variable `name` is at byte `at`, its compile-time extent C (`i = 0; i < C [&& ...]; ++i`)
+    and C as written."""
     v = idx.visible(name, at)
     loop = idx.loop_of(v) if v is not None else None
     if loop is None or v.value is None or norm(text(v.value)) != "0":
@@ -175,20 +180,21 @@ def _const_loop(src: Source, idx: FunctionIndex, name: str, at: int) -> Optional
             re.fullmatch(r"\s*(.+?)\s*>\s*%s\s*" % re.escape(name), part)
         c = int_value(src, m.group(1)) if m else None
         if c is not None and 1 <= c <= MAX_EXTENT:
-            return loop, c
+            return loop, c, norm(m.group(1))
     return None
 
 
-def _slot(src: Source, idx: FunctionIndex, expr: str, at: int) -> Optional[tuple[str, Optional[Node], int]]:
-    """(index text, its loop or None for a literal, extent it needs) of a loop index or a literal."""
+def _slot(src: Source, idx: FunctionIndex, expr: str, at: int) -> Optional[tuple[str, Optional[Node], int, str]]:
+    """(index text, its loop or None for a literal, extent it needs, that extent as written) of a loop
+    index or a literal."""
     e = norm(strip_parens(expr))
     lit = int_value(src, e)
     if lit is not None:
-        return (str(lit), None, lit + 1) if 0 <= lit < MAX_EXTENT else None
+        return (str(lit), None, lit + 1, str(lit + 1)) if 0 <= lit < MAX_EXTENT else None
     if not re.fullmatch(r"[A-Za-z_]\w*", e):
         return None
     cl = _const_loop(src, idx, e, at)
-    return (e, cl[0], cl[1]) if cl is not None else None
+    return (e, cl[0], cl[1], cl[2]) if cl is not None else None
 
 
 def _split_linear(src: Source, idx: FunctionIndex, index: str, at: int):
@@ -201,7 +207,7 @@ def _split_linear(src: Source, idx: FunctionIndex, index: str, at: int):
         return None
     rest = [t for t in terms if t != tid[0][0]]
     if not rest:
-        return tid[0][1], ("0", None, 1), None
+        return tid[0][1], ("0", None, 1, "1"), None
     factors = [norm(strip_parens(f)) for f in split_top(strip_parens(rest[0]), "*")]
     if len(factors) != 2:
         return None
@@ -303,7 +309,7 @@ def _site(src: Source, k: Kernel, idx: FunctionIndex, arr: _Array) -> Optional[M
     tid_key, stride = None, None
     accesses: list[tuple[Node, str]] = []
     loops: dict[int, Node] = {}
-    extent = 0
+    extent, spelled = 0, {}  # the extent, and each value as the loop bounds write it (a macro kept)
     for u in uses:
         outer, indices = subscript_chain(u)
         if len(indices) != len(arr.dims) or any(i is None for i in indices):
@@ -313,6 +319,8 @@ def _site(src: Source, k: Kernel, idx: FunctionIndex, arr: _Array) -> Optional[M
             return None  # its address escapes
         if len(arr.dims) == 2:
             s = _slot(src, idx, text(indices[0]), u.start_byte)
+            if s is not None:
+                spelled.setdefault(s[2], s[3])
             key = _thread_id(src, idx, text(indices[1]), u.start_byte)
             if s is None or key is None:
                 return None
@@ -325,6 +333,7 @@ def _site(src: Source, k: Kernel, idx: FunctionIndex, arr: _Array) -> Optional[M
             if lin is None:
                 return None
             key, s, st = lin
+            spelled.setdefault(s[2], s[3])
             extent = max(extent, s[2])
         if s[1] is not None and not contains(s[1], u):
             return None
@@ -359,10 +368,10 @@ def _site(src: Source, k: Kernel, idx: FunctionIndex, arr: _Array) -> Optional[M
             return None
     if extent > MAX_EXTENT:
         return None
-    return _edits(src, k, arr, accesses, list(loops.values()), extent)
+    return _edits(src, k, arr, accesses, list(loops.values()), spelled.get(extent, str(extent)))
 
 
-def _edits(src: Source, k: Kernel, arr: _Array, accesses, loops: list[Node], extent: int) -> Materialization:
+def _edits(src: Source, k: Kernel, arr: _Array, accesses, loops: list[Node], extent: str) -> Materialization:
     typ = re.sub(r"\b(__shared__|extern|static)\b\s*", "", arr.type).strip()
     edits = []
     decl_line = f"{typ} {arr.name}[{extent}];  // thread-private state: registers, not shared memory"

@@ -112,7 +112,7 @@ def test_static_2d_array_becomes_registers_and_passes_the_gate(tmp_path):
     assert len(out) == 1
     new = out[0]
     assert "__shared__" not in new
-    assert re.search(r"\bfloat acc\[8\];", new)
+    assert re.search(r"\bfloat acc\[EB\];", new)  # the extent as the loops spell it
     assert new.count("acc[e]") == 3 and "acc[e][threadIdx.x]" not in new
     assert new.count("#pragma unroll") == 2  # the two loops that index it, not the sweep over t
     assert gate(STATIC, tmp_path / "a").passed
@@ -123,7 +123,7 @@ def test_dynamic_shared_direct_becomes_registers_and_launch_asks_no_shared(tmp_p
     out = forward(DYNAMIC)
     assert len(out) == 1
     new = out[0]
-    assert "extern __shared__" not in new and re.search(r"\bfloat state\[8\];", new)
+    assert "extern __shared__" not in new and re.search(r"\bfloat state\[EB\];", new)
     assert "<<<grid, 64, 0>>>" in new
     assert "state[e]" in new and "blockDim.x + lane]" not in new
     assert gate(new, tmp_path).passed
@@ -172,6 +172,31 @@ def test_dynamic_refusals():
     assert forward(DYNAMIC.split("void causal_linear_attention")[0]) == []
 
 
+MODULUS = r"""
+#define EB 8
+__global__ void acc_mod(const float* x, float* y, int n, int W) {
+    extern __shared__ float buf[];
+    float* st = buf;
+    const int r = threadIdx.x % W;
+    for (int e = 0; e < EB; ++e) st[r + e * W] = x[e] * r;
+    float s = 0.0f;
+    for (int e = 0; e < EB; ++e) s += st[e * W + r];
+    y[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+void run(const float* x, float* y, int n, int W) {
+    dim3 block(W);
+    acc_mod<<<n, block, EB * W * sizeof(float)>>>(x, y, n, W);
+}
+"""
+
+
+def test_modulus_proven_by_the_launch_argument_only_while_the_host_keeps_it():
+    out = forward(MODULUS)
+    assert len(out) == 1 and "float st[EB];" in out[0] and "<<<n, block, 0>>>" in out[0]
+    assert forward(MODULUS.replace("dim3 block(W);", "dim3 block(W);\n    W = W / 2;")) == []
+    assert forward(MODULUS.replace("(x, y, n, W);", "(x, y, n, W / 2);")) == []
+
+
 def test_round_trip_through_the_operator(tmp_path):
     op = get_operator("register_state_to_shared")
     assert op.find_sites(STATIC) == []  # nothing in registers yet
@@ -208,7 +233,7 @@ def test_real_causal_linear_attention_naive(tmp_path):
     out = forward(naive)
     assert len(out) == 1
     new = out[0]
-    assert "extern __shared__" not in new and re.search(r"float shared_kv\[8\];", new)
+    assert "extern __shared__" not in new and re.search(r"float shared_kv\[E_BLOCK_SIZE\];", new)
     assert "shared_kv[e_local]" in new and "* M + m]" not in new and "m + e_local * M]" not in new
     assert "<<<gridDim, blockDim, 0>>>" in new
     assert gate(new, tmp_path, REAL_NAIVE.parent).passed
