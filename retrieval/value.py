@@ -100,6 +100,9 @@ PRIOR: dict[str, dict[str, float]] = {
     "online_softmax": {"*": 1.3},
     "single_pass_stats": {"*": 1.25},
     "register_cache": {"*": 1.2},
+    # per-thread running state in registers instead of the thread's own shared slots (issue 20): no shared
+    # load / store per update, no dynamic shared memory limiting resident blocks
+    "register_state": {"*": 1.5},
     "fused_epilogue": {"*": 1.3},
     "fused_residual": {"*": 1.3},
     # the shared-memory tree reduction ladder: Harris, "Optimizing Parallel Reduction in CUDA" (NVIDIA,

@@ -20,6 +20,7 @@ docs/architecture.md, "Operators".
 from __future__ import annotations
 
 from mining.operators import block_tree_to_thread_sum
+from mining.operators import register_state_to_shared
 from mining.operators import fragment_to_shared_reads, register_tile_per_output
 from mining.operators import (async_copy_to_sync, devectorize, block_swizzle_to_natural, half2_to_scalar, block_per_row_to_thread, cache_hints, drop_specialized_dispatch,
                               shrink_work_constant, swap_thread_axes, block_reduce_to_serial, block_reduce_to_warp_atomics,
@@ -67,6 +68,9 @@ PAIRS: tuple[Pair, ...] = (
     # the flash-loop split duplicates the sweep, so every other simplification of it comes first
     online_rescale_to_two_pass.PAIR,
     sliding_window_to_reload.PAIR,
+    # a register array of running state moved to its thread's own shared slots: last, so register tiles
+    # and caches are undone by their own operators first (issue 20)
+    register_state_to_shared.PAIR,
 )
 
 
