@@ -40,3 +40,27 @@ def test_a_cpu_row_carries_the_loops_timeline(tmp_path):
     t = row["timeline"]
     assert row["kept_steps"] == 1 and t["input_gate_s"] > 0 and t["gate_s"] > 0 and t["input_time_s"] == 0.0
     assert "naive_ms" not in row  # the cpu executor times nothing
+
+
+def test_a_share_needs_an_expert_measurably_faster_than_naive():
+    from eval.bench_optimize import MIN_EXPERT_GAIN, log_share
+
+    assert log_share(2.0, 1.0, 0.5) == 0.5
+    assert log_share(69.129, 0.358, 69.120) is None  # an expert within noise of its naive: no share
+    assert log_share(1.0, 0.9, 1.0 / MIN_EXPERT_GAIN) is not None
+    assert log_share(1.0, 0.9, 1.0 / (MIN_EXPERT_GAIN * 0.99)) is None
+
+
+def test_the_aggregate_recomputes_shares_from_the_rows_times():
+    from eval.bench_optimize import aggregate
+
+    rows = [  # a stale stored share (written under an older rule) must not count
+        {"problem": "a", "final_correct": True, "naive_ms": 2.0, "final_ms": 1.0, "expert_ms": 0.5, "log_share": 0.5},
+        {"problem": "b", "final_correct": True, "naive_ms": 69.129, "final_ms": 0.358, "expert_ms": 69.12,
+         "log_share": 1092.0},
+        {"problem": "c", "final_correct": True, "naive_ms": 1.0, "final_ms": 1.0, "expert_ms": 0.25, "log_share": 0.0},
+    ]
+    agg = aggregate(rows, "cuda")
+    assert "over 2 problems" in agg["log_ratio_share_note"]
+    assert abs(agg["geomean_log_ratio_share"] - (0.5 * 0.01) ** 0.5) < 1e-9
+    assert abs(agg["mean_log_ratio_share"] - 0.25) < 1e-9
