@@ -259,6 +259,8 @@ def _match(toks: Sequence[str], i: int, pat: Sequence[str]) -> Optional[tuple[in
                 return None
             k += 1
             continue
+        if p_i + 1 == len(pat):
+            return None  # nothing would end the hole (a learned pattern never ends with one)
         nxt, j, stack, end = pat[p_i + 1], k, [], None
         while j < len(toks):
             t = toks[j]
