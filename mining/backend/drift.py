@@ -47,6 +47,7 @@ MAX_FIXED = 8
 MAX_HOLES = 2
 MAX_GAP = 6
 MIN_PAIR_SIMILARITY = 0.5  # an old statement's most similar new one, for its token diff
+RULES_VERSION = 2  # of the learning code: part of the cache key
 _WORDLIKE = re.compile(r"^[A-Za-z_]\w*$")
 # tokens that carry no API: a stretch made only of these is no rule (``int`` -> ``unsigned``)
 _NOT_API = frozenset("""auto bool char const double float int long short signed unsigned void static inline
@@ -351,9 +352,10 @@ def _patterns(x: list[str], y: list[str]) -> set[tuple[tuple, tuple]]:
         variants += [(x[lo - 1:lo], x[hi:hi + 1])] if not left and not right and lo and hi < len(x) else []
         for lc, rc in variants:
             o, n = tuple(lc + old + rc), tuple(lc + new + rc)
-            if not holes and (not lc and not rc or _one_name(old, new)):
+            if not holes and (not lc and not rc or _one_name(old, new) and lc != ["::"]):
                 # a plain substitution, or one name for another (mostly a local's rename: ``Flag`` ->
-                # ``Glue``, ``MCA`` -> ``W``): the token rules' business
+                # ``Glue``, ``MCA`` -> ``W``): the token rules' business; but a qualified name is no
+                # local, and the token rules never rewrite one (``ISD :: FLT_ROUNDS_``)
                 continue
             words = [t for t in _fixed(o) if _WORDLIKE.match(t)]
             if len(_fixed(o)) > MAX_FIXED or len(_fixed(n)) > MAX_FIXED or holes > MAX_HOLES \
@@ -443,8 +445,9 @@ def structural_rules_from_pairs(by_target: dict[str, list[tuple[list[str], list[
     kept = {(r.old, r.new) for r in best.values()} | {(r.old, r.new) for r in plain}
 
     def redundant(r: DriftRule) -> bool:
-        # the same rewrite with a token of context less on either end is a rule already
-        for lo, hi in ((1, 0), (0, 1), (1, 1)):
+        # the same rewrite with a token of context less on either end is a rule already; not after
+        # ``::``, where neither kind of rule applies a pattern that starts with a name
+        for lo, hi in ((1, 0), (0, 1), (1, 1)) if r.old[0] != "::" else ((0, 1),):
             o, n = r.old[lo:len(r.old) - hi], r.new[lo:len(r.new) - hi]
             if o and n and r.old[:lo] == r.new[:lo] and r.old[len(r.old) - hi:] == r.new[len(r.new) - hi:] \
                     and (o, n) in kept:
@@ -484,7 +487,7 @@ def cached_rules(cache_dir: Path, old_root: Path, new_root: Path, targets: Itera
     """``learn_rules`` kept in ``cache_dir/backend-drift`` under a key of its inputs."""
     targets = sorted(set(targets))
     key = hashlib.sha256(json.dumps([str(old_root), str(new_root), targets, MIN_FUNCTIONS, MIN_TARGETS, MAX_STATEMENTS,
-                                     MIN_SHARE, MAX_TOKENS, "structural", MAX_FIXED, MAX_HOLES, MAX_GAP,
+                                     MIN_SHARE, MAX_TOKENS, RULES_VERSION, MAX_FIXED, MAX_HOLES, MAX_GAP,
                                      MIN_PAIR_SIMILARITY]).encode()).hexdigest()[:16]
     path = Path(cache_dir) / "backend-drift" / f"{key}.json"
     if path.is_file():

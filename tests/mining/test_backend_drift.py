@@ -118,6 +118,9 @@ def test_structural_changes_abstract_operands_into_holes():
     assert not any(o[0] == "$1" for o, _ in got)
     # one name for another with context is a token rule's business (mostly a local's rename)
     assert structural_changes(["SDValue Flag ;"], ["SDValue Glue ;"]) == set()
+    # ... but a qualified name is no local, and the token rules never rewrite one
+    assert (("::", "FLT_ROUNDS_"), ("::", "GET_ROUNDING")) in structural_changes(
+        ["case ISD :: FLT_ROUNDS_ :"], ["case ISD :: GET_ROUNDING :"])
 
 
 def test_statement_pairs_take_the_counterpart_not_any_statement():
@@ -147,6 +150,11 @@ def test_structural_rules_recur_verified_against_the_counterpart():
     plain = [DriftRule(("MatchOperand_ParseFail",), ("ParseStatus", "::", "Failure"), 3, ["A", "B"], 1.0)]
     assert ("return MatchOperand_ParseFail", "return ParseStatus :: Failure") not in {
         (" ".join(r.old), " ".join(r.new)) for r in structural_rules_from_pairs({"A": parse * 2, "B": parse}, plain)}
+    # after ``::`` the token rule does not apply, so the rule with that context stays
+    rounding = [(["case ISD :: FLT_ROUNDS_ :"], ["case ISD :: GET_ROUNDING :"])]
+    plain = [DriftRule(("FLT_ROUNDS_",), ("GET_ROUNDING",), 3, ["A", "B"], 1.0)]
+    assert (":: FLT_ROUNDS_", ":: GET_ROUNDING") in {
+        (" ".join(r.old), " ".join(r.new)) for r in structural_rules_from_pairs({"A": rounding * 2, "B": rounding}, plain)}
     # kept in fewer than half of the old statements: no rule
     kept = [(["bool C = getFeatureBits ( ) [ A :: F3 ] ;"], ["bool C = getFeatureBits ( ) [ A :: F3 ] ;"])]
     assert not structural_rules_from_pairs({"A": fb + kept * 3, "B": fb[:1] + kept * 3})
@@ -158,7 +166,8 @@ def test_apply_structural_rules_binds_operands_and_leaves_the_rest_alone():
         DriftRule(tuple("( $1 != MatchOperand_Success )".split()), tuple("( ! $1 . isSuccess ( ) )".split()),
                   9, ["A", "B"], 0.8),
         DriftRule(tuple("Register :: isVirtualRegister ( $1 )".split()), tuple("$1 . isVirtual ( )".split()),
-                  9, ["A", "B"], 0.8)])
+                  9, ["A", "B"], 0.8),
+        DriftRule(("::", "FLT_ROUNDS_"), ("::", "GET_ROUNDING"), 9, ["A", "B"], 0.8)])
     code = ('bool f(SDValue InFlag) {\n'
             '  // STI.getFeatureBits()[A::F] stays in a comment\n'
             '  if (STI.getFeatureBits()[Kite::FeatureX] && Register::isVirtualRegister(MO.getReg()))\n'
@@ -166,6 +175,7 @@ def test_apply_structural_rules_binds_operands_and_leaves_the_rest_alone():
             '  if (parseOperand(Operands, Name) != MatchOperand_Success) return use(InFlag);\n'
             '  const FeatureBitset &Bits = STI.getFeatureBits();\n'
             '  bool B = STI.getFeatureBits()[Idx++];\n'
+            '  Ops.push_back(ISD::FLT_ROUNDS_);\n'
             '  return (Ok && Res != MatchOperand_Success);\n}')
     out, used = apply_rules(code, rules)
     assert out == ('bool f(SDValue InGlue) {\n'
@@ -176,9 +186,10 @@ def test_apply_structural_rules_binds_operands_and_leaves_the_rest_alone():
                    # no subscript, a hole that is no operand (``Idx++``, ``Ok && Res``): left alone
                    '  const FeatureBitset &Bits = STI.getFeatureBits();\n'
                    '  bool B = STI.getFeatureBits()[Idx++];\n'
+                   '  Ops.push_back(ISD::GET_ROUNDING);\n'
                    '  return (Ok && Res != MatchOperand_Success);\n}')
     assert {(u["old"], u["count"]) for u in used} == {
         ("getFeatureBits ( ) [ $1 ]", 1), ("( $1 != MatchOperand_Success )", 1),
-        ("Register :: isVirtualRegister ( $1 )", 1), ("InFlag", 2)}
+        ("Register :: isVirtualRegister ( $1 )", 1), (":: FLT_ROUNDS_", 1), ("InFlag", 2)}
     # the cached form keeps them
     assert DriftRules.from_dict(rules.to_dict()).structural == rules.structural
