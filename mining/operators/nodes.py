@@ -201,24 +201,30 @@ def kernel_launches(src: Source, kernel: str) -> list[Launch]:
     return [la for la in launches(src) if la.kernel.split("<", 1)[0].split("::")[-1].strip() == kernel]
 
 
-def block_dims(src: Source, launch: Launch) -> Optional[tuple[int, int, int]]:
-    """Literal block dimensions of a launch: `256`, `THREADS`, or a `dim3 block(16, 16)` variable."""
+def block_dim3_args(src: Source, launch: Launch) -> Optional[str]:
+    """The argument text of a launch's block when it is a dim3: `dim3(x, y)` / `dim3{x, y}` in place, or
+    one declarator of the host's `dim3 a(..), b(..);` (`b(x, y)`, `b{x, y}` or `b = dim3(x, y)`)."""
     b = code(src, launch.block)
-    v = int_value(src, b)
-    if v is not None:
-        return (v, 1, 1)
-    m = re.fullmatch(r"dim3\s*\(([^()]*)\)", b)
-    args = None
+    m = re.fullmatch(r"dim3\s*[({](.*)[)}]", b, re.S)
     if m:
-        args = m.group(1)
-    elif re.fullmatch(r"\w+", b) and launch.host is not None:
+        return m.group(1)
+    args = None
+    if re.fullmatch(r"\w+", b) and launch.host is not None:
         host = src.func_code(launch.host).decode("utf-8", "replace")
-        # one declarator of a `dim3 a(..), b(..);` declaration: `b(x, y)`, `b{x, y}` or `b = dim3(x, y)`
         for decl in re.findall(r"\bdim3\s+([^;]*);", host):
             for d in split_top(decl, ","):
                 mm = re.fullmatch(r"\s*%s\s*(?:\((.*)\)|\{(.*)\}|=\s*dim3\s*\((.*)\))\s*" % re.escape(b), d, re.S)
                 if mm:
                     args = next(g for g in mm.groups() if g is not None)
+    return args
+
+
+def block_dims(src: Source, launch: Launch) -> Optional[tuple[int, int, int]]:
+    """Literal block dimensions of a launch: `256`, `THREADS`, or a `dim3 block(16, 16)` variable."""
+    v = int_value(src, code(src, launch.block))
+    if v is not None:
+        return (v, 1, 1)
+    args = block_dim3_args(src, launch)
     if args is None:
         return None
     vals = [int_value(src, a) for a in split_top(args, ",")]

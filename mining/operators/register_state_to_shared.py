@@ -50,8 +50,8 @@ from corpora.code.nodes import contains, same
 from corpora.code.parse import text, walk
 from corpora.code.source import Source
 from mining.operators.base import Context, Edit, Materialization, Operator, Pair, Rewrite, candidate
-from mining.operators.nodes import (FunctionIndex, Kernel, Launch, code, int_value, kernel_launches, kernels, norm,
-                                    param_nodes, split_top, strip_parens, subscript_chain)
+from mining.operators.nodes import (FunctionIndex, Kernel, Launch, block_dim3_args, code, int_value, kernel_launches,
+                                    kernels, norm, param_nodes, split_top, strip_parens, subscript_chain)
 from mining.operators.rewrite_util import line_indent, pragma_before, splice_range, structural
 from corpora.code.nodes import declarator_shape
 
@@ -80,16 +80,10 @@ def _reassigned(v) -> bool:
 def _block_xyz(src: Source, launch: Launch) -> Optional[tuple[str, str, str]]:
     """The block's x, y, z expressions (host text) of a launch: `dim3(x, y)`, a dim3 variable, a scalar."""
     b = code(src, launch.block)
-    m = re.fullmatch(r"dim3\s*[({](.*)[)}]", b, re.S)
-    args = m.group(1) if m else None
+    args = block_dim3_args(src, launch)
     if args is None and re.fullmatch(r"\w+", b) and launch.host is not None:
         host = src.func_code(launch.host).decode("utf-8", "replace")
-        for decl in re.findall(r"\bdim3\s+([^;]*);", host):
-            for d in split_top(decl, ","):
-                mm = re.fullmatch(r"\s*%s\s*(?:\((.*)\)|\{(.*)\}|=\s*dim3\s*\((.*)\))\s*" % re.escape(b), d, re.S)
-                if mm:
-                    args = next(g for g in mm.groups() if g is not None)
-        if args is None and re.search(r"\bdim3\b[\s&*]*(const\s+)?%s\b" % re.escape(b), host):
+        if re.search(r"\bdim3\b[\s&*]*(const\s+)?%s\b" % re.escape(b), host):
             return None  # a dim3 whose extents this file does not show
     if args is None:
         if re.search(r"\bdim3\b|[{},]", b):
