@@ -51,8 +51,9 @@ def test_registry_and_walk_order():
     # the two-pass statistics need the single-level (serial) form of the block reduction
     assert order.index("block_reduce_to_serial") < order.index("chan_stats_to_two_pass")
     assert order == names  # the registry order is the walk order
-    # only sliding_window_to_reload (tried last since it was added) comes after the flash-loop split
-    assert order[-2:] == ["online_rescale_to_two_pass", "sliding_window_to_reload"]
+    # only sliding_window_to_reload and register_state_to_shared (after every register tile and cache
+    # is undone) come after the flash-loop split
+    assert order[-3:] == ["online_rescale_to_two_pass", "sliding_window_to_reload", "register_state_to_shared"]
 
 
 # ----------------------------------------------------------------------------- sites and rewrites
