@@ -336,14 +336,20 @@ def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
                 end = f"(({end}) < ({e}) ? ({end}) : ({e}))"
             upd = re.sub(r"\s+", "", code(src, loop.child_by_field_name("update")))
             lane = _LANE_INIT.match(init.strip())
-            strided = None if lane else _strided_vectorize(src, k, loop, ty, var, init, end)
-            if strided is not None:
+
+            def strided_site(k=k, loop=loop, ty=ty, var=var, init=init, end=end) -> bool:
+                strided = _strided_vectorize(src, k, loop, ty, var, init, end)
+                if strided is None:
+                    return False
                 e, ptrs, guard, what = strided
                 all_edits.append(e)
-                all_ptrs += ptrs
+                all_ptrs.extend(ptrs)
                 all_guards.append(guard)
                 out.append(candidate(src, [e], "vectorize_loop", f"{k.name}: {what} in loop `{code(src, loop)[:60]}`",
                                      guards=[guard], excerpt=code(src, loop)[:160]))
+                return True
+
+            if not lane and strided_site():
                 continue
             if lane and upd == f"{var}+={WARP}":
                 s0, step, lane_txt = lane.group(1), WARP, "ks_lane"
@@ -375,6 +381,8 @@ def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
             top = _top_of(body)
             res = _vector_plan(src, k, body, var, index_ok, top)
             if res is None:
+                if lane:  # warp_per_row's lane loop over elements with no float4 (half, double): W-wide
+                    strided_site()
                 continue
             plan, bases = res
             ptrs = sorted(set(plan.loads) | set(plan.stores))
@@ -516,12 +524,20 @@ def _x_tainted(src: Source, k: Kernel, loop: Node, group: str) -> set[str]:
     variables hold one value for the whole block, and for a warp's loop (`group` 'lane') the warp
     index `threadIdx.x / 32` (`>> 5`) one value for the warp."""
     kcode = code(src, k.body)
-    warp_of = re.compile(r"\b([A-Za-z_]\w*(?:\s*\.\s*x)?)\s*(?:/|>>)\s*([\w.]+)")
+    warp_of = re.compile(r"(\([^()]*\)|\b[A-Za-z_]\w*(?:\s*\.\s*x)?)\s*(?:/|>>)\s*([\w.]+)")
+
+    def whole_warps(x: str) -> bool:
+        """x is the thread index plus terms that are whole warps (multiples of blockDim.x or of 32):
+        lanes 0..31 of one warp share x / 32."""
+        parts = split_top(strip_parens(x), "+")
+        thr = [p for p in parts if _thread_kind(src, kcode, p) == "block"]
+        return len(thr) == 1 and all(p is thr[0] or re.search(r"\bblockDim\s*\.\s*x\s*\*|\*\s*blockDim\s*\.\s*x\b", p)
+                                     or (_int_of(src, kcode, p) or 1) % WARP == 0 for p in parts)
 
     def uniform(v: str) -> str:
         if group != "lane":
             return v
-        return warp_of.sub(lambda m: "0" if _thread_kind(src, kcode, m.group(1)) == "block" and
+        return warp_of.sub(lambda m: "0" if whole_warps(m.group(1)) and
                            _int_of(src, kcode, m.group(2)) == (WARP if "/" in m.group(0) else 5) else m.group(0), v)
     shared = {declarator_name(d) for decl in src.nodes("declaration", within=k.body) if "__shared__" in code(src, decl)
               for d in decl.named_children if d.type not in ("primitive_type", "type_identifier", "type_qualifier",
@@ -624,6 +640,9 @@ def _separated(src: Source, k: Kernel, loop: Node, ptrs: dict[str, bool], group:
         if n.type != "identifier" or text(n) not in ptrs or loop.start_byte <= n.start_byte < loop.end_byte:
             continue
         p = n.parent
+        if p is not None and p.type in ("pointer_declarator", "init_declarator") and \
+                p.child_by_field_name("declarator") == n:
+            continue  # its declaration
         plain_read = p is not None and p.type == "subscript_expression" and \
             p.child_by_field_name("argument") == n and not is_lhs(p) and not address_taken(p)
         if not ptrs[text(n)] and plain_read:
@@ -690,6 +709,7 @@ def _strided_vectorize(src: Source, k: Kernel, loop: Node, ty: str, var: str, in
             return None
         T, B = strip_parens(tparts[0]), strip_parens(m.group(1))
         S = " + ".join(p.strip() for p in parts if p is not tparts[0]) or "0"
+        S = "0" if int_value(src, S) == 0 else S
         E, ev, ety = end, var, ty
     elif unit_update(src, loop, var) and body.type == "compound_statement":
         # lane stride: the body's first statement binds the element `c = i * B + T`

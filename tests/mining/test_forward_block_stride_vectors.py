@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOUSE_RMS = ROOT / "corpora" / "kernels" / "rmsnorm_residual"
 SGEMV = ROOT / "corpora" / "real" / "how-to-optim" / "sgemv"
 FUSED = ROOT / "corpora" / "real" / "vllm" / "fused_add_rms_norm"
+RMS = ROOT / "corpora" / "real" / "vllm" / "rms_norm"  # its naive.cu is the project's own
 REAL = os.environ.get("SKILLS_REAL_PROBLEMS")
 REAL_FUSED = Path(REAL) / "vllm" / "fused_add_rms_norm" / "naive.cu" if REAL else None
 REAL_SGEMV = Path(REAL) / "how-to-optim" / "sgemv" / "naive.cu" if REAL else None
@@ -208,6 +209,56 @@ def test_lane_refusals():
     assert forward(LANE_ROWS.replace("* __ldg(&x[c]);", "* __ldg(&x[c]) * k;")) == []
     # the stride is not the warp
     assert forward(LANE_ROWS.replace("int c = WARP * k + lane;", "int c = 16 * k + lane;")) == []
+
+
+# half rows, a warp per row in another spelling than warp_per_row's (a lane alias through `%`, the
+# row from `threadIdx.x / 32` of a one-dimensional block, the start a literal 0 plus the lane)
+HALF_WARPS = r"""
+#include <cuda_fp16.h>
+__global__ void rms_warps(__half* out, const __half* input, const __half* weight, float epsilon, int num_tokens,
+                          int hidden_size) {
+    const int tid = threadIdx.x;
+    const int lane = tid % 32;
+    const int tok = blockIdx.x * (blockDim.x / 32) + tid / 32;
+    if (tok >= num_tokens) return;
+    const size_t off = (size_t)tok * hidden_size;
+    float ss = 0.0f;
+    for (int c = lane; c < hidden_size; c += 32) {
+        const float v = __half2float(input[off + c]);
+        ss += v * v;
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / hidden_size + epsilon);
+    for (int c = lane; c < hidden_size; c += 32)
+        out[off + c] = __hmul(__float2half(__half2float(input[off + c]) * inv), weight[c]);
+}
+
+void rms_norm(const half* input, const half* weight, half* out, float epsilon, int num_tokens, int hidden_size) {
+    rms_warps<<<(num_tokens + 3) / 4, 128>>>(out, input, weight, epsilon, num_tokens, hidden_size);
+}
+"""
+
+
+def test_half_warp_rows_move_eight_halves_and_pass_the_rms_norm_gate(tmp_path):
+    out = forward(HALF_WARPS)
+    assert len(out) == 3
+    new = out[0]
+    assert new.count("alignas(16) __half ks_input[8];") == 2 and new.count("ks_v += 32") == 2
+    assert "reinterpret_cast<uint4*>(out + (off))[ks_v] = *reinterpret_cast<const uint4*>(ks_out);" in new
+    assert gate(new, tmp_path / "a", RMS).passed
+    # the row from the thread index itself is not one value per warp
+    assert forward(HALF_WARPS.replace("+ tid / 32;", "+ tid / 16;")) == []
+
+
+def test_warp_per_row_lane_loops_over_halves(tmp_path):
+    # the project's own thread-per-row naive with its entry shim, through warp_per_row: its lane loops (`(0) + ks_lane`,
+    # `+= 32`) over __half, which the float4 form leaves alone, move eight halves a pass
+    naive = (RMS / "naive.cu").read_text() + "\n" + (RMS / "shims" / "naive.cu").read_text()  # kernel + entry
+    wpr = [m.source for m in run_rewrite("warp_per_row", naive)]
+    assert len(wpr) == 1
+    out = forward(wpr[0])
+    assert len(out) == 3 and out[0].count("ks_v = ks_lane; ks_v < ks_nv; ks_v += 32") == 2
+    assert gate(out[0], tmp_path, RMS).passed
 
 
 @pytest.mark.skipif(REAL_FUSED is None or not REAL_FUSED.is_file(),
