@@ -307,6 +307,7 @@ def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
     src = Source(source)
     out = []
     all_edits, all_ptrs, all_guards = [], [], []
+    wide_loops = []  # the strided form's sites (their widths are not always float4)
     for k in kernels(src):
         for loop in src.nodes("for_statement", within=k.body):
             outer = enclosing(loop, "for_statement", "while_statement", "do_statement")
@@ -343,6 +344,7 @@ def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
                     return False
                 e, ptrs, guard, what = strided
                 all_edits.append(e)
+                wide_loops.append(e)
                 all_ptrs.extend(ptrs)
                 all_guards.append(guard)
                 out.append(candidate(src, [e], "vectorize_loop", f"{k.name}: {what} in loop `{code(src, loop)[:60]}`",
@@ -426,7 +428,8 @@ def vectorize_loop(source: str, ctx: Context) -> list[Materialization]:
                             guards=[guard], excerpt=code(src, loop)[:160]))
     if len(all_edits) > 1:
         out.insert(0, candidate(src, all_edits, "vectorize_loop",
-                           f"float4 accesses in {len(all_edits)} row loops ({', '.join(sorted(set(all_ptrs)))})",
+                           ("vector" if wide_loops else "float4") +
+                           f" accesses in {len(all_edits)} row loops ({', '.join(sorted(set(all_ptrs)))})",
                            guards=all_guards))
     return out
 
