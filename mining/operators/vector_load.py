@@ -16,6 +16,21 @@ pointer (row start), generated as a runtime check with the original loop as the 
 rewrite is sound for any alignment: each element is still read and written once, in the same
 iteration order within a thread.
 
+Block- and lane-stride loops (issue 20): `for (j = S + threadIdx.x; j < E; j += blockDim.x)` (the
+thread index and block size directly or through locals bound once), the warp's `j = S + lane; j +=
+32` and `for (i = i0; i < i1; ++i) { int c = i * 32 + lane; ... }` give each thread W consecutive
+elements per pass, one 16-, 8- or 4-byte access per pointer (W = 16 bytes of the widest element;
+any element type of known size, template parameters through the file's launches and type aliases),
+the pass's stride unchanged in vectors (W times the elements), the rest in the original strided
+order. Sound where the loop's iterations only meet through per-thread accumulations (each still
+sees every element once; floats reassociate, the gate judges): every access of a pointer has one
+index `base + j` (a pointer may be read and written at it), the element index feeds only those
+accesses, the body writes only its own locals, those elements and `x op= e` / `x = max(x, e)`
+accumulators, reads nothing that depends on the thread beyond its index (S, E and the bases one
+value for the group: threadIdx.x / 32 counts as one per warp), has no barrier, shuffle, atomic or
+jump; elements move between threads, so every other use of a written pointer (and every write of
+a read one) in the kernel must lie across a barrier from the loop, outside any loop around both.
+
 Every other wide global load, however spelled (view macros, pointers bound to a cast, parameters
 typed `uint4 *`, struct types, copies into registers or shared memory), is narrowed by the
 type-directed rewrite of `devectorize.py`: the same optimization, so the same skill.
