@@ -81,6 +81,7 @@ REPAIRED = ("fork_adapt", *FUSION_VARIANTS)  # strategies gate-guided repair app
 # --------------------------------------------------------------------------- metrics
 from retrieval.backend.adapt import statement_accuracy  # noqa: E402  (the library's definition)
 from retrieval.backend.fuse import DEFAULT_DONORS  # noqa: E402
+from retrieval.backend.selection import MEDOID_DEFAULT  # noqa: E402
 
 
 def score_entry(entry: dict, strat: str, T: str, dst) -> None:
@@ -315,9 +316,10 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
         llm_limit: int, jobs: int, use_gate: bool, log, fork_flow_source: str = FORK_FLOW_SOURCE,
         func_epochs: int = 8, target_epochs: int = 60, skills: bool = False, mine_time_limit: float = 240.0,
         mine_budget_s: Optional[float] = None, queries: Optional[Path] = None, resamples: int = 2000,
-        fuse_donors: int = DEFAULT_DONORS, repair_rounds: int = 3, study: Optional[list[str]] = None) -> dict:
+        fuse_donors: int = DEFAULT_DONORS, repair_rounds: int = 3, study: Optional[list[str]] = None,
+        medoid: Optional[bool] = None) -> dict:
     """The benchmark (see the module doc). ``fuse_donors``: fork-and-adapt's top-k fusion (1: one
-    donor); ``repair_rounds``: gate-guided repair of its functions (0: none). ``study``: evaluate
+    donor); ``medoid``: the donor is the top-k consensus medoid (None: generation's default); ``repair_rounds``: gate-guided repair of its functions (0: none). ``study``: evaluate
     these targets (donors in the store, other than the held-out ``targets``) instead of
     ``targets``, with one-donor and k = 3 and 6 fusion side by side (the fusion study)."""
     from corpora.backends.tree import BackendInputError, parse_definition
@@ -369,6 +371,7 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
                  "settings": {"protocol": protocol, "held_out": targets, "fork_flow_source": fork_flow_source,
                               "fusion": "RRF k=60", "target_weight": 0.5, "ranking_depth": DEPTH,
                               "fork_adapt_donors": fuse_donors, "gate_repair_rounds": repair_rounds,
+                              "donor_medoid": MEDOID_DEFAULT if medoid is None else medoid,
                               "fusion_study": ({"targets": eval_targets, "variants": {"fork_adapt": fuse_donors,
                                                                                        **variants},
                                                 "note": "evaluated targets are donors of this store (in GNN "
@@ -427,7 +430,8 @@ def run(llvm: Path, store_root: Optional[Path], targets: list[str], gate_files: 
             # the ranking does not depend on k: hits[0] is fork-and-adapt's pick, the rest feed the oracle
             _, hits, adapted = candidates_with_adaptations(store, index, T, r["role"],
                                                            max(ORACLE_K, fuse_donors, *variants.values(), 1),
-                                                           exclude=targets if study else (), cache=cache)
+                                                           exclude=targets if study else (), cache=cache,
+                                                           medoid=medoid)
             best = hits[0]
             a = adapted[best.func_id]
 
@@ -969,6 +973,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="fork-and-adapt adds the statements at least half of the top K donors agree on "
                          f"(default {DEFAULT_DONORS})")
     ap.add_argument("--one-donor", action="store_true", help="fork-and-adapt from the best donor alone (K = 1)")
+    ap.add_argument("--medoid", action=argparse.BooleanOptionalAction, default=None,
+                    help="fork the consensus medoid of the rule's top donors (retrieval/backend/selection."
+                         "consensus_medoid; default: generation's, MEDOID_DEFAULT)")
     ap.add_argument("--gate-repair", action=argparse.BooleanOptionalAction, default=True,
                     help="repair fork-and-adapt's functions that fail the gate only on undeclared identifiers "
                          "(renamed to the target's closest names, re-gated; no LLM)")
@@ -1106,7 +1113,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                   queries=args.queries, resamples=args.resamples,
                   fuse_donors=1 if args.one_donor else args.fuse_donors,
                   repair_rounds=args.repair_rounds if args.gate_repair else 0,
-                  study=[t for t in args.fusion_study.split(",") if t] if args.fusion_study else None)
+                  study=[t for t in args.fusion_study.split(",") if t] if args.fusion_study else None,
+                  medoid=args.medoid)
     except BackendInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

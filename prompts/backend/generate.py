@@ -292,14 +292,19 @@ class AdaptCache:
 
 
 def candidates_with_adaptations(store, index: BackendIndex, target: str, role: str, k: int,
-                                exclude: Sequence[str] = (), cache: Optional[AdaptCache] = None):
+                                exclude: Sequence[str] = (), cache: Optional[AdaptCache] = None,
+                                medoid: Optional[bool] = None):
     """Ranked candidates for T's ``role`` and each one's fork-and-adapt onto T.
 
     Every implementation of the role in another target is adapted to T; the adapted versions
     vote (consensus_scores) and target similarity breaks near-ties (BackendIndex.role_candidates).
+    ``medoid`` (default ``selection.MEDOID_DEFAULT``): the rule's top ``MEDOID_K`` vote again
+    among themselves and the one that agrees most with the others goes first
+    (``selection.consensus_medoid``; its hit's ``ranks['medoid_from_rank']`` says from where).
     Returns (T's profile, hits, {func_id: Adapted}).
     """
     from retrieval.backend.adapt import consensus_scores
+    from retrieval.backend.selection import MEDOID_DEFAULT, MEDOID_K, consensus_medoid
 
     cache = cache or AdaptCache(store)
     dst = cache.profile(target)
@@ -314,9 +319,15 @@ def candidates_with_adaptations(store, index: BackendIndex, target: str, role: s
         stmts[r["func_id"]] = st
     cons = consensus_scores(stmts)
     mapp = {fid: a.mappability for fid, a in adapted.items()}
-    hits = index.role_candidates(target, role, k=max(k, 1), exclude_targets=exclude, consensus=cons,
-                                 mappability=mapp)
-    return dst, hits, adapted
+    medoid = MEDOID_DEFAULT if medoid is None else medoid
+    hits = index.role_candidates(target, role, k=max(k, MEDOID_K if medoid else 1, 1), exclude_targets=exclude,
+                                 consensus=cons, mappability=mapp)
+    if medoid:  # the top k only: the order below them stays the rule's
+        pos = consensus_medoid([stmts[h.func_id] for h in hits[:MEDOID_K]])
+        if pos:
+            hits[pos].ranks["medoid_from_rank"] = pos + 1
+            hits = [hits[pos]] + hits[:pos] + hits[pos + 1:]
+    return dst, hits[:max(k, 1)], adapted
 
 
 def fused_fork(hits, adapted: dict, k: int = DEFAULT_DONORS, known: Sequence[str] = ()):

@@ -236,3 +236,31 @@ def fit_listwise(groups, l2: float = 1.0, temperature: float = 0.05, iters: int 
 def top1_accuracy(selector: LinearSelector, groups) -> list[float]:
     """The label of the candidate the selector puts first, per group."""
     return [float(g["y"][selector.order(g["X"].tolist())[0]]) for g in groups]
+
+
+# --------------------------------------------------------------------------- consensus medoid of the top k
+# A second vote among the rule's top MEDOID_K donors only: the one whose adaptation reproduces most of
+# what the other k - 1 adaptations say (mean of A[i][j] over the others, as agreement_matrix). Chosen on
+# the six validation targets (Sparc, Lanai, MSP430, AVR, BPF, M68k; docs/backends.md section 7) over
+# k 3-8, rank weights 1/r^a (a 0-2: none helped), symmetric or recall agreement and these thresholds.
+MEDOID_K = 5
+MEDOID_MIN_AGREEMENT = 0.4   # below it the top donors disagree too much for the vote to say anything
+MEDOID_MARGIN = 0.1          # the medoid must out-agree rank 1 by more than this, else rank 1 stays
+MEDOID_DEFAULT = True        # generation's default (prompts/backend/generate.candidates_with_adaptations)
+
+
+def consensus_medoid(statements: Sequence[Sequence[str]], k: int = MEDOID_K,
+                     min_agreement: float = MEDOID_MIN_AGREEMENT, margin: float = MEDOID_MARGIN) -> int:
+    """Position (0 = the rule's first) of the donor to fork among the first ``k`` of ``statements``
+    (adapted statements, in the rule's order). Rank 1 stays with fewer than 3 candidates, when the
+    best agreement is below ``min_agreement``, or when it beats rank 1's own by ``margin`` or less;
+    ties go to the better-ranked candidate."""
+    top = list(statements[:k])
+    n = len(top)
+    if n < 3:
+        return 0
+    agree = [sum(statement_accuracy(top[i], top[j])[0] for j in range(n) if j != i) / (n - 1) for i in range(n)]
+    best = max(range(n), key=lambda i: (agree[i], -i))
+    if agree[best] < min_agreement or agree[best] - agree[0] <= margin:
+        return 0
+    return best
