@@ -297,6 +297,62 @@ def mbr_variants() -> dict:
     return out
 
 
+MEDOID_GRID = [(k, m, d) for k in (3, 4, 5, 6, 8) for m in (0.0, 0.2, 0.4) for d in (0.0, 0.05, 0.1)]
+
+
+def medoid_study(groups: list[dict], grid=MEDOID_GRID) -> dict:
+    """retrieval/backend/selection.consensus_medoid's settings (k, min agreement, margin) on the
+    development targets' groups (``selector_data``): each setting's mean accuracy of the pick, the
+    best on all targets, and nested leave-one-target-out (the setting chosen on the others, scored
+    on the held-out one) against the rule, with a paired interval."""
+    import numpy as np
+
+    from retrieval.backend.selection import FEATURES, medoid_of_agreement
+
+    ri = FEATURES.index("rule_rank")
+    targets = list(dict.fromkeys(g["target"] for g in groups))
+    gs = []
+    for g in groups:
+        if not g["ids"]:
+            continue
+        X, y, A = (np.asarray(g[k], dtype=float) for k in ("X", "y", "agreement"))
+        gs.append({"target": g["target"], "y": y, "A": A,
+                   "order": sorted(range(len(y)), key=lambda a: (X[a, ri], a))})
+
+    def picks(cfg, ts) -> np.ndarray:
+        k, m, d = cfg
+        out = []
+        for g in gs:
+            if g["target"] in ts:
+                top = g["order"][:k]
+                out.append(g["y"][top[medoid_of_agreement(g["A"][np.ix_(top, top)], m, d)]])
+        return np.array(out)
+
+    rule = {t: np.array([g["y"][g["order"][0]] for g in gs if g["target"] == t]) for t in targets}
+    per = {cfg: {t: picks(cfg, {t}) for t in targets} for cfg in grid}
+
+    def gain(cfg, ts):
+        return float(np.mean(np.concatenate([per[cfg][t] - rule[t] for t in ts])))
+
+    best = max(grid, key=lambda c: (gain(c, targets), -grid.index(c)))
+    nested, chosen = [], {}
+    for t in targets:
+        c = max(grid, key=lambda c: (gain(c, [u for u in targets if u != t]), -grid.index(c)))
+        chosen[t] = list(c)
+        nested.append(per[c][t] - rule[t])
+
+    def label(c):
+        return f"k={c[0]}, min_agreement={c[1]}, margin={c[2]}"
+    return {"grid": {label(c): round(float(np.mean(np.concatenate(list(per[c].values())))), 4) for c in grid},
+            "rule": {"mean": round(float(np.mean(np.concatenate(list(rule.values())))), 4),
+                     "per_target": {t: round(float(v.mean()), 4) for t, v in rule.items()}},
+            "best_in_sample": {"setting": label(best), "per_target": {t: round(float(v.mean()), 4)
+                                                                     for t, v in per[best].items()},
+                               "minus_rule": paired_difference(np.concatenate([per[best][t] - rule[t]
+                                                                               for t in targets]))},
+            "nested": {"chosen_per_fold": chosen, "minus_rule": paired_difference(np.concatenate(nested))}}
+
+
 SELECTOR_CONFIGS = ([("pointwise", {"l2": l}) for l in (0.1, 1.0, 10.0, 100.0)]
                     + [("pairwise", {"l2": l}) for l in (0.1, 1.0, 10.0, 100.0)]
                     + [("listwise", {"l2": l, "temperature": t}) for t in (0.05, 0.2) for l in (1.0, 30.0)])

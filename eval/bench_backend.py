@@ -60,7 +60,7 @@ from typing import Optional
 
 from eval.backend_studies import (
     ORACLE_K, ceilings_summary, donor_ceilings, mask_target_names, selection_study, selector_data, selector_held_out,
-    selector_study,
+    medoid_study, selector_study,
 )
 from eval.stamp import default_path, machine as stamp_machine, read_json, stamp, write_json, write_result
 
@@ -1086,6 +1086,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         t0 = time.monotonic()
         study = selector_study(groups)
+        study["consensus_medoid"] = medoid_study(groups)
         study["fit_seconds"] = round(time.monotonic() - t0, 1)
         if not args.no_held_out_eval:
             store = Store(args.store)

@@ -8,6 +8,7 @@ implementation); ``LinearSelector`` scores them with weights fitted on developme
 aligned statement accuracy against the real implementation) and cross-validates the fits. On
 six development targets no fit beat the hand-made rule, so none is the default (results in
 eval/results/backend_selection_study.json, ``learned_selector``; docs/backends.md section 7).
+``consensus_medoid`` (opt-in) re-votes among the rule's top five only; it did not help either.
 """
 from __future__ import annotations
 
@@ -246,7 +247,7 @@ def top1_accuracy(selector: LinearSelector, groups) -> list[float]:
 MEDOID_K = 5
 MEDOID_MIN_AGREEMENT = 0.4   # below it the top donors disagree too much for the vote to say anything
 MEDOID_MARGIN = 0.1          # the medoid must out-agree rank 1 by more than this, else rank 1 stays
-MEDOID_DEFAULT = True        # generation's default (prompts/backend/generate.candidates_with_adaptations)
+MEDOID_DEFAULT = False       # off: it did not raise the unseen LLVM 19 targets (docs/backends.md section 7)
 
 
 def consensus_medoid(statements: Sequence[Sequence[str]], k: int = MEDOID_K,
@@ -256,10 +257,18 @@ def consensus_medoid(statements: Sequence[Sequence[str]], k: int = MEDOID_K,
     best agreement is below ``min_agreement``, or when it beats rank 1's own by ``margin`` or less;
     ties go to the better-ranked candidate."""
     top = list(statements[:k])
-    n = len(top)
+    if len(top) < 3:
+        return 0
+    return medoid_of_agreement(agreement_matrix(dict(enumerate(top))), min_agreement, margin)
+
+
+def medoid_of_agreement(A: Sequence[Sequence[float]], min_agreement: float = MEDOID_MIN_AGREEMENT,
+                        margin: float = MEDOID_MARGIN) -> int:
+    """``consensus_medoid`` over an ``agreement_matrix`` of the top k, in the rule's order."""
+    n = len(A)
     if n < 3:
         return 0
-    agree = [sum(statement_accuracy(top[i], top[j])[0] for j in range(n) if j != i) / (n - 1) for i in range(n)]
+    agree = [sum(A[i][j] for j in range(n) if j != i) / (n - 1) for i in range(n)]
     best = max(range(n), key=lambda i: (agree[i], -i))
     if agree[best] < min_agreement or agree[best] - agree[0] <= margin:
         return 0

@@ -151,6 +151,10 @@ def test_selector_study_cli_on_toy(tmp_path, capsys):
     assert chosen.weights == [s["chosen"]["weights"][f] for f in FEATURES]
     ho = s["held_out_evaluation"]["Kite"]
     assert ho["n_functions"] >= 10 and ho["rule"] <= ho["best with hindsight"]
+    # toy roles have at most two donors: the medoid never moves rank 1, whatever the setting
+    md = s["consensus_medoid"]
+    assert md["rule"]["mean"] == rule and set(md["grid"].values()) == {rule}
+    assert md["best_in_sample"]["minus_rule"]["mean"] == 0.0
     capsys.readouterr()
     assert main(args) == 0  # the collected data is reused and the fits are deterministic
     assert "reused" in capsys.readouterr().err
