@@ -602,21 +602,13 @@ class _Fuser:
         c = src_code(self.src, s)
         if _BARRIER_OR_ATOMIC.search(c) or re.search(r"\b(return|goto)\b", c) or _bare_jump(s):
             raise _Refuse("barrier, atomic or jump in per-output work")
-        for n in walk(s):
-            t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
-                n.child_by_field_name("argument") if n.type == "update_expression" else None
-            if t is None:
-                continue
-            base = _base(t)
-            if base is None:
-                raise _Refuse("write through an expression")
+        for n, t, base in _writes(s):
             nm = text(base)
             v = self.idx.visible(nm, base.start_byte)
             if v is not None and v is self.pass_vars.get(nm):
                 raise _Refuse("pass variable written")
             if nm in self.private and same(base, t):
                 continue
-            v = self.idx.visible(nm, base.start_byte)
             if v is not None and _inside(v.decl, s) and (v.shape != "pointer" or same(base, t)):
                 continue  # its own local (a store through a local pointer is a store to memory)
             if v is not None and v.kind == "param" and v.shape == "pointer" and not same(base, t) and \
@@ -657,13 +649,7 @@ class _Fuser:
                         raise _Refuse("early exit after per-output stores")
                     if n.type == "goto_statement":
                         raise _Refuse("goto")
-                t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
-                    n.child_by_field_name("argument") if n.type == "update_expression" else None
-                if t is None:
-                    continue
-                base = _base(t)
-                if base is None:
-                    raise _Refuse("write through an expression")
+            for n, t, base in _writes(part):
                 v = self.idx.visible(text(base), base.start_byte)
                 if v is not None and _inside(v.decl, self.body) and (v.shape != "pointer" or same(base, t)):
                     continue
@@ -882,6 +868,20 @@ def src_code(src: Source, node: Node) -> str:
 def text_of(src: Source, node: Node, start: Optional[int] = None, end: Optional[int] = None) -> str:
     return src.raw[node.start_byte if start is None else start:node.end_byte if end is None else end].decode(
         "utf-8", "replace")
+
+
+def _writes(node: Node):
+    """(assignment or ++/--, its target, the target's base identifier) of every write in `node`;
+    a write whose target has no base identifier is refused."""
+    for n in walk(node):
+        t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
+            n.child_by_field_name("argument") if n.type == "update_expression" else None
+        if t is None:
+            continue
+        base = _base(t)
+        if base is None:
+            raise _Refuse("write through an expression")
+        yield n, t, base
 
 
 def _base(t: Node) -> Optional[Node]:

@@ -84,13 +84,7 @@ class UntransposeTile(Operator):
         if not flagged:
             return
         src = structural(src)
-        for decl, name, dims in src.shared_decls:
-            if len(dims) < 2 or b"extern" in src.code[decl.start_byte:decl.end_byte]:
-                continue
-            f = src.function_at(decl.start_byte)
-            fn = src.func_node(f) if f is not None else None
-            if fn is None:
-                continue
+        for decl, name, dims, f, fn in _static_2d_tiles(src):
             writes = [n for n in walk(fn) if n.type == "subscript_expression" and n.start_byte in flagged and
                       re.match(r"\s*%s\b" % re.escape(name), text(n))]
             if not writes:
@@ -228,19 +222,25 @@ def _code_of(node: Node) -> str:
     return " ".join(text(node).split())
 
 
+def _static_2d_tiles(src: Source):
+    """(declaration, name, extents, function, its node) of every static shared tile of two or more
+    dimensions declared inside a function: what both directions read."""
+    for decl, name, dims in src.shared_decls:
+        if len(dims) < 2 or b"extern" in src.code[decl.start_byte:decl.end_byte]:
+            continue
+        f = src.function_at(decl.start_byte)
+        fn = src.func_node(f) if f is not None else None
+        if fn is not None:
+            yield decl, name, dims, f, fn
+
+
 def transpose_operand_tile(source: str, ctx: Context) -> list[Materialization]:
     """Shared operand tiles read along rows for multi-row fragments -> stored transposed (k-major)."""
     src = structural(Source(source))
     flagged = {s.start_byte for s in transposed_tile_sites(src)}
     out = []
     op = UntransposeTile()
-    for decl, name, dims in src.shared_decls:
-        if len(dims) < 2 or b"extern" in src.code[decl.start_byte:decl.end_byte]:
-            continue
-        f = src.function_at(decl.start_byte)
-        fn = src.func_node(f) if f is not None else None
-        if fn is None:
-            continue
+    for decl, name, dims, f, fn in _static_2d_tiles(src):
         subs = [n for n in walk(fn) if n.type == "subscript_expression" and re.match(r"\s*%s\b" % re.escape(name), text(n))]
         if any(n.start_byte in flagged for n in subs) or not _row_walking_reads(fn, name, len(dims)):
             continue
