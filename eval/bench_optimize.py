@@ -297,6 +297,91 @@ def aggregate(rows: list[dict], executor: str) -> dict:
     return out
 
 
+VERSUS_REFERENCE = "deterministic"
+VERSUS_TRIALS = 5000
+VERSUS_LEAD = 1.05  # a problem counts as led by one arm when its clipped share is at least 5% above the other's
+
+
+def _clipped_shares(rows: list[dict]) -> dict[str, float]:
+    lo, hi = SHARE_CLIP
+    return {r["problem"]: min(hi, max(lo, sh)) for r in rows if "error" not in r
+            and (sh := log_share(r.get("naive_ms"), r.get("final_ms"), r.get("expert_ms"))) is not None}
+
+
+def versus(arms: dict, reference: str = VERSUS_REFERENCE, seed: int = 0, trials: int = VERSUS_TRIALS) -> dict:
+    """Every other arm against ``reference``, problem by problem (the arms' own naive, final and expert
+    times): the geometric mean over the problems both have a share for of reference share / arm share,
+    a 95% bootstrap interval of it (problems resampled, ``trials`` draws, seeded), and the problems each
+    side leads by VERSUS_LEAD. A ratio whose interval holds 1 is no measured difference."""
+    import random
+
+    if reference not in arms:
+        return {}
+    ref = _clipped_shares(arms[reference]["problems"])
+    out = {}
+    for arm, data in arms.items():
+        other = _clipped_shares(data["problems"])
+        common = sorted(set(ref) & set(other))
+        if arm == reference or not common:
+            continue
+        logs = [math.log(ref[p] / other[p]) for p in common]
+        rng = random.Random(seed)
+        draws = sorted(math.exp(sum(rng.choices(logs, k=len(logs))) / len(logs)) for _ in range(trials))
+        lead = math.log(VERSUS_LEAD)
+        out[arm] = {"problems": len(common), "share_ratio": math.exp(sum(logs) / len(logs)),
+                    "ci95": [draws[int(0.025 * trials)], draws[int(0.975 * trials) - 1]],
+                    f"{reference}_leads": [p for p, x in zip(common, logs) if x >= lead],
+                    f"{arm}_leads": [p for p, x in zip(common, logs) if x <= -lead]}
+    if out:
+        out["note"] = (f"per arm: geometric mean over the problems both arms have a share for of {reference}'s clipped "
+                       f"share / the arm's, 95% bootstrap interval ({trials} draws, seed {seed}); a lead is a share "
+                       f"{VERSUS_LEAD}x the other's or more")
+    return out
+
+
+def hoist_common(rows: list[dict]) -> tuple[list[dict], dict[str, Any]]:
+    """What every row repeats word for word, said once: a whole dict (a deterministic arm's empty LLM
+    account) or a long text, also one level down (a retrieval note, the library fallback's why). The rows
+    without them, and them by dotted key; numbers and short values stay in the rows."""
+    if len(rows) < 2:
+        return rows, {}
+    same = lambda key, v: all(_dotted(r, key) == v for r in rows)  # noqa: E731
+    common = {k: v for k, v in rows[0].items() if isinstance(v, dict) and same(k, v)}
+    for k, v in rows[0].items():
+        if k in common:
+            continue
+        for key, text in ([(k, v)] if not isinstance(v, dict) else [(f"{k}.{kk}", vv) for kk, vv in v.items()]):
+            if isinstance(text, str) and len(text) >= 40 and same(key, text):
+                common[key] = text
+    out = []
+    for r in rows:
+        r = {k: ({kk: vv for kk, vv in v.items() if f"{k}.{kk}" not in common} if isinstance(v, dict) else v)
+             for k, v in r.items() if k not in common}
+        out.append(r)
+    return out, common
+
+
+def _dotted(row: dict, key: str) -> Any:
+    k, _, kk = key.partition(".")
+    v = row.get(k)
+    return (v.get(kk) if isinstance(v, dict) else None) if kk else v
+
+
+def restore_common(rows: list[dict], common: dict[str, Any]) -> list[dict]:
+    """hoist_common undone: each row with the texts its arm said once (a merged file merged again)."""
+    out = []
+    for r in rows:
+        r = {k: (dict(v) if isinstance(v, dict) else v) for k, v in r.items()}
+        for key, text in common.items():
+            k, _, kk = key.partition(".")
+            if kk:
+                r.setdefault(k, {})[kk] = text
+            else:
+                r[k] = text
+        out.append(r)
+    return out
+
+
 def markdown(out: dict) -> str:
     lines = []
     for arm, data in out["arms"].items():
@@ -328,8 +413,11 @@ def markdown(out: dict) -> str:
     return "\n".join(lines)
 
 
-def merge(paths: list[Path], out_path: Optional[Path], as_json: bool, origin: dict[str, Any]) -> int:
-    """One result file from runs over disjoint problem groups (parallel processes on one GPU)."""
+def merge(paths: list[Path], out_path: Optional[Path], as_json: bool, origin: dict[str, Any],
+          keep_arms: Optional[list[str]] = None) -> int:
+    """One result file from runs over disjoint problem groups (parallel processes on one GPU); with
+    ``keep_arms`` only those arms' rows are written (``versus`` still compares them with the reference
+    arm of the parts)."""
     parts = []
     for p in paths:
         try:
@@ -349,10 +437,18 @@ def merge(paths: list[Path], out_path: Optional[Path], as_json: bool, origin: di
         out["incomplete"] = True
     out["arms"] = {}
     for arm in dict.fromkeys(a for p in parts for a in p.get("arms", {})):
-        rows = {r["problem"]: r for p in parts for r in p.get("arms", {}).get(arm, {}).get("problems", [])}
+        rows = {r["problem"]: r for p in parts
+                for r in restore_common(p.get("arms", {}).get(arm, {}).get("problems", []),
+                                        p.get("arms", {}).get(arm, {}).get("every_row", {}))}
         rows_sorted = [rows[n] for n in sorted(rows)]
-        out["arms"][arm] = {"problems": rows_sorted, "aggregate": aggregate(rows_sorted, out.get("executor", "cuda"))}
-    write_result(out, out_path, f"optimize_{out.get('executor', 'cuda')}.json", indent=2)
+        agg = aggregate(rows_sorted, out.get("executor", "cuda"))
+        rows_sorted, common = hoist_common(rows_sorted)
+        out["arms"][arm] = {"problems": rows_sorted, "aggregate": agg, **({"every_row": common} if common else {})}
+    if comparison := versus(out["arms"]):
+        out["versus"] = comparison
+    if keep_arms:
+        out["arms"] = {a: v for a, v in out["arms"].items() if a in keep_arms}
+    write_result(out, out_path, f"optimize_{out.get('executor', 'cuda')}.json", indent=1)
     print(json.dumps(out, indent=2) if as_json else markdown(out))
     rows = [r for a in out["arms"].values() for r in a["problems"]]
     return 0 if rows and all("error" not in r and r.get("final_correct") for r in rows) else 1
@@ -377,7 +473,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--k", type=int, default=8, help="skills retrieved per step")
     ap.add_argument("--model", default=None, help="litellm model: adds the LLM arms")
     ap.add_argument("--arms", default="", help="comma-separated: deterministic, skills_only_det, no_skills_det, "
-                                               "flat_memory_det, skills, skills_llm, no_skills, flat_memory")
+                                               "flat_memory_det, skills, skills_llm, no_skills, flat_memory (with --merge: the arms written)")
     ap.add_argument("--llm-per-step", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=None, help="LLM token budget per problem and arm")
     ap.add_argument("--max-usd", type=float, default=None, help="LLM dollar budget per problem and arm")
@@ -401,7 +497,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     origin = stamp("eval.bench_optimize", raw_argv)
     if args.merge:
-        return merge(args.merge, args.out, args.json, origin)
+        return merge(args.merge, args.out, args.json, origin, [a for a in args.arms.split(",") if a])
 
     cuda = args.executor == "cuda"
     if cuda:
@@ -520,6 +616,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for arm, data in prev.get("arms", {}).items():
         out["arms"].setdefault(arm, data)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
+    if comparison := versus(out["arms"]):
+        out["versus"] = comparison
     write_result(out, args.out, out_path.name, indent=2)
     if args.json:
         print(json.dumps(out, indent=2))

@@ -64,3 +64,44 @@ def test_the_aggregate_recomputes_shares_from_the_rows_times():
     assert "over 2 problems" in agg["log_ratio_share_note"]
     assert abs(agg["geomean_log_ratio_share"] - (0.5 * 0.01) ** 0.5) < 1e-9
     assert abs(agg["mean_log_ratio_share"] - 0.25) < 1e-9
+
+
+def _row(problem, final_ms, **extra):
+    return {"problem": problem, "final_correct": True, "naive_ms": 8.0, "final_ms": final_ms, "expert_ms": 1.0,
+            "steps_used": 1, "attempts": 1, "kept_steps": 1, "correctness_failures_caught": 0, **extra}
+
+
+def test_versus_compares_arms_problem_by_problem_with_a_seeded_interval():
+    arms = {"deterministic": {"problems": [_row("a", 1.0), _row("b", 2.0), _row("c", 4.0), _row("d", 8.0)]},
+            "no_skills_det": {"problems": [_row("a", 2.0), _row("b", 2.0), _row("c", 2.0), _row("e", 1.0)]}}
+    v = bo.versus(arms)["no_skills_det"]
+    # shares (ln 8 = 3 halvings): reference 1, 2/3, 1/3 against 2/3, 2/3, 2/3 on the three common problems
+    assert v["problems"] == 3 and abs(v["share_ratio"] - ((1.5 * 1.0 * 0.5) ** (1 / 3))) < 1e-9
+    assert v["deterministic_leads"] == ["a"] and v["no_skills_det_leads"] == ["c"]
+    lo, hi = v["ci95"]
+    assert lo <= v["share_ratio"] <= hi and lo < 1 < hi
+    assert bo.versus(arms) == bo.versus(arms)  # seeded
+    assert bo.versus({"no_skills_det": arms["no_skills_det"]}) == {}  # no reference arm, no comparison
+
+
+def test_repeated_row_texts_are_said_once_and_come_back_on_a_second_merge(tmp_path):
+    why = "when no retrieved skill has a structural materialization left, the library is gated"
+    rows = [_row(p, 2.0, llm={"calls": 0}, library_fallback={"enabled": True, "why": why, "kept_steps": [i]},
+                 retrieval_note="short") for i, p in enumerate("ab")]
+    slim, common = bo.hoist_common(rows)
+    assert common == {"llm": {"calls": 0}, "library_fallback.why": why}
+    assert "llm" not in slim[0] and slim[1]["library_fallback"] == {"enabled": True, "kept_steps": [1]}
+    assert bo.restore_common(slim, common) == rows
+    part = {"commit": "0" * 40, "command": "python -m eval.bench_optimize", "machine": {"cpu": "x"}, "executor": "cuda",
+            "budget": 10,
+            "arms": {"deterministic": {"problems": [_row("a", 1.0), _row("b", 1.0)]},
+                     "no_skills_det": {"problems": rows}}}
+    (tmp_path / "p.json").write_text(__import__("json").dumps(part))
+    origin = {"commit": "1" * 40, "command": "python -m eval.bench_optimize --merge", "machine": {"cpu": "y"}}
+    assert bo.merge([tmp_path / "p.json"], tmp_path / "m.json", False, origin, ["no_skills_det"]) == 0
+    merged = bo.read_json(tmp_path / "m.json")
+    assert list(merged["arms"]) == ["no_skills_det"] and merged["arms"]["no_skills_det"]["every_row"] == common
+    assert merged["versus"]["no_skills_det"]["deterministic_leads"] == ["a", "b"]
+    assert bo.merge([tmp_path / "m.json"], tmp_path / "m2.json", False, origin) == 0
+    again = bo.read_json(tmp_path / "m2.json")["arms"]["no_skills_det"]
+    assert bo.restore_common(again["problems"], again["every_row"]) == rows
