@@ -27,7 +27,7 @@ from mining.carriers import DETECTORS, grid_stride_loops
 from corpora.code.parse import text, walk
 from mining.axes_check import precondition_verdict
 from mining.carriers_meaning import all_view_macros, is_store_target, type_bytes
-from mining.operators.nodes import device_functions, param_nodes
+from mining.operators.nodes import device_functions, param_nodes, strip_parens
 
 PRECISE_MATH = {"expf": "__expf", "exp": "__expf", "exp2f": "exp2f (ex2.approx)", "logf": "__logf", "log": "__logf",
                 "log2f": "__log2f", "log10f": "__log10f", "sinf": "__sinf", "cosf": "__cosf", "tanf": "__tanf",
@@ -703,19 +703,6 @@ def _top_factors(term: str) -> list[str]:
     return [t.strip() for t in out if t.strip()]
 
 
-def _strip_parens(e: str) -> str:
-    e = e.strip()
-    while e.startswith("(") and e.endswith(")"):
-        depth = 0
-        for i, ch in enumerate(e):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0 and i < len(e) - 1:
-                return e
-        e = e[1:-1].strip()
-    return e
-
-
 def x_stride(expr: str) -> str:
     """How threadIdx.x moves an (expanded) index: "unit" (a term of its own, possibly inside a sum:
     neighbouring lanes touch neighbouring elements), "strided" (only inside a product with something
@@ -724,21 +711,21 @@ def x_stride(expr: str) -> str:
     stack = [expr]  # an explicit stack: a recursive closure would leave a reference cycle per call
     while stack:
         e = stack.pop()
-        for t in _top_terms(_strip_parens(e)):
+        for t in _top_terms(strip_parens(e)):
             if "threadIdx.x" not in t.replace(" ", ""):
                 continue
             fs = _top_factors(t)
             if len(fs) == 1:
-                inner = _strip_parens(fs[0])
+                inner = strip_parens(fs[0])
                 if inner.replace(" ", "") == "threadIdx.x":
                     unit = True
                 elif inner != fs[0] or len(_top_terms(inner)) > 1:
                     stack.append(inner)
                 else:
                     unit = True
-            elif all(re.fullmatch(r"\d+", _strip_parens(x)) or "threadIdx.x" in x.replace(" ", "") for x in fs) and \
+            elif all(re.fullmatch(r"\d+", strip_parens(x)) or "threadIdx.x" in x.replace(" ", "") for x in fs) and \
                     sum("threadIdx.x" in x.replace(" ", "") for x in fs) == 1 and \
-                    all(_strip_parens(x) == "1" for x in fs if "threadIdx.x" not in x.replace(" ", "")):
+                    all(strip_parens(x) == "1" for x in fs if "threadIdx.x" not in x.replace(" ", "")):
                 unit = True
             else:
                 strided = True
