@@ -514,32 +514,10 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
     try:
         sym = IndexAlgebra(src, body, fill_top, writer_loops, readonly)
         at = fill_top.start_byte
-        if len(writes) == 1:
-            w = [sympy.expand(sym.expr(i, at)) for i in _indices(writes[0][0])]
-            sym.opaque_ok = True
-            value = sympy.expand(sym.expr(writes[0][1].child_by_field_name("right"), at))
-            lanes = {}
-        else:
-            w, value, lanes = _lane_template(sym, writes, at)
-        # a writer-dependent division, remainder or mask in a fill index (`tid / 2`,
-        # `(tid & 1) << 2`) is one unknown of its own, the same term in the value the same unknown
-        atoms = _atoms(sym, w)
-        w = [wk.xreplace(atoms) for wk in w]
-        value = value.xreplace(atoms)
-        unknowns = sorted(set().union(*(sym.writer_unknowns(x) for x in w + [value])), key=lambda s: s.name)
-        rs = [sympy.Symbol(f"ks_r{k}", integer=True) for k in range(len(w))]
-        if lanes:
-            solution = _solve_lanes(sym, w, rs, unknowns, lanes)
-            if solution is None:
-                return None
-        else:
-            sol = sympy.solve([wk - rk for wk, rk in zip(w, rs)], unknowns, dict=True)
-            if len(sol) != 1:
-                return None
-            solution = sol[0]
-        solved = sympy.expand(value.subs(solution))
-        if sym.writer_unknowns(solved):
+        got = _solve_fill(sym, writes, at)
+        if got is None:
             return None
+        solution, solved, atoms, n_dims = got
         # the fill's guards, seen from the element: (r < R && c < C) at the writer's coordinates
         sym.opaque_ok = True
         guard_parts = []
@@ -550,9 +528,6 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
                 if sym.writer_unknowns(a) or sym.writer_unknowns(b):
                     return None
                 guard_parts.append((a, op, b))
-        for a in sympy.preorder_traversal(solved):
-            if isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer):
-                return None
     except (NotAlgebra, NotImplementedError, TypeError, ValueError):
         return None
     # the writer-independent names keep their values from the fill to the last read
@@ -571,7 +546,7 @@ def algebraic_forward(src: Source, fn: Node, decl: Node, name: str) -> Optional[
             ridx = _indices(r)
         except NotAlgebra:
             return None
-        if len(ridx) != len(w):
+        if len(ridx) != n_dims:
             return None
         rn = dict(names)
         for k, node in enumerate(ridx):
@@ -900,39 +875,48 @@ def _readonly(src: Source, fn: Node, body: Node) -> set[str]:
     return {pp.name for pp in f.params if pp.is_pointer} - written
 
 
+def _solve_fill(sym: IndexAlgebra, writes: list, at: int):
+    """A fill's element value in ks_r<k> symbols, its writer solved from the stored indices:
+    (solution, value, atoms, dimensions), or None. One plain store, or lane stores / a wide store
+    through their lane template. A writer-dependent division, remainder or mask in a fill index
+    (`tid / 2`, `(tid & 1) << 2`) is one unknown of its own, the same term in the value the same
+    unknown; a value left with a writer unknown or a fraction is no element value."""
+    import sympy
+    if len(writes) == 1 and writes[0][3] is None:
+        w = [sympy.expand(sym.expr(i, at)) for i in _indices(writes[0][0])]
+        sym.opaque_ok = True
+        value = sympy.expand(sym.expr(writes[0][1].child_by_field_name("right"), at))
+        lanes = {}
+    else:
+        w, value, lanes = _lane_template(sym, writes, at)
+    atoms = _atoms(sym, w)
+    w = [wk.xreplace(atoms) for wk in w]
+    value = value.xreplace(atoms)
+    unknowns = sorted(set().union(*(sym.writer_unknowns(x) for x in w + [value])), key=lambda s: s.name)
+    rs = [sympy.Symbol(f"ks_r{k}", integer=True) for k in range(len(w))]
+    if lanes:
+        solution = _solve_lanes(sym, w, rs, unknowns, lanes)
+    else:
+        sol = sympy.solve([wk - rk for wk, rk in zip(w, rs)], unknowns, dict=True)
+        solution = sol[0] if len(sol) == 1 else None
+    if solution is None:
+        return None
+    solved = sympy.expand(value.subs(solution))
+    if sym.writer_unknowns(solved) or any(isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer)
+                                          for a in sympy.preorder_traversal(solved)):
+        return None
+    return solution, solved, atoms, len(w)
+
+
 def _solve_group(src: Source, body: Node, group: list, readonly: set[str], inline_within=None):
     """(IndexAlgebra, element value in ks_r<k> symbols) of one unguarded fill group (plain
     statements: one store, lane stores or a wide store), or None."""
-    import sympy
     top = group[0][1].parent
     try:
         sym = IndexAlgebra(src, body, top, [], readonly)
         sym.inline_within = inline_within
-        at = top.start_byte
-        if len(group) == 1 and group[0][3] is None:
-            w = [sympy.expand(sym.expr(i, at)) for i in _indices(group[0][0])]
-            sym.opaque_ok = True
-            value = sympy.expand(sym.expr(group[0][1].child_by_field_name("right"), at))
-            lanes = {}
-        else:
-            w, value, lanes = _lane_template(sym, group, at)
-        atoms = _atoms(sym, w)
-        w = [wk.xreplace(atoms) for wk in w]
-        value = value.xreplace(atoms)
-        unknowns = sorted(set().union(*(sym.writer_unknowns(x) for x in w + [value])), key=lambda s: s.name)
-        rs = [sympy.Symbol(f"ks_r{k}", integer=True) for k in range(len(w))]
-        if lanes:
-            solution = _solve_lanes(sym, w, rs, unknowns, lanes)
-        else:
-            sol = sympy.solve([wk - rk for wk, rk in zip(w, rs)], unknowns, dict=True)
-            solution = sol[0] if len(sol) == 1 else None
-        if solution is None:
-            return None
-        solved = sympy.expand(value.subs(solution))
-        if sym.writer_unknowns(solved) or any(isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer)
-                                              for a in sympy.preorder_traversal(solved)):
-            return None
-        return sym, solved, len(w)
+        got = _solve_fill(sym, group, top.start_byte)
+        return None if got is None else (sym, got[1], got[3])
     except (NotAlgebra, NotImplementedError, TypeError, ValueError):
         return None
 
