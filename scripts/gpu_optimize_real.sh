@@ -16,6 +16,8 @@
 #
 # The (arm, problem) runs are spread over OPT_PAR processes per GPU (each with OPT_JOBS gate
 # workers; GPU timing serialized per GPU through SKILLS_GPU_LOCK), every GPU the machine shows.
+# Each arm has its own gate cache: an arm never gets a candidate another arm already built, checked
+# and timed for free (session 15's baselines shared one and were faster per attempt for it).
 # The loop gates on seed 0 (OPT_SEEDS) and every final kernel is re-gated on seeds 0,1,2. No new
 # step starts after OPT_PROBLEM_MIN minutes of a run and no new run after OPT_MAX_MIN minutes: what
 # did not run is marked incomplete in the JSON, never guessed.
@@ -58,7 +60,7 @@ for arm in ${ARMS//,/ }; do
         python3 -m eval.bench_optimize --executor cuda --corpus real --real-problems "$PREP/problems" \
         --store "$PREP/skills.json" --retrieval scan --arms "$arm" --problems "$part" --jobs $JOBS \
         --seeds ${OPT_SEEDS:-0} --budget ${OPT_BUDGET:-10} --problem-minutes ${OPT_PROBLEM_MIN:-1.5} \
-        --max-minutes ${OPT_MAX_MIN:-7} --cache /tmp/ks-opt-cache-$g --out "$OUT/part-$arm-$slot.json" \
+        --max-minutes ${OPT_MAX_MIN:-7} --cache /tmp/ks-opt-cache-$g-$arm --out "$OUT/part-$arm-$slot.json" \
         --out-dir "${OPT_RUNS:-/tmp/ks-opt-runs}" \
         > "$OUT/part-$arm-$slot.md" 2> "$OUT/part-$arm-$slot.log" &
       pids+=($!); n=$((n + 1))
