@@ -447,6 +447,9 @@ def merge(paths: list[Path], out_path: Optional[Path], as_json: bool, origin: di
     if comparison := versus(out["arms"]):
         out["versus"] = comparison
     if keep_arms:
+        if missing := [a for a in keep_arms if a not in out["arms"]]:
+            print(f"bench_optimize: --arms {','.join(missing)}: in none of the merged files", file=sys.stderr)
+            return 2
         out["arms"] = {a: v for a, v in out["arms"].items() if a in keep_arms}
     write_result(out, out_path, f"optimize_{out.get('executor', 'cuda')}.json", indent=1)
     print(json.dumps(out, indent=2) if as_json else markdown(out))

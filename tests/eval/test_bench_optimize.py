@@ -102,6 +102,8 @@ def test_repeated_row_texts_are_said_once_and_come_back_on_a_second_merge(tmp_pa
     merged = bo.read_json(tmp_path / "m.json")
     assert list(merged["arms"]) == ["no_skills_det"] and merged["arms"]["no_skills_det"]["every_row"] == common
     assert merged["versus"]["no_skills_det"]["deterministic_leads"] == ["a", "b"]
+    assert bo.merge([tmp_path / "p.json"], tmp_path / "x.json", False, origin, ["flat_memory_det"]) == 2
+    assert not (tmp_path / "x.json").exists()  # nothing half-written
     assert bo.merge([tmp_path / "m.json"], tmp_path / "m2.json", False, origin) == 0
     again = bo.read_json(tmp_path / "m2.json")["arms"]["no_skills_det"]
     assert bo.restore_common(again["problems"], again["every_row"]) == rows
