@@ -164,19 +164,24 @@ def _replace(toks: Sequence[str], old: tuple, new: tuple) -> list[str]:
     return out
 
 
+def _recurring(by_target: dict[str, list[tuple[list[str], list[str]]]], changes_of) -> set:
+    """The changes ``changes_of(old, new)`` finds in at least MIN_FUNCTIONS changed pairs of at least
+    MIN_TARGETS targets: the candidates a rule is verified from."""
+    seen: dict[tuple, set] = defaultdict(set)
+    for T, pairs in by_target.items():
+        for k, (a, b) in enumerate(pairs):
+            if a != b:
+                for ch in changes_of(a, b):
+                    seen[ch].add((T, k))
+    return {ch for ch, fs in seen.items() if len(fs) >= MIN_FUNCTIONS and len({t for t, _ in fs}) >= MIN_TARGETS}
+
+
 def rules_from_pairs(by_target: dict[str, list[tuple[list[str], list[str]]]]) -> list[DriftRule]:
     """The recurring substitutions of ``paired_functions``' pairs, each *verified*: a statement of
     an old version that has the old tokens counts for the rule when, rewritten by the rule alone,
     it is a statement of the new version (a partial change, LLVM 19's ``getFeatureBits()[F]`` ->
     ``hasFeature(F)`` seen as ``getFeatureBits`` -> ``hasFeature``, never verifies)."""
-    seen: dict[tuple, set] = defaultdict(set)
-    for T, pairs in by_target.items():
-        for k, (a, b) in enumerate(pairs):
-            if a != b:
-                for ch in changes(a, b):
-                    seen[ch].add((T, k))
-    cands = {ch for ch, fs in seen.items()
-             if len(fs) >= MIN_FUNCTIONS and len({t for t, _ in fs}) >= MIN_TARGETS}
+    cands = _recurring(by_target, changes)
     by_old = defaultdict(list)
     for old, new in cands:
         by_old[old].append(new)
@@ -405,14 +410,7 @@ def structural_rules_from_pairs(by_target: dict[str, list[tuple[list[str], list[
     statement of the new version", which lets ``return MatchOperand_ParseFail`` become the
     function's other ``return ParseStatus::Success``). A rule with context is dropped when its
     bare form is a rule, of these or of ``plain`` (the token rules)."""
-    seen: dict[tuple, set] = defaultdict(set)
-    for T, pairs in by_target.items():
-        for k, (a, b) in enumerate(pairs):
-            if a != b:
-                for ch in structural_changes(a, b):
-                    seen[ch].add((T, k))
-    cands = {ch for ch, fs in seen.items()
-             if len(fs) >= MIN_FUNCTIONS and len({t for t, _ in fs}) >= MIN_TARGETS}
+    cands = _recurring(by_target, structural_changes)
     by_first = defaultdict(set)
     for old, _ in cands:
         by_first[old[0]].add(old)

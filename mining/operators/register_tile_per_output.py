@@ -690,11 +690,8 @@ class _Fuser:
         if not e or (e.group(1) is not None and int_value(self.src, e.group(1)) != ext) or \
                 not re.fullmatch(r"\+\+%s|%s\+\+|%s\+=1" % ((re.escape(v),) * 3), _norm(text(upd))):
             return None
-        for n in walk(loop.child_by_field_name("body")):
-            t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
-                n.child_by_field_name("argument") if n.type == "update_expression" else None
-            if t is not None and _base(t) is not None and text(_base(t)) == v:
-                return None
+        if any(b is not None and text(b) == v for _, _, b in _all_writes(loop.child_by_field_name("body"))):
+            return None
         return v
 
     def restricted(self, s: Node) -> Optional[str]:
@@ -717,12 +714,7 @@ class _Fuser:
         for c in stmts[:k] + stmts[k + 1:]:
             if self.refers(c, {self.P, self.Q} | set(self.private)):
                 return None
-            for n in walk(c):
-                t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
-                    n.child_by_field_name("argument") if n.type == "update_expression" else None
-                if t is None:
-                    continue
-                base = _base(t)
+            for _, _, base in _all_writes(c):
                 v = self.idx.visible(text(base), base.start_byte) if base is not None else None
                 if v is None or not _inside(v.decl, s):
                     return None
@@ -870,15 +862,18 @@ def text_of(src: Source, node: Node, start: Optional[int] = None, end: Optional[
         "utf-8", "replace")
 
 
-def _writes(node: Node):
-    """(assignment or ++/--, its target, the target's base identifier) of every write in `node`;
-    a write whose target has no base identifier is refused."""
+def _all_writes(node: Node):
+    """(assignment or ++/--, its target, the target's base identifier or None) of every write in `node`."""
     for n in walk(node):
         t = n.child_by_field_name("left") if n.type == "assignment_expression" else \
             n.child_by_field_name("argument") if n.type == "update_expression" else None
-        if t is None:
-            continue
-        base = _base(t)
+        if t is not None:
+            yield n, t, _base(t)
+
+
+def _writes(node: Node):
+    """`_all_writes`, a write whose target has no base identifier refused."""
+    for n, t, base in _all_writes(node):
         if base is None:
             raise _Refuse("write through an expression")
         yield n, t, base
